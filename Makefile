@@ -1,0 +1,22 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+VENV ?= .venv
+BIN := $(VENV)/bin
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: deps test demo lint bench
+
+deps:
+	@VENV=$(VENV) bash scripts/bootstrap.sh
+
+# Every test, on a throwaway MariaDB (or NEXUS_TEST_MYSQL_URL) plus SQLite.
+# NEXUS_DB_REQUIRED=1 turns any skipped test into a failure.
+test: deps
+	$(BIN)/ruff check .
+	NEXUS_DB_REQUIRED=1 bash scripts/with-mariadb.sh $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The main job end to end on the embedded default (a demo tenant on SQLite).
+demo: deps
+	$(BIN)/python -m nexus_cutover.demo
+
+lint: deps
+	$(BIN)/ruff check .

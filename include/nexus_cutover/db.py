@@ -1,0 +1,211 @@
+"""Connections to a tenant database: DSN handling, engines, deadlines, error mapping.
+
+Invariants:
+
+* A DSN comes only from the environment (or, in Airflow, from a connection);
+  it is validated here and only ever printed through :func:`mask_dsn`.
+* Two dialect families are supported: MySQL protocol (TiDB, MySQL, MariaDB via
+  ``mysql+pymysql`` / ``mysql+mysqldb``) and SQLite (the embedded default).
+* On SQLite, a transaction opened with ``execution_options(sqlite_begin="IMMEDIATE")``
+  takes the database write lock up front (the SQLite stand-in for row locks).
+* Driver errors leave this module as :mod:`nexus_cutover.errors` classes with
+  the contract's exit codes (see :func:`translate_errors`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import URL, make_url
+
+from .errors import BadInput, CutoverError, LockTimeout, MissingSchema, Unreachable
+
+DSN_ENV_CUTOVER = "CONNECTOR_CUTOVER_DSN"
+DSN_ENV_TENANT = "NEXUS_TENANT_DSN"
+
+_MYSQL_DRIVERS = {"mysql", "mysql+pymysql", "mysql+mysqldb", "mariadb+pymysql", "mariadb+mysqldb"}
+_SQLITE_DRIVERS = {"sqlite", "sqlite+pysqlite"}
+
+# MySQL/MariaDB/TiDB error numbers we classify.
+_LOCK_WAIT_TIMEOUT = 1205
+_DEADLOCK = 1213
+_QUERY_INTERRUPTED = {1317, 1969, 3024}  # killed / max_statement_time / max_execution_time
+_CONNECTION_ERRORS = {2002, 2003, 2005, 2006, 2013, 2055}
+_ACCESS_DENIED = {1044, 1045}
+_UNKNOWN_DATABASE = 1049
+_NO_SUCH_TABLE = 1146
+_NO_SUCH_COLUMN = 1054
+
+
+def dsn_from_env(*names: str) -> str:
+    """The first non-empty variable of ``names``; :class:`BadInput` naming them all if none."""
+    for name in names:
+        value = os.environ.get(name, "").strip()
+        if value:
+            return value
+    raise BadInput(
+        "no tenant database given: set "
+        + " or ".join(names)
+        + " to an SQLAlchemy URL such as mysql+pymysql://user:pw@host:3306/tenant_db or sqlite:///path"
+    )
+
+
+def parse_dsn(dsn: str) -> URL:
+    """Validate ``dsn``; :class:`BadInput` (never echoing the password) when malformed."""
+    try:
+        url = make_url(dsn)
+    except (sa_exc.ArgumentError, ValueError) as exc:
+        raise BadInput(
+            "malformed DSN: expected an SQLAlchemy URL such as "
+            "mysql+pymysql://user:pw@host:3306/tenant_db or sqlite:///path"
+        ) from exc
+    driver = url.drivername
+    if driver in _SQLITE_DRIVERS:
+        is_file = url.database and url.database != ":memory:" and not url.database.startswith("file:")
+        if is_file and not os.path.exists(url.database):
+            raise BadInput(f"malformed DSN: SQLite database file {url.database!r} does not exist")
+        return url
+    if driver in _MYSQL_DRIVERS:
+        if not url.host:
+            raise BadInput(f"malformed DSN: {mask_url(url)} has no host")
+        if not url.database:
+            raise BadInput(f"malformed DSN: {mask_url(url)} names no database (the tenant schema)")
+        return url
+    raise BadInput(
+        f"malformed DSN: unsupported scheme {driver!r}; use mysql+pymysql://, mysql+mysqldb:// or sqlite:///"
+    )
+
+
+def mask_url(url: URL) -> str:
+    return url.render_as_string(hide_password=True)
+
+
+def mask_dsn(dsn: str) -> str:
+    """``dsn`` with its password replaced by ``***``; never raises."""
+    try:
+        return mask_url(make_url(dsn))
+    except Exception:  # noqa: BLE001 - a malformed DSN is shown as a placeholder only
+        return "<malformed DSN>"
+
+
+def is_sqlite(bind: Engine | Connection) -> bool:
+    return bind.dialect.name == "sqlite"
+
+
+def is_mysql(bind: Engine | Connection) -> bool:
+    return bind.dialect.name in ("mysql", "mariadb")
+
+
+def make_engine(dsn: str | URL, *, connect_timeout: float = 10.0, **kwargs) -> Engine:
+    """An engine for a tenant DSN (validated with :func:`parse_dsn`)."""
+    url = dsn if isinstance(dsn, URL) else parse_dsn(dsn)
+    if url.drivername in _SQLITE_DRIVERS:
+        engine = create_engine(
+            url,
+            connect_args={"timeout": max(0.1, connect_timeout), "check_same_thread": False},
+            **kwargs,
+        )
+        _configure_sqlite(engine)
+        return engine
+    if url.drivername == "mysql":
+        url = url.set(drivername="mysql+pymysql")
+    connect_args = {"connect_timeout": max(1, int(math.ceil(connect_timeout)))}
+    return create_engine(url, pool_pre_ping=True, connect_args=connect_args, **kwargs)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    """Let SQLAlchemy, not pysqlite, emit BEGIN, so BEGIN IMMEDIATE is possible."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record):  # pragma: no cover - driver hook
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):  # pragma: no cover - driver hook
+        mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
+        conn.exec_driver_sql(f"BEGIN {'IMMEDIATE' if mode == 'IMMEDIATE' else 'DEFERRED'}")
+
+
+@dataclass
+class Deadline:
+    """A monotonic deadline shared by every wait of one call (``-timeout``)."""
+
+    seconds: float
+    started: float = field(default_factory=time.monotonic)
+
+    def remaining(self) -> float:
+        return self.seconds - (time.monotonic() - self.started)
+
+    def expired(self) -> bool:
+        return self.remaining() <= 0
+
+    def check(self, what: str) -> None:
+        if self.expired():
+            raise LockTimeout(f"timed out after {self.seconds:g}s while {what}; nothing written")
+
+    def whole_seconds(self) -> int:
+        """Remaining time rounded up to a whole second, at least 1 (InnoDB's unit)."""
+        return max(1, int(math.ceil(self.remaining())))
+
+
+def bound_lock_waits(conn: Connection, deadline: Deadline) -> None:
+    """Bound every row-lock wait of ``conn`` by what is left of ``deadline``."""
+    if is_mysql(conn):
+        conn.execute(text("SET SESSION innodb_lock_wait_timeout = :s"), {"s": deadline.whole_seconds()})
+    elif is_sqlite(conn):
+        ms = max(1, int(deadline.remaining() * 1000))
+        conn.exec_driver_sql(f"PRAGMA busy_timeout = {ms}")
+
+
+def driver_error_code(exc: BaseException) -> int | None:
+    orig = getattr(exc, "orig", None)
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int):
+        return args[0]
+    return None
+
+
+def classify(exc: sa_exc.DBAPIError, what: str) -> CutoverError:
+    """Map a driver error raised while doing ``what`` to a contract error."""
+    code = driver_error_code(exc)
+    message = str(getattr(exc, "orig", exc)).splitlines()[0] if getattr(exc, "orig", None) else str(exc)
+    lowered = message.lower()
+    if code in (_LOCK_WAIT_TIMEOUT, _DEADLOCK) or code in _QUERY_INTERRUPTED:
+        return LockTimeout(f"could not take the locks or finish in time while {what}: {message}; nothing written")
+    if "database is locked" in lowered or "database table is locked" in lowered:
+        return LockTimeout(f"could not take the SQLite write lock while {what}; nothing written")
+    if code in _CONNECTION_ERRORS or isinstance(exc, sa_exc.InterfaceError):
+        return Unreachable(f"cannot reach the tenant database while {what}: {message}")
+    if code in _ACCESS_DENIED:
+        return BadInput(f"the database refused the credentials while {what}: {message}")
+    if code == _UNKNOWN_DATABASE:
+        return BadInput(f"malformed DSN: {message}")
+    if code in (_NO_SUCH_TABLE, _NO_SUCH_COLUMN) or "no such table" in lowered or "no such column" in lowered:
+        return MissingSchema([message])
+    if "unable to open database file" in lowered:
+        return Unreachable(f"cannot open the SQLite database while {what}: {message}")
+    return CutoverError(f"database error while {what}: {message}")
+
+
+@contextlib.contextmanager
+def translate_errors(what: str) -> Iterator[None]:
+    """Re-raise driver errors inside the block as contract errors."""
+    try:
+        yield
+    except sa_exc.DBAPIError as exc:
+        raise classify(exc, what) from exc
+
+
+def is_retryable_conflict(exc: BaseException) -> bool:
+    """A deadlock or lock-wait victim that a caller may retry from the start."""
+    return isinstance(exc, sa_exc.DBAPIError) and driver_error_code(exc) in (_DEADLOCK,)

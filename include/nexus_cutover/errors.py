@@ -1,0 +1,44 @@
+"""Errors that end a command, each with the exit code of the contract.
+
+| exit | class |
+|------|-------|
+| 2 | :class:`BadInput` (usage, unknown pack, malformed DSN, missing prerequisite schema) |
+| 3 | :class:`Refused` (the audit or a gate refused; nothing written) |
+| 4 | :class:`LockTimeout` (timed out or could not take the locks; nothing written) |
+| 1 | :class:`CutoverError` and anything else |
+
+Every message says what is wrong and what to fix; none carries a password.
+"""
+
+from __future__ import annotations
+
+
+class CutoverError(Exception):
+    exit_code = 1
+
+
+class BadInput(CutoverError):
+    exit_code = 2
+
+
+class MissingSchema(BadInput):
+    """A prerequisite table or column is absent; ``missing`` names each one."""
+
+    def __init__(self, missing: list[str], hint: str = ""):
+        self.missing = list(missing)
+        msg = "missing prerequisite schema: " + ", ".join(self.missing)
+        super().__init__(msg + (f" ({hint})" if hint else ""))
+
+
+class Refused(CutoverError):
+    exit_code = 3
+
+
+class LockTimeout(CutoverError):
+    exit_code = 4
+
+
+class Unreachable(CutoverError):
+    """The database could not be reached (exit 1: not the caller's input)."""
+
+    exit_code = 1

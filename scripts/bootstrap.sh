@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Install what the project needs on a fresh Debian machine: the MariaDB server
+# (tests), the mysqlclient build headers (providers-mysql), and a venv with the
+# project and its extras. Idempotent: skips what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+
+need_apt=()
+command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need_apt+=(mariadb-server)
+command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+[ -e /usr/include/mysql/mysql.h ] || [ -e /usr/include/mariadb/mysql.h ] || need_apt+=(default-libmysqlclient-dev)
+command -v gcc >/dev/null 2>&1 || need_apt+=(build-essential)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "bootstrap: apt-get install ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+stamp="$VENV/.installed-$(sha1sum pyproject.toml | cut -c1-12)"
+if [ ! -f "$stamp" ]; then
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" install -q -e '.[airflow,test]'
+  rm -f "$VENV"/.installed-*
+  touch "$stamp"
+fi
+echo "bootstrap: ready ($VENV)"

@@ -1,0 +1,96 @@
+"""Shared fixtures: real tenant databases on MariaDB (or TiDB) and SQLite.
+
+* ``mysql_server_url`` comes from ``NEXUS_TEST_MYSQL_URL`` (``make test`` starts a
+  throwaway MariaDB and sets it). Each test gets its own fresh database.
+* With ``NEXUS_DB_REQUIRED=1`` (set by ``make test``) a missing server is an
+  error, and so is *any* skipped test: a database test can never pass by not running.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from nexus_cutover.db import make_engine
+from nexus_cutover.schema import create_legacy_schema
+
+DB_REQUIRED = os.environ.get("NEXUS_DB_REQUIRED") == "1"
+
+_mysql_tests_run = 0
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Count executed MySQL tests; under NEXUS_DB_REQUIRED=1 turn any skip into a failure."""
+    global _mysql_tests_run
+    outcome = yield
+    report = outcome.get_result()
+    if DB_REQUIRED and report.skipped and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"a skipped test is an error under NEXUS_DB_REQUIRED=1: {report.longrepr}"
+    if report.when == "call" and report.passed and "mysql_url" in getattr(item, "funcargs", {}):
+        _mysql_tests_run += 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(f"MySQL-protocol database tests executed: {_mysql_tests_run}")
+
+
+@pytest.fixture(scope="session")
+def mysql_server_url() -> str:
+    url = os.environ.get("NEXUS_TEST_MYSQL_URL", "").strip()
+    if not url:
+        message = "NEXUS_TEST_MYSQL_URL is not set: run `make test`, which starts a throwaway MariaDB"
+        if DB_REQUIRED:
+            pytest.fail(message)
+        pytest.skip(message)
+    return url
+
+
+@pytest.fixture
+def mysql_url(mysql_server_url):
+    """A fresh, empty database on the MySQL-protocol server; dropped afterwards."""
+    name = f"nx_{uuid.uuid4().hex[:12]}"
+    server = make_url(mysql_server_url)
+    admin = make_engine(server.set(database="mysql"))
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE DATABASE `{name}`"))
+    url = server.set(database=name)
+    yield url.render_as_string(hide_password=False)
+    with admin.begin() as conn:
+        conn.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
+    admin.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path):
+    path = tmp_path / "tenant.db"
+    path.touch()
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture(params=["mysql", "sqlite"])
+def tenant_url(request):
+    """One test, both backends: the MySQL-protocol server and the embedded SQLite default."""
+    return request.getfixturevalue(f"{request.param}_url")
+
+
+@pytest.fixture
+def legacy_engine(tenant_url):
+    """An engine on a database holding the Part A (pre-cutover) schema."""
+    engine = make_engine(tenant_url)
+    create_legacy_schema(engine)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def mysql_legacy_engine(mysql_url):
+    engine = make_engine(mysql_url)
+    create_legacy_schema(engine)
+    yield engine
+    engine.dispose()
