@@ -1,0 +1,73 @@
+"""The per-pack ``_System_ConnectorProjectionProtocol`` row: read, check, insert.
+
+Invariants (seed 000, "Release boundary"; contract, "Audit"):
+
+* One immutable row per pack incarnation, ``ProtocolVersion = 1``, written
+  exactly once and never advanced; this module has no UPDATE or DELETE.
+* A row with another ProtocolVersion is an error, never reinterpreted.
+* ``LegacyMaxOrdinal`` is the old-protocol boundary, not proof of business success.
+
+Both the cutover (which writes the row) and the range runtime (which reads it
+once per admission batch and in its activation gate) use this module.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, insert, select
+
+from .catalog import PROTOCOL_RANGES, ConnectorProjectionProtocol
+from .errors import CutoverError
+
+
+class WrongProtocolVersion(CutoverError):
+    """A protocol row exists with a version this tool does not implement."""
+
+
+@dataclass(frozen=True)
+class ProtocolRow:
+    pack_install_id: str
+    protocol_version: int
+    legacy_max_ordinal: int
+    written_at: dt.datetime
+    written_by: str
+
+
+def read_protocol_row(conn: Connection, pack_install_id: str) -> ProtocolRow | None:
+    """The pack's protocol row (a bounded primary-key read), or None."""
+    t = ConnectorProjectionProtocol
+    row = conn.execute(
+        select(t.c.PackInstallId, t.c.ProtocolVersion, t.c.LegacyMaxOrdinal, t.c.WrittenAt, t.c.WrittenBy).where(
+            t.c.PackInstallId == pack_install_id
+        )
+    ).first()
+    if row is None:
+        return None
+    return ProtocolRow(*row)
+
+
+def require_version_1(row: ProtocolRow) -> ProtocolRow:
+    if row.protocol_version != PROTOCOL_RANGES:
+        raise WrongProtocolVersion(
+            f"pack {row.pack_install_id!r} has a connector projection protocol row with ProtocolVersion "
+            f"{row.protocol_version} (this tool implements {PROTOCOL_RANGES}); it is left unchanged"
+        )
+    return row
+
+
+def insert_protocol_row(conn: Connection, pack_install_id: str, legacy_max_ordinal: int, written_by: str) -> ProtocolRow:
+    """Insert the version-1 row inside the caller's locked transaction."""
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    row = ProtocolRow(pack_install_id, PROTOCOL_RANGES, legacy_max_ordinal, now, written_by[:128])
+    conn.execute(
+        insert(ConnectorProjectionProtocol).values(
+            PackInstallId=row.pack_install_id,
+            ProtocolVersion=row.protocol_version,
+            LegacyMaxOrdinal=row.legacy_max_ordinal,
+            WrittenAt=row.written_at,
+            WrittenBy=row.written_by,
+        )
+    )
+    return row

@@ -1,0 +1,59 @@
+"""One hook: an Airflow connection -> a SQLAlchemy engine on a tenant database.
+
+* ``mysql`` connections (MySQL, MariaDB, TiDB) go through ``MySqlHook``'s URI,
+  then :func:`nexus_cutover.db.make_engine` (PyMySQL driver, pre-ping).
+* ``sqlite`` connections (the embedded demo default) use the connection's host
+  as the database path, as Airflow's own SqliteHook does.
+
+The DSN and password never leave this object: it is neither logged, nor put in
+XCom, nor returned; :attr:`masked_dsn` is what may be shown.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from airflow.sdk import BaseHook
+from sqlalchemy import Engine
+
+from nexus_cutover.db import make_engine, mask_dsn, parse_dsn
+from nexus_cutover.errors import BadInput
+
+
+class NexusTenantHook(BaseHook):
+    conn_name_attr = "nexus_conn_id"
+    default_conn_name = "nexus_tenant_default"
+    hook_name = "Nexus tenant database"
+
+    def __init__(self, nexus_conn_id: str = default_conn_name, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.nexus_conn_id = nexus_conn_id
+
+    @cached_property
+    def _dsn(self) -> str:
+        conn = self.get_connection(self.nexus_conn_id)
+        conn_type = (conn.conn_type or "").lower()
+        if conn_type == "mysql":
+            from airflow.providers.mysql.hooks.mysql import MySqlHook
+
+            uri = MySqlHook(mysql_conn_id=self.nexus_conn_id).get_uri()
+        elif conn_type == "sqlite":
+            path = conn.host or conn.schema
+            if not path:
+                raise BadInput(f"connection {self.nexus_conn_id!r}: a sqlite connection needs the database path as host")
+            uri = f"sqlite:///{path}"
+        else:
+            raise BadInput(
+                f"connection {self.nexus_conn_id!r} has type {conn_type!r}: use a 'mysql' (MySQL/MariaDB/TiDB) "
+                "or 'sqlite' connection"
+            )
+        parse_dsn(uri)  # a malformed connection fails here, with a message that names no password
+        return uri
+
+    @property
+    def masked_dsn(self) -> str:
+        return mask_dsn(self._dsn)
+
+    def get_engine(self, *, connect_timeout: float = 10.0) -> Engine:
+        """A new engine; the caller disposes of it."""
+        return make_engine(self._dsn, connect_timeout=connect_timeout)
