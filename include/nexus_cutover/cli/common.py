@@ -1,0 +1,99 @@
+"""Plumbing shared by the project's command-line entrypoints.
+
+* Flags are accepted Go-style with one dash (``-timeout 5m``) and with two
+  (``--timeout 5m``), as the contract requires.
+* Durations are Go-style (``90s``, ``5m``, ``1h30m``, ``1.5s``) or bare seconds.
+* :func:`run_command` maps every error to the contract's exit codes and prints
+  one line to stderr (never a DSN or password); usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import BadInput, CutoverError
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``text``: ``"5m"``, ``"1h30m"``, ``"2.5s"``, ``"300"``; ValueError otherwise."""
+    text = text.strip()
+    if re.fullmatch(r"\d+(?:\.\d+)?", text):
+        seconds = float(text)
+    else:
+        pos, seconds = 0, 0.0
+        for match in _DURATION_PART.finditer(text):
+            if match.start() != pos:
+                break
+            seconds += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+            pos = match.end()
+        if pos != len(text) or not text:
+            raise ValueError(f"invalid duration {text!r}: use e.g. 30s, 5m, 1h30m")
+    if seconds <= 0:
+        raise ValueError(f"invalid duration {text!r}: must be positive")
+    return seconds
+
+
+def duration_arg(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def positive_int_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from exc
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def flag(parser: argparse.ArgumentParser, name: str, **kwargs: Any) -> None:
+    """Declare ``-name`` and ``--name`` as one option."""
+    parser.add_argument(f"-{name}", f"--{name}", dest=name.replace("-", "_"), **kwargs)
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, sort_keys=True, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def configure_logging(verbose: bool = False) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def run_command(body: Callable[[], int], *, program: str, json_errors: bool = False) -> int:
+    """Run ``body``; contract errors become their exit codes with one stderr line."""
+    try:
+        return body()
+    except CutoverError as exc:
+        _report_error(program, exc, exc.exit_code, json_errors)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        _report_error(program, BadInput("interrupted"), 1, json_errors)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - last resort: exit 1 with the reason, never a traceback with a DSN
+        _report_error(program, exc, 1, json_errors)
+        return 1
+
+
+def _report_error(program: str, exc: BaseException, code: int, json_errors: bool) -> None:
+    message = str(exc) or exc.__class__.__name__
+    sys.stderr.write(f"{program}: error: {message}\n")
+    if json_errors:
+        print_json({"error": message, "error_class": exc.__class__.__name__, "exit_code": code})
