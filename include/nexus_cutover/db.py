@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 
@@ -158,13 +158,52 @@ class Deadline:
         return max(1, int(math.ceil(self.remaining())))
 
 
+def _session_execute(conn: Connection, sql: str, params: tuple = ()) -> list:
+    """Run a session-level statement on the raw DBAPI connection (no SQLAlchemy autobegin)."""
+    cursor = conn.connection.dbapi_connection.cursor()
+    try:
+        cursor.execute(sql, params) if params else cursor.execute(sql)
+        return list(cursor.fetchall()) if cursor.description else []
+    finally:
+        cursor.close()
+
+
 def bound_lock_waits(conn: Connection, deadline: Deadline) -> None:
-    """Bound every row-lock wait of ``conn`` by what is left of ``deadline``."""
+    """Bound every row-lock wait of ``conn`` by what is left of ``deadline`` (see :func:`bounded_session`)."""
     if is_mysql(conn):
-        conn.execute(text("SET SESSION innodb_lock_wait_timeout = :s"), {"s": deadline.whole_seconds()})
+        _session_execute(conn, "SET SESSION innodb_lock_wait_timeout = %s", (deadline.whole_seconds(),))
     elif is_sqlite(conn):
-        ms = max(1, int(deadline.remaining() * 1000))
-        conn.exec_driver_sql(f"PRAGMA busy_timeout = {ms}")
+        _session_execute(conn, f"PRAGMA busy_timeout = {max(1, int(deadline.remaining() * 1000))}")
+
+
+@contextlib.contextmanager
+def bounded_session(conn: Connection, deadline: Deadline, *, statements: bool = False) -> Iterator[None]:
+    """Bound lock waits (and, with ``statements``, each statement's run time) by ``deadline``.
+
+    The settings are session-level, so they are restored on exit: a pooled
+    connection never carries one call's limits into the next.
+    """
+    saved_busy = None
+    if is_sqlite(conn):
+        saved_busy = _session_execute(conn, "PRAGMA busy_timeout")[0][0]
+    bound_lock_waits(conn, deadline)
+    mariadb = getattr(conn.dialect, "is_mariadb", False)
+    if statements and is_mysql(conn):
+        if mariadb:
+            _session_execute(conn, "SET SESSION max_statement_time = %s", (max(0.001, deadline.remaining()),))
+        else:
+            _session_execute(conn, "SET SESSION max_execution_time = %s", (max(1, int(deadline.remaining() * 1000)),))
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            if is_mysql(conn):
+                _session_execute(conn, "SET SESSION innodb_lock_wait_timeout = DEFAULT")
+                if statements:
+                    name = "max_statement_time" if mariadb else "max_execution_time"
+                    _session_execute(conn, f"SET SESSION {name} = DEFAULT")
+            elif saved_busy is not None:
+                _session_execute(conn, f"PRAGMA busy_timeout = {int(saved_busy)}")
 
 
 def driver_error_code(exc: BaseException) -> int | None:

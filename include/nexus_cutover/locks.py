@@ -26,7 +26,7 @@ from sqlalchemy import Connection, Engine, insert, select
 from sqlalchemy import exc as sa_exc
 
 from .catalog import Lock, namespace_lock_name, pack_lock_name
-from .db import Deadline, bound_lock_waits, classify, is_retryable_conflict, is_sqlite
+from .db import Deadline, bounded_session, classify, is_retryable_conflict, is_sqlite
 from .errors import LockTimeout
 
 
@@ -42,8 +42,7 @@ def ensure_lock_rows(engine: Engine, names: Iterable[str], deadline: Deadline) -
         while True:
             deadline.check(f"creating lock row {name!r}")
             try:
-                with engine.begin() as conn:
-                    bound_lock_waits(conn, deadline)
+                with engine.connect() as conn, bounded_session(conn, deadline), conn.begin():
                     exists = conn.execute(select(Lock.c.LockName).where(Lock.c.LockName == name)).first()
                     if exists is None:
                         stmt = insert(Lock).values(LockName=name)
@@ -59,8 +58,10 @@ def ensure_lock_rows(engine: Engine, names: Iterable[str], deadline: Deadline) -
 
 
 def acquire(conn: Connection, names: list[str], deadline: Deadline) -> None:
-    """Lock ``names`` (already in acquisition order) inside ``conn``'s open transaction."""
-    bound_lock_waits(conn, deadline)
+    """Lock ``names`` (already in acquisition order) inside ``conn``'s open transaction.
+
+    The caller bounds the waits (:func:`~nexus_cutover.db.bounded_session`).
+    """
     for name in names:
         deadline.check(f"waiting for lock {name!r}")
         try:
@@ -72,8 +73,13 @@ def acquire(conn: Connection, names: list[str], deadline: Deadline) -> None:
 
 
 @contextlib.contextmanager
-def locked_transaction(engine: Engine, names: list[str], deadline: Deadline) -> Iterator[Connection]:
-    """A transaction holding ``names``; commits on normal exit, rolls back on any error."""
+def locked_transaction(
+    engine: Engine, names: list[str], deadline: Deadline, *, bound_statements: bool = True
+) -> Iterator[Connection]:
+    """A transaction holding ``names``; commits on normal exit, rolls back on any error.
+
+    Lock waits, and with ``bound_statements`` every statement, are bounded by ``deadline``.
+    """
     ensure_lock_rows(engine, names, deadline)
     deadline.check("opening the locked transaction")
     try:
@@ -83,12 +89,12 @@ def locked_transaction(engine: Engine, names: list[str], deadline: Deadline) -> 
     try:
         if is_sqlite(conn):
             conn = conn.execution_options(sqlite_begin="IMMEDIATE")
-            bound_lock_waits(conn, deadline)  # busy_timeout must be set before BEGIN IMMEDIATE
-        try:
-            with conn.begin():
-                acquire(conn, names, deadline)
-                yield conn
-        except sa_exc.DBAPIError as exc:
-            raise classify(exc, "holding the lifecycle locks") from exc
+        with bounded_session(conn, deadline, statements=bound_statements):
+            try:
+                with conn.begin():
+                    acquire(conn, names, deadline)
+                    yield conn
+            except sa_exc.DBAPIError as exc:
+                raise classify(exc, "holding the lifecycle locks") from exc
     finally:
         conn.close()

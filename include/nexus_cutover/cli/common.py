@@ -77,23 +77,30 @@ def configure_logging(verbose: bool = False) -> None:
     )
 
 
-def run_command(body: Callable[[], int], *, program: str, json_errors: bool = False) -> int:
-    """Run ``body``; contract errors become their exit codes with one stderr line."""
+def run_command(
+    body: Callable[[], int], *, program: str, json_errors: bool = False, json_fields: dict[str, Any] | None = None
+) -> int:
+    """Run ``body``; contract errors become their exit codes with one stderr line.
+
+    With ``json_errors`` the error is also one JSON object on stdout (``json_fields`` merged in).
+    """
     try:
         return body()
     except CutoverError as exc:
-        _report_error(program, exc, exc.exit_code, json_errors)
+        _report_error(program, exc, exc.exit_code, json_errors, json_fields)
         return exc.exit_code
     except KeyboardInterrupt:
-        _report_error(program, BadInput("interrupted"), 1, json_errors)
+        _report_error(program, BadInput("interrupted"), 1, json_errors, json_fields)
         return 1
     except Exception as exc:  # noqa: BLE001 - last resort: exit 1 with the reason, never a traceback with a DSN
-        _report_error(program, exc, 1, json_errors)
+        _report_error(program, exc, 1, json_errors, json_fields)
         return 1
 
 
-def _report_error(program: str, exc: BaseException, code: int, json_errors: bool) -> None:
+def _report_error(
+    program: str, exc: BaseException, code: int, json_errors: bool, json_fields: dict[str, Any] | None
+) -> None:
     message = str(exc) or exc.__class__.__name__
     sys.stderr.write(f"{program}: error: {message}\n")
     if json_errors:
-        print_json({"error": message, "error_class": exc.__class__.__name__, "exit_code": code})
+        print_json({**(json_fields or {}), "error": message, "error_class": exc.__class__.__name__, "exit_code": code})

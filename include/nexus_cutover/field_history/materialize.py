@@ -1,0 +1,205 @@
+"""Stage 2 materialization: decide legacy NULL rows from their existing sequence/interval facts.
+
+Invariants (seed 003 "Cutover", contract "Field History eligibility"):
+
+* Only *materializable* rows change: ``FieldHistoryEligible IS NULL`` with a
+  FieldId and a HistorySequence (:func:`.readers.materializable`). They become
+  TRUE when an interval proves eligibility, FALSE when none does. Non-NULL rows,
+  rows without a sequence and rows without a FieldId are never touched.
+* Keyset batches over the primary key ``ChangeId``: each batch covers the next
+  ``batch_size`` materializable rows after the cursor, ``(lo, hi]``, and is its
+  own short transaction (TiDB-safe: a few thousand rows at most, no RETURNING,
+  no multi-table UPDATE, only a correlated EXISTS that every dialect speaks).
+* Every UPDATE repeats the ``IS NULL`` guard, and an UPDATE evaluates it on the
+  latest committed row (a locking read), so a value stamped concurrently by a
+  producer is never overwritten.
+* Resumable: the result is a function of each row's own facts only, so a run
+  interrupted between batches and run again finishes the same rows with the same
+  values; a run after a complete one finds nothing and changes nothing.
+* Lock waits are bounded; a lock-wait timeout or deadlock retries the batch
+  (everything before it stays committed) until the call's deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from sqlalchemy import Engine, func, select, update
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.sql import Select, Update
+
+from .. import catalog
+from ..db import Deadline, bound_lock_waits, classify, driver_error_code, is_sqlite
+from ..errors import LockTimeout
+from . import readers
+from .prerequisites import require_eligibility_column
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BATCH_SIZE = 2000
+MAX_BATCH_SIZE = 10_000  # TiDB: keep every transaction to a few thousand rows
+BATCH_LOCK_WAIT_S = 20.0  # one batch never waits longer than this for a row lock
+_RETRYABLE_CODES = {1205, 1213}  # lock wait timeout, deadlock
+
+Audit = catalog.AuditFieldChange
+
+
+@dataclass
+class Progress:
+    """Where a run stands after a batch (passed to ``on_batch`` and logged)."""
+
+    batches: int
+    rows_done: int
+    total: int
+    cursor: int
+    elapsed_s: float
+
+    @property
+    def rate(self) -> float:
+        return self.rows_done / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def eta_s(self) -> float | None:
+        if self.rate <= 0:
+            return None
+        return max(0, self.total - self.rows_done) / self.rate
+
+
+@dataclass
+class MaterializeResult:
+    set_true: int
+    set_false: int
+    batches: int
+    total_at_start: int
+    remaining: int
+    seconds: float
+    batch_size: int
+
+    @property
+    def rows(self) -> int:
+        return self.set_true + self.set_false
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "rows": self.rows}
+
+
+def batch_upper_bound(lo: int | None, batch_size: int) -> Select:
+    """The ChangeId closing the next batch: the ``batch_size``-th materializable row after ``lo``."""
+    inner = select(Audit.c.ChangeId).where(readers.materializable())
+    if lo is not None:
+        inner = inner.where(Audit.c.ChangeId > lo)
+    inner = inner.order_by(Audit.c.ChangeId).limit(batch_size).subquery("batch")
+    return select(func.max(inner.c.ChangeId))
+
+
+def stamp_statement(value: bool, lo: int | None, hi: int) -> Update:
+    """Set the rows of ``(lo, hi]`` that ``value`` is proven for; guarded by ``IS NULL``."""
+    proven = readers.proves_true() if value else readers.proves_false()
+    stmt = update(Audit).where(Audit.c.ChangeId <= hi, proven)
+    if lo is not None:
+        stmt = stmt.where(Audit.c.ChangeId > lo)
+    return stmt.values({catalog.FIELD_HISTORY_ELIGIBLE.column_name: value})
+
+
+def count_materializable(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return conn.scalar(select(func.count()).select_from(Audit).where(readers.materializable())) or 0
+
+
+def _is_retryable(exc: sa_exc.DBAPIError) -> bool:
+    if driver_error_code(exc) in _RETRYABLE_CODES:
+        return True
+    return "database is locked" in str(getattr(exc, "orig", exc)).lower()
+
+
+def _run_batch(engine: Engine, lo: int | None, batch_size: int, deadline: Deadline) -> tuple[int | None, int, int]:
+    """One short transaction: find the batch's upper bound, stamp TRUE then FALSE. Returns (hi, true, false)."""
+    with engine.connect() as conn:
+        if is_sqlite(conn):
+            conn = conn.execution_options(sqlite_begin="IMMEDIATE")
+        bound_lock_waits(conn, Deadline(min(BATCH_LOCK_WAIT_S, max(0.1, deadline.remaining()))))
+        with conn.begin():
+            hi = conn.scalar(batch_upper_bound(lo, batch_size))
+            if hi is None:
+                return None, 0, 0
+            set_true = conn.execute(stamp_statement(True, lo, hi)).rowcount
+            set_false = conn.execute(stamp_statement(False, lo, hi)).rowcount
+            return hi, set_true, set_false
+
+
+def materialize(
+    engine: Engine,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    deadline: Deadline | None = None,
+    on_batch: Callable[[Progress], None] | None = None,
+    progress_every_s: float = 5.0,
+) -> MaterializeResult:
+    """Materialize every materializable row, batch by batch; see the module invariants.
+
+    ``on_batch`` is called after each committed batch (tests use it to interrupt
+    or interleave). On timeout, :class:`LockTimeout` says how far the run got;
+    the committed batches stay and a rerun resumes.
+    """
+    if not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise ValueError(f"batch size must be between 1 and {MAX_BATCH_SIZE}, got {batch_size}")
+    deadline = deadline or Deadline(float("inf"))
+    require_eligibility_column(engine)
+    total = count_materializable(engine)
+    log.info("materializing %d NULL rows with a FieldId and a HistorySequence, batches of %d", total, batch_size)
+    started = time.monotonic()
+    last_log = started
+    lo: int | None = None
+    set_true = set_false = batches = attempts = 0
+    while True:
+        if deadline.expired():
+            raise LockTimeout(
+                f"timed out after {deadline.seconds:g}s with {set_true + set_false} of {total} rows materialized "
+                f"(committed and kept); rerun materialize to finish the rest"
+            )
+        try:
+            hi, t, f = _run_batch(engine, lo, batch_size, deadline)
+        except sa_exc.DBAPIError as exc:
+            if _is_retryable(exc) and not deadline.expired():
+                attempts += 1
+                log.warning("batch after ChangeId %s waited too long for a row lock; retrying (%d)", lo, attempts)
+                time.sleep(min(0.05 * attempts, 1.0))
+                continue
+            raise classify(exc, f"materializing the batch after ChangeId {lo}") from exc
+        if hi is None:
+            break
+        attempts = 0
+        lo, batches = hi, batches + 1
+        set_true, set_false = set_true + t, set_false + f
+        now = time.monotonic()
+        progress = Progress(batches, set_true + set_false, total, hi, now - started)
+        if batches == 1 or now - last_log >= progress_every_s:
+            last_log = now
+            eta = progress.eta_s
+            log.info(
+                "materialized %d/%d rows (batch %d, ChangeId <= %d), %.0f rows/s, ETA %s",
+                progress.rows_done,
+                total,
+                batches,
+                hi,
+                progress.rate,
+                f"{eta:.0f}s" if eta is not None else "unknown",
+            )
+        else:
+            log.debug("batch %d done: ChangeId <= %d, %d TRUE, %d FALSE", batches, hi, t, f)
+        if on_batch is not None:
+            on_batch(progress)
+    seconds = time.monotonic() - started
+    remaining = count_materializable(engine)
+    log.info(
+        "materialization done: %d TRUE, %d FALSE in %d batches, %.1fs; %d materializable rows remain",
+        set_true,
+        set_false,
+        batches,
+        seconds,
+        remaining,
+    )
+    return MaterializeResult(set_true, set_false, batches, total, remaining, seconds, batch_size)
