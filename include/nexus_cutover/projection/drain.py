@@ -1,0 +1,269 @@
+"""Drain status of old projection work (cutover step 2) and stuck-blocker classification.
+
+Invariants (contract, "Drain"):
+
+* Old projection work = ``_System_WorkItem`` rows of the namespace with
+  ``WorkClass = 'projection'`` and ``InputStartOrdinal IS NULL`` (every
+  projection row when the column does not exist yet). It has drained when none
+  is ``pending``, ``blocked``, ``retry`` or ``processing``.
+* A drain is *stuck* when what remains provably cannot finish on its own before
+  the deadline. Causes, each reported with the offending WorkIds:
+  - ``retry_not_due``: a retry item whose ``NextAttemptAt`` is after the deadline;
+  - ``blocked_external``: a blocked item waiting on an external dependency (``BlockedOn`` set);
+  - ``expired_lease``: a processing item whose lease has expired (nobody will finish it);
+  - ``no_live_old_worker``: pending (or due retry) items while no live old-protocol
+    ``projection_worker`` heartbeats within the stale-heartbeat window.
+* Read only: nothing here writes; a WorkItem's status is never changed and
+  nothing like ``RunUntilDrained`` is invoked.
+* Every query is an equality prefix of ``ix_WorkItem_State`` (Namespace,
+  WorkClass, Status) or ``ix_ProcessRegistry_Role``; listings are capped
+  (``sample_limit``) and come with exact totals.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, Engine, and_, func, or_, select
+
+from .. import catalog
+from ..catalog import ProcessRegistry, WorkItem
+from ..db import translate_errors
+from ..schema import has_column
+
+CAUSE_RETRY_NOT_DUE = "retry_not_due"
+CAUSE_BLOCKED_EXTERNAL = "blocked_external"
+CAUSE_EXPIRED_LEASE = "expired_lease"
+CAUSE_NO_LIVE_OLD_WORKER = "no_live_old_worker"
+#: Not a cause of its own: what was still live when the deadline passed.
+CAUSE_TIMED_OUT = "still_live_at_timeout"
+
+CAUSE_HELP = {
+    CAUSE_RETRY_NOT_DUE: "retry items not due before the drain deadline",
+    CAUSE_BLOCKED_EXTERNAL: "items blocked on an external dependency",
+    CAUSE_EXPIRED_LEASE: "processing items whose lease expired (their worker is gone)",
+    CAUSE_NO_LIVE_OLD_WORKER: "pending items while no live old-protocol projection_worker heartbeats",
+    CAUSE_TIMED_OUT: "items still live when the drain timeout passed",
+}
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+@dataclass
+class DrainReport:
+    """One look at the drain: remaining counts by status and the blockers grouped by cause."""
+
+    namespace: str
+    checked_at: dt.datetime
+    deadline: dt.datetime
+    counts: dict[str, int]
+    live_old_workers: list[str]
+    blockers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    blocker_totals: dict[str, int] = field(default_factory=dict)
+    timed_out: bool = False
+
+    @property
+    def remaining(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def drained(self) -> bool:
+        return self.remaining == 0
+
+    @property
+    def stuck(self) -> bool:
+        """True when the drain provably cannot finish before the deadline (or the deadline passed)."""
+        return not self.drained and (self.timed_out or any(self.blocker_totals.values()))
+
+    @property
+    def state(self) -> str:
+        return "drained" if self.drained else "stuck" if self.stuck else "draining"
+
+    def counts_text(self) -> str:
+        parts = [f"{s} {self.counts.get(s, 0)}" for s in catalog.WORK_LIVE_STATUSES]
+        return f"{self.remaining} old projection WorkItems remaining ({', '.join(parts)})"
+
+    def report_text(self) -> str:
+        """A human report: counts, then every blocker grouped by cause, then what to do."""
+        lines = [f"namespace {self.namespace!r}: {self.counts_text()}"]
+        if self.drained:
+            return lines[0] + "; drained"
+        for cause, total in self.blocker_totals.items():
+            if not total:
+                continue
+            items = self.blockers.get(cause, [])
+            lines.append(f"- {CAUSE_HELP[cause]}: {total}")
+            for item in items:
+                lines.append("    " + ", ".join(f"{k}={v}" for k, v in item.items()))
+            if total > len(items):
+                lines.append(f"    ... and {total - len(items)} more")
+        if self.stuck:
+            lines.append(
+                "The drain cannot finish on its own before the deadline. Nothing was changed: resolve these "
+                "items with the old runtime (or a separately reviewed operational decision), then clear "
+                "wait_for_drain to resume. Do not change WorkItem status to proceed."
+            )
+        return "\n".join(lines)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "state": self.state,
+            "checked_at": self.checked_at.isoformat(),
+            "deadline": self.deadline.isoformat(),
+            "remaining": self.remaining,
+            "counts": dict(self.counts),
+            "live_old_workers": list(self.live_old_workers),
+            "timed_out": self.timed_out,
+            "blocker_totals": {k: v for k, v in self.blocker_totals.items() if v},
+            "blockers": {k: v for k, v in self.blockers.items() if v},
+        }
+
+
+def _old_work(namespace: str, status: str, range_column: bool):
+    """The WHERE clause of old projection work in ``status``: an equality prefix of ix_WorkItem_State."""
+    clause = and_(
+        WorkItem.c.Namespace == namespace,
+        WorkItem.c.WorkClass == catalog.WORK_CLASS_PROJECTION,
+        WorkItem.c.Status == status,
+    )
+    if range_column:
+        clause = and_(clause, catalog.INPUT_START_ORDINAL.column.is_(None))
+    return clause
+
+
+def live_old_projection_workers(
+    conn: Connection, namespace: str, *, stale_heartbeat: dt.timedelta, now: dt.datetime
+) -> list[str]:
+    """ProcessIds of old-protocol projection_workers not stopped and heartbeating within the window."""
+    rows = conn.execute(
+        select(ProcessRegistry.c.ProcessId)
+        .where(
+            ProcessRegistry.c.Namespace == namespace,
+            ProcessRegistry.c.Role == catalog.ROLE_PROJECTION_WORKER,
+            ProcessRegistry.c.StoppedAt.is_(None),
+            ProcessRegistry.c.ProjectionProtocol == catalog.PROTOCOL_OLD,
+            ProcessRegistry.c.LastHeartbeatAt >= now - stale_heartbeat,
+        )
+        .order_by(ProcessRegistry.c.ProcessId)
+        .limit(1000)
+    ).all()
+    return [r[0] for r in rows]
+
+
+def _item(row) -> dict[str, Any]:
+    m = row._mapping
+    out = {"work_id": m["WorkId"], "pack_install_id": m["PackInstallId"], "source_lane": m["SourceLane"]}
+    for key, col in (
+        ("status", "Status"),
+        ("blocked_on", "BlockedOn"),
+        ("next_attempt_at", "NextAttemptAt"),
+        ("lease_owner", "LeaseOwner"),
+        ("lease_expires_at", "LeaseExpiresAt"),
+    ):
+        value = m.get(col)
+        if value is not None:
+            out[key] = value.isoformat() if isinstance(value, dt.datetime) else value
+    return out
+
+
+_ITEM_COLUMNS = [
+    WorkItem.c.WorkId,
+    WorkItem.c.PackInstallId,
+    WorkItem.c.SourceLane,
+    WorkItem.c.Status,
+    WorkItem.c.BlockedOn,
+    WorkItem.c.NextAttemptAt,
+    WorkItem.c.LeaseOwner,
+    WorkItem.c.LeaseExpiresAt,
+]
+
+
+def _count_and_sample(conn: Connection, where, limit: int) -> tuple[int, list[dict[str, Any]]]:
+    total = conn.execute(select(func.count()).select_from(WorkItem).where(where)).scalar_one()
+    if not total:
+        return 0, []
+    rows = conn.execute(select(*_ITEM_COLUMNS).where(where).order_by(WorkItem.c.WorkId).limit(limit)).all()
+    return int(total), [_item(r) for r in rows]
+
+
+def drain_report(
+    bind: Engine | Connection,
+    namespace: str,
+    *,
+    deadline: dt.datetime,
+    stale_heartbeat: dt.timedelta,
+    now: dt.datetime | None = None,
+    sample_limit: int = 200,
+    range_column: bool | None = None,
+) -> DrainReport:
+    """Count the namespace's old projection work by live status and classify what cannot finish.
+
+    ``deadline`` and ``now`` are naive UTC. ``range_column`` says whether
+    ``InputStartOrdinal`` exists (detected when None). Read only.
+    """
+    now = now or utcnow()
+    with translate_errors("reading the drain status"):
+        if isinstance(bind, Engine):
+            with bind.connect() as conn:
+                return drain_report(
+                    conn,
+                    namespace,
+                    deadline=deadline,
+                    stale_heartbeat=stale_heartbeat,
+                    now=now,
+                    sample_limit=sample_limit,
+                    range_column=range_column,
+                )
+        conn = bind
+        if range_column is None:
+            range_column = has_column(conn, catalog.INPUT_START_ORDINAL)
+        counts = {}
+        for status in catalog.WORK_LIVE_STATUSES:
+            counts[status] = int(
+                conn.execute(
+                    select(func.count()).select_from(WorkItem).where(_old_work(namespace, status, range_column))
+                ).scalar_one()
+            )
+        workers = live_old_projection_workers(conn, namespace, stale_heartbeat=stale_heartbeat, now=now)
+        report = DrainReport(namespace, now, deadline, counts, workers)
+        report.timed_out = now >= deadline and not report.drained
+
+        def classify(cause: str, where) -> None:
+            total, items = _count_and_sample(conn, where, sample_limit)
+            report.blocker_totals[cause] = total
+            report.blockers[cause] = items
+
+        retry_not_due = WorkItem.c.NextAttemptAt > deadline
+        if counts["retry"]:
+            classify(CAUSE_RETRY_NOT_DUE, and_(_old_work(namespace, "retry", range_column), retry_not_due))
+        if counts["blocked"]:
+            classify(
+                CAUSE_BLOCKED_EXTERNAL, and_(_old_work(namespace, "blocked", range_column), WorkItem.c.BlockedOn.isnot(None))
+            )
+        if counts["processing"]:
+            expired = and_(WorkItem.c.LeaseExpiresAt.isnot(None), WorkItem.c.LeaseExpiresAt < now)
+            classify(CAUSE_EXPIRED_LEASE, and_(_old_work(namespace, "processing", range_column), expired))
+        if not workers and (counts["pending"] or counts["retry"]):
+            total_p, items_p = _count_and_sample(conn, _old_work(namespace, "pending", range_column), sample_limit)
+            due = or_(WorkItem.c.NextAttemptAt.is_(None), WorkItem.c.NextAttemptAt <= deadline)
+            total_r, items_r = _count_and_sample(
+                conn, and_(_old_work(namespace, "retry", range_column), due), max(0, sample_limit - len(items_p))
+            )
+            report.blocker_totals[CAUSE_NO_LIVE_OLD_WORKER] = total_p + total_r
+            report.blockers[CAUSE_NO_LIVE_OLD_WORKER] = items_p + items_r
+        if report.timed_out:
+            remaining_items: list[dict[str, Any]] = []
+            for status in catalog.WORK_LIVE_STATUSES:
+                if counts[status] and len(remaining_items) < sample_limit:
+                    _, items = _count_and_sample(
+                        conn, _old_work(namespace, status, range_column), sample_limit - len(remaining_items)
+                    )
+                    remaining_items.extend(items)
+            report.blocker_totals[CAUSE_TIMED_OUT] = report.remaining
+            report.blockers[CAUSE_TIMED_OUT] = remaining_items
+        return report

@@ -1,0 +1,200 @@
+"""The namespace-wide admission fence of the cutover (steps 1 and 5).
+
+Invariants (seed 000, "Existing-data cutover"; contract, ``_System_AdmissionFence``):
+
+* The cutover fence is one non-expiring (``ExpiresAt IS NULL``) fence with
+  ``Scope = '*'`` on the namespace. Arming reuses an identical fence already in
+  force (lowest FenceId), so reruns converge on one fence.
+* Arming refuses while any override of a fence in force in the namespace is
+  active (``RevokedAt IS NULL`` and not expired); it lists them and revokes
+  nothing. A refusal writes nothing.
+* Releasing sets ``ReleasedAt``/``ReleasedBy`` on the cutover fence only; a fence
+  that is already released is a no-op success. Nothing here deletes a row.
+* Every write happens under the namespace lifecycle lock, inside a bounded
+  :class:`~nexus_cutover.db.Deadline`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, Engine, and_, insert, or_, select, update
+
+from .. import catalog
+from ..catalog import AdmissionFence, AdmissionFenceOverride
+from ..db import Deadline, translate_errors
+from ..errors import BadInput, Refused
+from ..locks import lifecycle_lock_names, locked_transaction
+
+FENCE_REASON = "connector projection range cutover"
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+def _in_force(now: dt.datetime):
+    return and_(
+        AdmissionFence.c.ReleasedAt.is_(None),
+        or_(AdmissionFence.c.ExpiresAt.is_(None), AdmissionFence.c.ExpiresAt > now),
+    )
+
+
+def _iso(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, dt.datetime) else value
+
+
+def fences_in_force(conn: Connection, namespace: str, now: dt.datetime) -> list[dict[str, Any]]:
+    """Every fence of the namespace in force at ``now`` (on ix_AdmissionFence_Namespace)."""
+    rows = conn.execute(
+        select(AdmissionFence)
+        .where(AdmissionFence.c.Namespace == namespace, _in_force(now))
+        .order_by(AdmissionFence.c.FenceId)
+    ).all()
+    return [{k: _iso(v) for k, v in r._mapping.items()} for r in rows]
+
+
+def active_overrides(conn: Connection, namespace: str, now: dt.datetime) -> list[dict[str, Any]]:
+    """Active overrides of fences in force in the namespace (read only; nothing is revoked)."""
+    fence_ids = [f["FenceId"] for f in fences_in_force(conn, namespace, now)]
+    if not fence_ids:
+        return []
+    o = AdmissionFenceOverride
+    rows = conn.execute(
+        select(o)
+        .where(
+            o.c.FenceId.in_(fence_ids),
+            o.c.RevokedAt.is_(None),
+            or_(o.c.ExpiresAt.is_(None), o.c.ExpiresAt > now),
+        )
+        .order_by(o.c.OverrideId)
+    ).all()
+    return [{k: _iso(v) for k, v in r._mapping.items()} for r in rows]
+
+
+def _is_cutover_fence(fence: dict[str, Any]) -> bool:
+    return fence["Scope"] == catalog.FENCE_SCOPE_ALL and fence["ExpiresAt"] is None
+
+
+class ActiveOverrides(Refused):
+    """Arming refused: overrides would let sources through the fence."""
+
+    def __init__(self, namespace: str, overrides: list[dict[str, Any]]):
+        self.overrides = overrides
+        listed = "; ".join(
+            f"OverrideId={o['OverrideId']} FenceId={o['FenceId']} Scope={o['Scope']!r} CreatedBy={o['CreatedBy']!r}"
+            for o in overrides
+        )
+        super().__init__(
+            f"namespace {namespace!r} has {len(overrides)} active admission fence override(s): {listed}. "
+            "The cutover needs a namespace-wide fence with no active overrides; it revokes nothing. "
+            "Have the L2 delivery owner revoke or let them expire, then rerun arm_fence."
+        )
+
+
+@dataclass
+class FenceResult:
+    """What arming/releasing did (``outcome``) and on which fence."""
+
+    namespace: str
+    outcome: str  # armed | reused | would_arm | would_reuse | released | already_released | would_release
+    fence_id: int | None
+    other_fences_in_force: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "outcome": self.outcome,
+            "fence_id": self.fence_id,
+            "other_fences_in_force": self.other_fences_in_force,
+        }
+
+
+def arm_fence(
+    engine: Engine,
+    namespace: str,
+    *,
+    armed_by: str,
+    timeout_s: float,
+    dry_run: bool = False,
+    reason: str = FENCE_REASON,
+) -> FenceResult:
+    """Arm (or reuse) the namespace's non-expiring ``*`` fence; :class:`ActiveOverrides` if any override is active."""
+    deadline = Deadline(timeout_s)
+    with (
+        translate_errors("arming the admission fence"),
+        locked_transaction(engine, lifecycle_lock_names(namespace), deadline) as conn,
+    ):
+        now = utcnow()
+        overrides = active_overrides(conn, namespace, now)
+        if overrides:
+            raise ActiveOverrides(namespace, overrides)
+        fences = fences_in_force(conn, namespace, now)
+        existing = next((f for f in fences if _is_cutover_fence(f)), None)
+        others = [f for f in fences if existing is None or f["FenceId"] != existing["FenceId"]]
+        if existing is not None:
+            return FenceResult(namespace, "would_reuse" if dry_run else "reused", existing["FenceId"], others)
+        if dry_run:
+            return FenceResult(namespace, "would_arm", None, others)
+        result = conn.execute(
+            insert(AdmissionFence).values(
+                Namespace=namespace,
+                Scope=catalog.FENCE_SCOPE_ALL,
+                Reason=reason[:255],
+                ArmedBy=armed_by[:128],
+                ArmedAt=now,
+                ExpiresAt=None,
+                ReleasedAt=None,
+                ReleasedBy=None,
+            )
+        )
+        return FenceResult(namespace, "armed", int(result.inserted_primary_key[0]), others)
+
+
+def fence_row(conn: Connection, fence_id: int) -> dict[str, Any] | None:
+    row = conn.execute(select(AdmissionFence).where(AdmissionFence.c.FenceId == fence_id)).first()
+    return None if row is None else {k: _iso(v) for k, v in row._mapping.items()}
+
+
+def release_fence(
+    engine: Engine,
+    namespace: str,
+    fence_id: int,
+    *,
+    released_by: str,
+    timeout_s: float,
+    dry_run: bool = False,
+) -> FenceResult:
+    """Release the cutover fence ``fence_id`` (set ReleasedAt); already released is a no-op success."""
+    deadline = Deadline(timeout_s)
+    with (
+        translate_errors("releasing the admission fence"),
+        locked_transaction(engine, lifecycle_lock_names(namespace), deadline) as conn,
+    ):
+        now = utcnow()
+        fence = fence_row(conn, fence_id)
+        if fence is None or fence["Namespace"] != namespace:
+            raise BadInput(f"admission fence {fence_id} does not exist in namespace {namespace!r}")
+        if not _is_cutover_fence(fence):
+            raise BadInput(f"admission fence {fence_id} is not a non-expiring '*' cutover fence; it is left as is")
+        others = [f for f in fences_in_force(conn, namespace, now) if f["FenceId"] != fence_id]
+        if fence["ReleasedAt"] is not None:
+            return FenceResult(namespace, "already_released", fence_id, others)
+        if dry_run:
+            return FenceResult(namespace, "would_release", fence_id, others)
+        conn.execute(
+            update(AdmissionFence)
+            .where(AdmissionFence.c.FenceId == fence_id, AdmissionFence.c.ReleasedAt.is_(None))
+            .values(ReleasedAt=now, ReleasedBy=released_by[:128])
+        )
+        return FenceResult(namespace, "released", fence_id, others)
+
+
+def cutover_fence_in_force(bind: Engine | Connection, namespace: str) -> dict[str, Any] | None:
+    """The namespace's non-expiring ``*`` fence in force (lowest FenceId), if any."""
+    if isinstance(bind, Engine):
+        with bind.connect() as conn:
+            return cutover_fence_in_force(conn, namespace)
+    return next((f for f in fences_in_force(bind, namespace, utcnow()) if _is_cutover_fence(f)), None)
