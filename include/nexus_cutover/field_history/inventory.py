@@ -107,6 +107,4 @@ def outbox_examples(conn: Connection, release: str, statuses: tuple[str, ...], l
         .order_by(Outbox.c.OutboxId)
         .limit(limit)
     )
-    return [
-        {"outbox_id": i, "producer_version": v, "status": s, "attempts": a} for i, v, s, a in conn.execute(stmt)
-    ]
+    return [{"outbox_id": i, "producer_version": v, "status": s, "attempts": a} for i, v, s, a in conn.execute(stmt)]

@@ -32,7 +32,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.sql import Select, Update
 
 from .. import catalog
-from ..db import Deadline, bound_lock_waits, classify, driver_error_code, is_sqlite
+from ..db import Deadline, bounded_session, classify, driver_error_code, is_sqlite
 from ..errors import LockTimeout
 from . import readers
 from .prerequisites import require_eligibility_column
@@ -117,11 +117,11 @@ def _is_retryable(exc: sa_exc.DBAPIError) -> bool:
 
 def _run_batch(engine: Engine, lo: int | None, batch_size: int, deadline: Deadline) -> tuple[int | None, int, int]:
     """One short transaction: find the batch's upper bound, stamp TRUE then FALSE. Returns (hi, true, false)."""
+    batch_deadline = Deadline(min(BATCH_LOCK_WAIT_S, max(0.1, deadline.remaining())))
     with engine.connect() as conn:
         if is_sqlite(conn):
             conn = conn.execution_options(sqlite_begin="IMMEDIATE")
-        bound_lock_waits(conn, Deadline(min(BATCH_LOCK_WAIT_S, max(0.1, deadline.remaining()))))
-        with conn.begin():
+        with bounded_session(conn, batch_deadline), conn.begin():
             hi = conn.scalar(batch_upper_bound(lo, batch_size))
             if hi is None:
                 return None, 0, 0

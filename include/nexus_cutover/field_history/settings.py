@@ -18,7 +18,7 @@ from sqlalchemy import Connection, Engine, insert, select, update
 from sqlalchemy import exc as sa_exc
 
 from .. import catalog
-from ..db import Deadline, bound_lock_waits, classify, is_sqlite
+from ..db import Deadline, bounded_session, classify, is_sqlite
 
 Setting = catalog.RuntimeSetting
 NAMES = (catalog.SETTING_READ_MODE, catalog.SETTING_SEQUENCE_RESERVATION)
@@ -66,13 +66,10 @@ def write_final_settings(engine: Engine, updated_by: str, deadline: Deadline) ->
             with engine.connect() as conn:
                 if is_sqlite(conn):
                     conn = conn.execution_options(sqlite_begin="IMMEDIATE")
-                bound_lock_waits(conn, deadline)
-                with conn.begin():
+                with bounded_session(conn, deadline), conn.begin():
                     changed = []
                     for name, value in FINAL_VALUES.items():
-                        current = conn.execute(
-                            select(Setting.c.Value).where(Setting.c.Name == name).with_for_update()
-                        ).first()
+                        current = conn.execute(select(Setting.c.Value).where(Setting.c.Name == name).with_for_update()).first()
                         if current is not None and current[0] == value:
                             continue
                         values = {"Value": value, "UpdatedBy": updated_by[:128], "UpdatedAt": now}

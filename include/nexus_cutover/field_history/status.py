@@ -94,6 +94,4 @@ def read_status(engine: Engine, namespace: str | None = None) -> FieldHistorySta
     with translate_errors("reading the Field History status"):
         require_eligibility_column(engine)
         with engine.connect() as conn, conn.begin():
-            return FieldHistoryStatus(
-                row_counts(conn), read_settings(conn), producer_processes(conn, namespace), outbox_counts(conn)
-            )
+            return FieldHistoryStatus(row_counts(conn), read_settings(conn), producer_processes(conn, namespace), outbox_counts(conn))

@@ -1,0 +1,330 @@
+"""The three stage gates of seed 003: check the evidence, act only when it holds, report either way.
+
+Each gate returns a :class:`GateReport`; it never raises for a failed check
+(callers decide: the DAG stops the run with the rendered report). A gate that
+already passed is re-verified from the database, not redone: stage 1's DDL is
+skipped when the column exists, stage 2's materialization finds nothing left,
+stage 3 does not rewrite switches already at their final values.
+
+Invariants:
+
+* Stage 1 adds only ``FieldHistoryEligible`` (idempotent additive DDL).
+* No gate UPDATEs or DELETEs an outbox row, a process row, or anything of
+  ``_System_Event`` / ``_System_WorkItem``; stage 2 writes only NULL eligibility
+  values (through :mod:`.materialize`), stage 3 only the two runtime switches.
+* Deployed = not stopped (see :mod:`.inventory`); versions compare numerically.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import Connection, Engine, func, select
+
+from .. import catalog
+from ..db import Deadline, translate_errors
+from ..schema import apply_steps, field_history_steps
+from . import readers
+from .inventory import (
+    DEFAULT_HEARTBEAT_WINDOW_S,
+    OUTBOX_FAILED,
+    OUTBOX_OPEN,
+    PRODUCER_ROLES,
+    lagging,
+    outbox_counts,
+    outbox_examples,
+    pre_cutover_outbox,
+    producer_processes,
+)
+from .materialize import DEFAULT_BATCH_SIZE, materialize
+from .prerequisites import require_eligibility_column, require_tables
+from .settings import FINAL_VALUES, read_settings, write_final_settings
+from .status import eligible_null_count, row_counts
+from .versions import older_than, parse_version
+
+Audit = catalog.AuditFieldChange
+STAGE_1_ROLES = (catalog.ROLE_RUNTIME_API, catalog.ROLE_AUDIT_OUTBOX_WORKER)
+STAGE_2_ROLES = (catalog.ROLE_RUNTIME_API, catalog.ROLE_SERVICE_MANAGER)
+EXAMPLES = 10
+
+#: What stage 3 makes removable (seed 003, "Cutover" stage 3 and "Compatibility-only sequence contract").
+REMOVABLE_MACHINERY = (
+    "_System_FieldHistoryTrackingInterval intervals and the strict sequence/interval predicate",
+    "_System_FieldHistorySequence rows and metadata-transition sequence allocation",
+    "Flow.AtomicHistoryPrelocks history prelocks (Flow.AtomicParentPrelocks stays)",
+    "typed late-discovery abort, root replay plan and retry/replay of history reservations",
+    "the NEXUSCRM_FIELD_HISTORY_SEQUENCE_RESERVATION_ENABLED emergency breaker",
+    "the NULL fallback branch of the compatibility reader",
+)
+
+
+@dataclass
+class GateReport:
+    stage: int
+    passed: bool
+    summary: str
+    findings: list[dict] = field(default_factory=list)
+    counts: dict = field(default_factory=dict)
+    actions: list[str] = field(default_factory=list)
+    already_done: bool = False
+    removable: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {
+            "stage": self.stage,
+            "passed": self.passed,
+            "summary": self.summary,
+            "already_done": self.already_done,
+            "findings": self.findings,
+            "counts": self.counts,
+            "actions": self.actions,
+            "removable": self.removable,
+        }
+
+    def render(self) -> str:
+        lines = [f"stage {self.stage}: {'PASSED' if self.passed else 'STOPPED'}: {self.summary}"]
+        lines += [f"  did: {a}" for a in self.actions]
+        lines += [f"  count {k} = {v}" for k, v in self.counts.items()]
+        for f in self.findings:
+            detail = ", ".join(f"{k}={v}" for k, v in f.items() if k != "finding")
+            lines.append(f"  finding {f['finding']}: {detail}")
+        lines += [f"  now removable: {r}" for r in self.removable]
+        return "\n".join(lines)
+
+
+def _lagging_findings(conn: Connection, roles: tuple[str, ...], release: str, namespace: str | None) -> list[dict]:
+    return [
+        {"finding": "lagging_process", "release": release, **p.as_dict()}
+        for p in lagging(producer_processes(conn, namespace), roles, release)
+    ]
+
+
+# -- stage 1 ----------------------------------------------------------------
+
+
+def stage_1(engine: Engine, *, stage1_release: str, namespace: str | None = None) -> GateReport:
+    """The nullable column exists (added if absent) and every runtime_api / audit_outbox_worker runs the stage-1 release."""
+    parse_version(stage1_release)
+    with translate_errors("checking Field History stage 1"):
+        require_tables(engine)
+        created = apply_steps(engine, field_history_steps(engine))
+        with engine.connect() as conn:
+            findings = _lagging_findings(conn, STAGE_1_ROLES, stage1_release, namespace)
+    actions = [f"added column {label}" for label in created]
+    counts = {"lagging_processes": len(findings)}
+    if findings:
+        return GateReport(
+            1,
+            False,
+            f"{len(findings)} runtime_api/audit_outbox_worker process(es) run a release older than {stage1_release}: "
+            "upgrade them (or mark them stopped if they are gone) and run again",
+            findings,
+            counts,
+            actions,
+        )
+    return GateReport(
+        1,
+        True,
+        f"column present; every runtime_api and audit_outbox_worker runs >= {stage1_release}",
+        [],
+        counts,
+        actions,
+        already_done=not created,
+    )
+
+
+# -- stage 2 ----------------------------------------------------------------
+
+
+def unstamped_by_new_producers(conn: Connection, producer_release: str) -> tuple[int, list[dict]]:
+    """NULL rows with a stable FieldId whose ProducerVersion is at or above the release: (count, examples)."""
+    by_version = conn.execute(
+        select(Audit.c.ProducerVersion, func.count())
+        .where(readers.is_null(), Audit.c.FieldId.isnot(None))
+        .group_by(Audit.c.ProducerVersion)
+    ).all()
+    versions = sorted(v for v, _ in by_version if not older_than(v, producer_release))
+    if not versions:
+        return 0, []
+    total = sum(n for v, n in by_version if v in versions)
+    rows = conn.execute(
+        select(Audit.c.ChangeId, Audit.c.FieldId, Audit.c.ProducerVersion, Audit.c.HistorySequence)
+        .where(readers.is_null(), Audit.c.FieldId.isnot(None), Audit.c.ProducerVersion.in_(versions))
+        .order_by(Audit.c.ChangeId)
+        .limit(EXAMPLES)
+    ).all()
+    return total, [{"change_id": c, "field_id": f, "producer_version": v, "history_sequence": s} for c, f, v, s in rows]
+
+
+def stage_2_producers(engine: Engine, *, producer_release: str, namespace: str | None = None) -> GateReport:
+    """Every runtime_api / service_manager runs the producer-cutover release, and no such producer left a NULL."""
+    parse_version(producer_release)
+    with translate_errors("checking Field History stage 2 producers"):
+        require_eligibility_column(engine)
+        with engine.connect() as conn, conn.begin():
+            findings = _lagging_findings(conn, STAGE_2_ROLES, producer_release, namespace)
+            unstamped, examples = unstamped_by_new_producers(conn, producer_release)
+    findings += [{"finding": "unstamped_row", **e} for e in examples]
+    counts = {"lagging_processes": sum(f["finding"] == "lagging_process" for f in findings), "unstamped_rows": unstamped}
+    problems = []
+    if counts["lagging_processes"]:
+        problems.append(
+            f"{counts['lagging_processes']} runtime_api/service_manager process(es) run a release older than "
+            f"{producer_release}: upgrade them"
+        )
+    if unstamped:
+        problems.append(
+            f"{unstamped} row(s) with a stable FieldId written by producers at or above {producer_release} are NULL: "
+            "a producer is not stamping FieldHistoryEligible; fix it before materializing"
+        )
+    if problems:
+        return GateReport(2, False, "; ".join(problems), findings, counts)
+    return GateReport(2, True, f"every runtime_api and service_manager runs >= {producer_release} and stamps", [], counts)
+
+
+@dataclass
+class DrainState:
+    """Pre-cutover Audit V2 outbox work (ProducerVersion older than the release)."""
+
+    open_rows: dict[str, int]
+    failed_rows: int
+    live_workers: int
+    examples: list[dict]
+
+    @property
+    def remaining(self) -> int:
+        return sum(self.open_rows.values())
+
+    @property
+    def drained(self) -> bool:
+        return self.remaining == 0 and self.failed_rows == 0
+
+    @property
+    def stuck_reasons(self) -> list[str]:
+        reasons = []
+        if self.failed_rows:
+            reasons.append(
+                f"{self.failed_rows} pre-cutover outbox row(s) failed: undelivered audit work that cannot finish on "
+                "its own; redeliver them through the outbox worker (this tool never changes their status)"
+            )
+        if self.remaining and not self.live_workers:
+            reasons.append(f"{self.remaining} pre-cutover outbox row(s) pending/processing while no audit_outbox_worker heartbeats")
+        return reasons
+
+    def as_dict(self) -> dict:
+        return {
+            "remaining": self.remaining,
+            "open_rows": self.open_rows,
+            "failed_rows": self.failed_rows,
+            "live_workers": self.live_workers,
+            "drained": self.drained,
+            "stuck": self.stuck_reasons,
+            "examples": self.examples,
+        }
+
+
+def outbox_drain_state(
+    engine: Engine,
+    *,
+    producer_release: str,
+    namespace: str | None = None,
+    heartbeat_window_s: float = DEFAULT_HEARTBEAT_WINDOW_S,
+) -> DrainState:
+    """Read-only: how much pre-cutover outbox work is left, and whether it can still progress."""
+    parse_version(producer_release)
+    with translate_errors("reading the Audit V2 outbox drain"):
+        require_tables(engine)
+        with engine.connect() as conn, conn.begin():
+            counts = outbox_counts(conn)
+            open_rows: dict[str, int] = {}
+            for c in pre_cutover_outbox(counts, producer_release, OUTBOX_OPEN):
+                open_rows[c.status] = open_rows.get(c.status, 0) + c.rows
+            failed = sum(c.rows for c in pre_cutover_outbox(counts, producer_release, (OUTBOX_FAILED,)))
+            workers = [
+                p for p in producer_processes(conn, namespace) if p.role == catalog.ROLE_AUDIT_OUTBOX_WORKER and p.live(heartbeat_window_s)
+            ]
+            examples = outbox_examples(conn, producer_release, OUTBOX_OPEN + (OUTBOX_FAILED,), EXAMPLES)
+    return DrainState(open_rows, failed, len(workers), examples)
+
+
+def stage_2_materialize(engine: Engine, *, batch_size: int = DEFAULT_BATCH_SIZE, deadline: Deadline | None = None) -> GateReport:
+    """Materialize legacy rows; passes when no eligible NULL row with a FieldId is left."""
+    result = materialize(engine, batch_size=batch_size, deadline=deadline)
+    with translate_errors("counting after materialization"), engine.connect() as conn:
+        counts = row_counts(conn)
+    report_counts = {"set_true": result.set_true, "set_false": result.set_false, "batches": result.batches}
+    report_counts.update({k: v for k, v in counts.as_dict().items() if k != "rows_by_value"})
+    actions = [f"materialized {result.rows} row(s): {result.set_true} TRUE, {result.set_false} FALSE"] if result.rows else []
+    if counts.materializable_rows:
+        return GateReport(
+            2,
+            False,
+            f"{counts.materializable_rows} materializable row(s) appeared during the run (a pre-cutover producer "
+            "still writes?); run again once every producer is upgraded",
+            [],
+            report_counts,
+            actions,
+        )
+    return GateReport(2, True, "legacy rows materialized", [], report_counts, actions, already_done=not result.rows)
+
+
+# -- stage 3 ----------------------------------------------------------------
+
+
+def stage_3(
+    engine: Engine,
+    *,
+    producer_release: str,
+    updated_by: str,
+    namespace: str | None = None,
+    deadline: Deadline | None = None,
+) -> GateReport:
+    """Every producer upgraded, no pre-cutover outbox work, zero eligible NULL rows; then the final switches."""
+    parse_version(producer_release)
+    deadline = deadline or Deadline(60.0)
+    with translate_errors("checking Field History stage 3"):
+        require_eligibility_column(engine)
+        with engine.connect() as conn, conn.begin():
+            findings = _lagging_findings(conn, PRODUCER_ROLES, producer_release, namespace)
+            outbox = pre_cutover_outbox(outbox_counts(conn), producer_release, OUTBOX_OPEN + (OUTBOX_FAILED,))
+            eligible_null = eligible_null_count(conn)
+            settings = read_settings(conn)
+            examples = outbox_examples(conn, producer_release, OUTBOX_OPEN + (OUTBOX_FAILED,), EXAMPLES) if outbox else []
+    findings += [{"finding": "pre_cutover_outbox", **e} for e in examples]
+    counts = {
+        "lagging_processes": sum(f["finding"] == "lagging_process" for f in findings),
+        "pre_cutover_outbox_rows": sum(c.rows for c in outbox),
+        "eligible_null_rows": eligible_null,
+    }
+    problems = []
+    if counts["lagging_processes"]:
+        problems.append(f"{counts['lagging_processes']} deployed producer(s) older than {producer_release}")
+    if counts["pre_cutover_outbox_rows"]:
+        problems.append(f"{counts['pre_cutover_outbox_rows']} pre-cutover outbox row(s) not delivered")
+    if eligible_null:
+        problems.append(f"{eligible_null} eligible NULL row(s): run stage 2 materialization")
+    if problems:
+        prefix = "switches already final, but " if settings.final else "refused, nothing switched: "
+        return GateReport(3, False, prefix + "; ".join(problems), findings, counts)
+    if settings.final:
+        return GateReport(
+            3,
+            True,
+            "already boolean_only with sequence reservation off; preconditions still hold",
+            [],
+            counts,
+            already_done=True,
+            removable=list(REMOVABLE_MACHINERY),
+        )
+    with translate_errors("switching the Field History runtime settings"):
+        changed = write_final_settings(engine, updated_by, deadline)
+    actions = [f"set {name} = {FINAL_VALUES[name]}" for name in changed]
+    return GateReport(
+        3,
+        True,
+        "switched to boolean-only reads; sequence reservation disabled",
+        [],
+        counts,
+        actions,
+        removable=list(REMOVABLE_MACHINERY),
+    )

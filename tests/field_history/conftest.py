@@ -1,0 +1,30 @@
+"""Fixtures for Field History tests: tenant databases at stage 1 (the nullable column present)."""
+
+from __future__ import annotations
+
+import pytest
+
+from nexus_cutover.db import make_engine
+from nexus_cutover.schema import apply_steps, create_legacy_schema, field_history_steps
+
+
+def make_stage1(engine) -> None:
+    create_legacy_schema(engine)
+    apply_steps(engine, field_history_steps(engine))
+
+
+@pytest.fixture
+def fh_engine(tenant_url):
+    """Part A + the FieldHistoryEligible column, on MariaDB and on SQLite."""
+    engine = make_engine(tenant_url)
+    make_stage1(engine)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def mysql_fh_engine(mysql_url):
+    engine = make_engine(mysql_url)
+    make_stage1(engine)
+    yield engine
+    engine.dispose()
