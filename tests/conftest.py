@@ -32,7 +32,7 @@ def pytest_runtest_makereport(item, call):
     if DB_REQUIRED and report.skipped and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         report.longrepr = f"a skipped test is an error under NEXUS_DB_REQUIRED=1: {report.longrepr}"
-    if report.when == "call" and report.passed and "mysql_url" in getattr(item, "funcargs", {}):
+    if report.when == "call" and report.passed and getattr(item, "_nexus_uses_mysql", False):
         _mysql_tests_run += 1
 
 
@@ -52,8 +52,9 @@ def mysql_server_url() -> str:
 
 
 @pytest.fixture
-def mysql_url(mysql_server_url):
+def mysql_url(request, mysql_server_url):
     """A fresh, empty database on the MySQL-protocol server; dropped afterwards."""
+    request.node._nexus_uses_mysql = True  # counted in the terminal summary
     name = f"nx_{uuid.uuid4().hex[:12]}"
     server = make_url(mysql_server_url)
     admin = make_engine(server.set(database="mysql"))

@@ -42,12 +42,11 @@ def ensure_lock_rows(engine: Engine, names: Iterable[str], deadline: Deadline) -
         while True:
             deadline.check(f"creating lock row {name!r}")
             try:
-                with engine.connect() as conn, bounded_session(conn, deadline), conn.begin():
-                    exists = conn.execute(select(Lock.c.LockName).where(Lock.c.LockName == name)).first()
-                    if exists is None:
-                        stmt = insert(Lock).values(LockName=name)
-                        stmt = stmt.prefix_with("IGNORE", dialect="mysql").prefix_with("OR IGNORE", dialect="sqlite")
-                        conn.execute(stmt)
+                with engine.connect() as conn:
+                    if is_sqlite(conn):  # a deferred read->write upgrade fails at once under WAL; wait instead
+                        conn = conn.execution_options(sqlite_begin="IMMEDIATE")
+                    with bounded_session(conn, deadline), conn.begin():
+                        _insert_if_absent(conn, name)
                 break
             except sa_exc.DBAPIError as exc:
                 if is_retryable_conflict(exc):
@@ -55,6 +54,12 @@ def ensure_lock_rows(engine: Engine, names: Iterable[str], deadline: Deadline) -
                     time.sleep(min(0.05 * attempt, 0.5))
                     continue
                 raise classify(exc, f"creating lock row {name!r}") from exc
+
+
+def _insert_if_absent(conn: Connection, name: str) -> None:
+    if conn.execute(select(Lock.c.LockName).where(Lock.c.LockName == name)).first() is None:
+        stmt = insert(Lock).values(LockName=name)
+        conn.execute(stmt.prefix_with("IGNORE", dialect="mysql").prefix_with("OR IGNORE", dialect="sqlite"))
 
 
 def acquire(conn: Connection, names: list[str], deadline: Deadline) -> None:
