@@ -177,9 +177,9 @@ def audit_pack(
 # -- the bounded queries ------------------------------------------------------
 
 
-def _live_projection_work(conn: Connection, pack_install_id: str, namespace: str) -> Iterator[tuple]:
-    """Live projection WorkItems of the pack, through ``ix_WorkItem_State``."""
-    stmt = (
+def live_projection_work_statement(pack_install_id: str, namespace: str):
+    """Live projection WorkItems of the pack, through ``ix_WorkItem_State`` (exposed for EXPLAIN tests)."""
+    return (
         select(*identity.columns(WorkItem), WorkItem.c.WorkId)
         .where(
             WorkItem.c.Namespace == namespace,
@@ -189,13 +189,16 @@ def _live_projection_work(conn: Connection, pack_install_id: str, namespace: str
         )
         .order_by(WorkItem.c.WorkId)
     )
-    for row in conn.execute(stmt):
+
+
+def _live_projection_work(conn: Connection, pack_install_id: str, namespace: str) -> Iterator[tuple]:
+    for row in conn.execute(live_projection_work_statement(pack_install_id, namespace)):
         yield identity.of_row(row), row.WorkId
 
 
-def _live_direct_work_of_other_classes(conn: Connection, pack_install_id: str, namespace: str) -> Iterator[tuple]:
-    """Live WorkItems that are not the pack's projection work but directly select one of its Events."""
-    stmt = (
+def live_direct_work_statement(pack_install_id: str, namespace: str):
+    """Live WorkItems, other than the pack's projection work, directly selecting one of its Events."""
+    return (
         select(WorkItem.c.WorkId, WorkItem.c.SelectedEventId)
         .join(Event, Event.c.EventId == WorkItem.c.SelectedEventId)
         .where(
@@ -211,7 +214,10 @@ def _live_direct_work_of_other_classes(conn: Connection, pack_install_id: str, n
         )
         .order_by(WorkItem.c.WorkId)
     )
-    yield from conn.execute(stmt)
+
+
+def _live_direct_work_of_other_classes(conn: Connection, pack_install_id: str, namespace: str) -> Iterator[tuple]:
+    yield from conn.execute(live_direct_work_statement(pack_install_id, namespace))
 
 
 def work_reach_statement(pack_install_id: str):
