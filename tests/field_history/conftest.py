@@ -28,3 +28,11 @@ def mysql_fh_engine(mysql_url):
     make_stage1(engine)
     yield engine
     engine.dispose()
+
+
+@pytest.fixture
+def sqlite_fh_engine(sqlite_url):
+    engine = make_engine(sqlite_url)
+    make_stage1(engine)
+    yield engine
+    engine.dispose()
