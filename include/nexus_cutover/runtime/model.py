@@ -43,9 +43,7 @@ class Input:
     received_at: dt.datetime | None = None
 
     def identity(self, pack_install_id: str) -> ProjectionIdentity:
-        return ProjectionIdentity(
-            pack_install_id, self.event_kind, self.route_version, self.flow_version, self.work_type, self.source_lane
-        )
+        return ProjectionIdentity(pack_install_id, self.event_kind, self.route_version, self.flow_version, self.work_type, self.source_lane)
 
     @classmethod
     def routed(cls, source_lane: str, receipt_id: str, payload: str, event_kind: str, routing: Routing, **kw) -> Input:

@@ -30,7 +30,7 @@ from sqlalchemy import Column, Connection, Engine, func, insert, select, update
 from sqlalchemy import exc as sa_exc
 
 from .. import catalog
-from ..db import Deadline, bound_lock_waits, classify, driver_error_code, is_retryable_conflict, is_sqlite
+from ..db import Deadline, bounded_session, classify, driver_error_code, is_retryable_conflict, is_sqlite
 from ..errors import LockTimeout
 from ..locks import acquire, ensure_lock_rows
 
@@ -85,8 +85,7 @@ def run_transaction(
         try:
             if is_sqlite(conn):
                 conn = conn.execution_options(sqlite_begin="IMMEDIATE")
-            bound_lock_waits(conn, deadline)
-            with conn.begin():
+            with bounded_session(conn, deadline), conn.begin():
                 if lock_names:
                     acquire(conn, lock_names, deadline)
                 return body(conn)
@@ -104,9 +103,7 @@ def run_in_pack_transaction(
     engine: Engine, pack_install_id: str, body: Callable[[Connection], T], *, what: str, deadline: Deadline | None = None
 ) -> T:
     """:func:`run_transaction` holding the pack lock row of ``pack_install_id``."""
-    return run_transaction(
-        engine, body, what=what, deadline=deadline, lock_names=[catalog.pack_lock_name(pack_install_id)]
-    )
+    return run_transaction(engine, body, what=what, deadline=deadline, lock_names=[catalog.pack_lock_name(pack_install_id)])
 
 
 def allocate_ids(conn: Connection, key: Column, count: int) -> int:

@@ -1,0 +1,145 @@
+"""Fresh ingress: :func:`admit_batch` (seed 000, "Ownership and invariant").
+
+Invariants:
+
+* One pack transaction per batch (:func:`~.tx.run_in_pack_transaction`): the
+  pack lock serializes fresh ingress and explicit replay; the protocol row is
+  read once per batch; every Event is committed together with its WorkItem change.
+* Duplicates (receipt already admitted, or repeated inside the batch) change
+  no membership and create no work (:mod:`.duplicates`); a post-cutoff
+  duplicate without coverage fails the whole batch with ``MissingCoverage``.
+* Fresh inputs get consecutive new ordinals above ``LegacyMaxOrdinal`` and
+  ``_System_EnqueueOrdinal.LastOrdinal``, in batch order. Per affected identity,
+  the batch either extends the latest generation (only if unclaimed, attempt
+  zero) or creates one successor whose ``InputStartOrdinal`` is the batch's
+  minimum ordinal for that identity; either way ``LaneOrdinal`` and
+  ``SelectedEventId`` become the batch's last input of the identity.
+* Work is per affected identity (one ``LIMIT 1`` index read, one UPDATE or
+  INSERT), never per retained generation. At most :data:`MAX_BATCH` inputs
+  per transaction.
+
+``in_transaction(conn, result)``, if given, runs inside the same transaction
+after the Events and WorkItems are written (the receipt materializer sets
+``MaterializedAt`` there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Engine, insert
+
+from ..catalog import Event, WorkItem
+from ..db import Deadline
+from ..errors import BadInput
+from ..identity import ProjectionIdentity
+from ..scenario.builder import utcnow
+from .duplicates import COVERED, existing_events, verify_duplicates
+from .generations import create_generation, latest_generation, try_extend
+from .model import AdmissionResult, Admitted, Duplicate, Input
+from .packs import pack_context
+from .tx import allocate_ids, allocate_ordinals, run_in_pack_transaction
+
+MAX_BATCH = 2000
+
+InTransaction = Callable[[Connection, AdmissionResult], None]
+
+
+def admit_batch(
+    engine: Engine,
+    pack_install_id: str,
+    inputs: Sequence[Input],
+    *,
+    deadline: Deadline | None = None,
+    in_transaction: InTransaction | None = None,
+) -> AdmissionResult:
+    """Admit ``inputs`` of one pack in one transaction; see the module invariants."""
+    if len(inputs) > MAX_BATCH:
+        raise BadInput(f"an admission batch holds at most {MAX_BATCH} inputs, got {len(inputs)}: split it")
+    for item in inputs:
+        if not item.source_lane or not item.receipt_id:
+            raise BadInput(f"every input needs a source lane and a receipt id, got {item!r}")
+
+    def body(conn: Connection) -> AdmissionResult:
+        result = _admit(conn, pack_install_id, inputs)
+        if in_transaction is not None:
+            in_transaction(conn, result)
+        return result
+
+    return run_in_pack_transaction(engine, pack_install_id, body, what=f"admitting into pack {pack_install_id!r}", deadline=deadline)
+
+
+def _admit(conn: Connection, pack_install_id: str, inputs: Sequence[Input]) -> AdmissionResult:
+    ctx = pack_context(conn, pack_install_id)
+    result = AdmissionResult(pack_install_id)
+    existing = existing_events(conn, pack_install_id, ((i.source_lane, i.receipt_id) for i in inputs))
+    result.duplicates.extend(verify_duplicates(conn, ctx.protocol, existing.values()))
+
+    fresh: list[Input] = []
+    repeated: list[Input] = []
+    seen: set[tuple[str, str]] = set(existing)
+    for item in inputs:
+        key = (item.source_lane, item.receipt_id)
+        (repeated if key in seen else fresh).append(item)
+        seen.add(key)
+    if not fresh:
+        return result
+
+    now = utcnow()
+    first_ordinal = allocate_ordinals(conn, pack_install_id, ctx.protocol.legacy_max_ordinal, len(fresh))
+    first_event_id = allocate_ids(conn, Event.c.EventId, len(fresh))
+    rows: list[dict[str, Any]] = []
+    by_identity: dict[ProjectionIdentity, list[dict[str, Any]]] = {}
+    for offset, item in enumerate(fresh):
+        identity = item.identity(pack_install_id)
+        row = {
+            "EventId": first_event_id + offset,
+            "Namespace": ctx.namespace,
+            **identity.as_values(),
+            "EnqueueOrdinal": first_ordinal + offset,
+            "ReceiptId": item.receipt_id,
+            "ReplayOfWorkId": None,
+            "Status": "pending",
+            "Payload": item.payload,
+            "ReceivedAt": item.received_at or now,
+        }
+        rows.append(row)
+        by_identity.setdefault(identity, []).append(row)
+    conn.execute(insert(Event), rows)
+
+    work_by_key: dict[tuple[str, str], int] = {}
+    next_work_id: int | None = None
+    for identity, members in by_identity.items():
+        last = members[-1]
+        gen = latest_generation(conn, identity)
+        if gen is not None and gen.extendable and try_extend(conn, gen, last["EnqueueOrdinal"], last["EventId"], now):
+            work_id = gen.work_id
+            result.extended_work_ids.append(work_id)
+        else:
+            if next_work_id is None:
+                next_work_id = allocate_ids(conn, WorkItem.c.WorkId, 1)
+            work_id = next_work_id
+            next_work_id += 1
+            create_generation(
+                conn,
+                work_id=work_id,
+                namespace=ctx.namespace,
+                identity=identity,
+                input_start_ordinal=members[0]["EnqueueOrdinal"],
+                lane_ordinal=last["EnqueueOrdinal"],
+                selected_event_id=last["EventId"],
+                now=now,
+            )
+            result.created_work_ids.append(work_id)
+        for row in members:
+            work_by_key[(row["SourceLane"], row["ReceiptId"])] = work_id
+            result.admitted.append(Admitted(row["SourceLane"], row["ReceiptId"], row["EventId"], row["EnqueueOrdinal"], work_id))
+
+    by_key = {(a.source_lane, a.receipt_id): a for a in result.admitted}
+    for item in repeated:
+        key = (item.source_lane, item.receipt_id)
+        if key in by_key:  # repeated inside this batch: covered by the generation just written
+            a = by_key[key]
+            result.duplicates.append(Duplicate(a.source_lane, a.receipt_id, a.event_id, a.ordinal, COVERED, a.work_id))
+    return result

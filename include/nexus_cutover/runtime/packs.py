@@ -1,0 +1,44 @@
+"""Per-batch pack context: the pack's namespace and its version-1 protocol row.
+
+Read once per admission / replay transaction, after the pack lock: a pack that
+is unknown, uninstalled, or has no version-1 ``_System_ConnectorProjectionProtocol``
+row admits nothing (the activation gate's rule).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, select
+
+from .. import catalog
+from ..errors import BadInput
+from ..protocol_row import ProtocolRow, read_protocol_row, require_version_1
+from .errors import NotActivated
+
+
+@dataclass(frozen=True)
+class PackContext:
+    pack_install_id: str
+    namespace: str
+    protocol: ProtocolRow
+
+
+def no_protocol_row_reason(pack_install_id: str) -> str:
+    return (
+        f"pack {pack_install_id!r} has no connector projection protocol row: run "
+        f"`connector-projection-cutover -pack-install-id {pack_install_id}` (or activate the greenfield pack) first"
+    )
+
+
+def pack_context(conn: Connection, pack_install_id: str) -> PackContext:
+    t = catalog.PackInstall
+    row = conn.execute(select(t.c.Namespace, t.c.Status).where(t.c.PackInstallId == pack_install_id)).first()
+    if row is None:
+        raise BadInput(f"unknown pack install {pack_install_id!r}: no _System_PackInstall row")
+    if row.Status != catalog.PACK_ACTIVE:
+        raise BadInput(f"pack install {pack_install_id!r} is {row.Status!r}, not active: nothing is admitted for it")
+    protocol = read_protocol_row(conn, pack_install_id)
+    if protocol is None:
+        raise NotActivated([no_protocol_row_reason(pack_install_id)])
+    return PackContext(pack_install_id, row.Namespace, require_version_1(protocol))

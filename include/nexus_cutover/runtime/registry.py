@@ -1,0 +1,110 @@
+"""``_System_ProcessRegistry``: register, heartbeat, activate, stop (contract, ``ProcessRegistry``).
+
+Invariants:
+
+* One row per ProcessId. Registering an existing ProcessId (a restart) resets
+  it: new ``StartedAt``, ``ActivatedAt`` and ``StoppedAt`` cleared, so a restarted
+  process is not "activated" before its gate passes again.
+* ``ActivatedAt`` is set only by :func:`mark_activated`, after the gate passed.
+* :class:`Heartbeater` updates ``LastHeartbeatAt`` from its own thread and
+  connection every ``period_s``, so a long execution does not look dead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+
+from sqlalchemy import Engine, insert, select, update
+
+from ..catalog import ProcessRegistry
+from ..db import translate_errors
+from ..scenario.builder import utcnow
+
+log = logging.getLogger(__name__)
+
+#: The BinaryVersion a reference-runtime process registers with.
+RUNTIME_BINARY_VERSION = "5.0.0"
+
+
+def default_process_id(prefix: str) -> str:
+    return f"{prefix}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"[:128]
+
+
+def register(
+    engine: Engine,
+    process_id: str,
+    namespace: str,
+    role: str,
+    protocol: int,
+    *,
+    binary_version: str = RUNTIME_BINARY_VERSION,
+) -> None:
+    t = ProcessRegistry
+    now = utcnow()
+    values = {
+        "Namespace": namespace,
+        "Role": role,
+        "BinaryVersion": binary_version,
+        "ProjectionProtocol": protocol,
+        "StartedAt": now,
+        "LastHeartbeatAt": now,
+        "ActivatedAt": None,
+        "StoppedAt": None,
+    }
+    with translate_errors(f"registering process {process_id!r}"), engine.begin() as conn:
+        exists = conn.execute(select(t.c.ProcessId).where(t.c.ProcessId == process_id)).first()
+        if exists is None:
+            conn.execute(insert(t).values(ProcessId=process_id, **values))
+        else:
+            conn.execute(update(t).where(t.c.ProcessId == process_id).values(**values))
+
+
+def _set(engine: Engine, process_id: str, what: str, **values) -> None:
+    with translate_errors(f"{what} for process {process_id!r}"), engine.begin() as conn:
+        conn.execute(update(ProcessRegistry).where(ProcessRegistry.c.ProcessId == process_id).values(**values))
+
+
+def heartbeat(engine: Engine, process_id: str) -> None:
+    _set(engine, process_id, "heartbeating", LastHeartbeatAt=utcnow())
+
+
+def mark_activated(engine: Engine, process_id: str) -> None:
+    now = utcnow()
+    _set(engine, process_id, "recording activation", ActivatedAt=now, LastHeartbeatAt=now)
+
+
+def mark_stopped(engine: Engine, process_id: str) -> None:
+    now = utcnow()
+    _set(engine, process_id, "recording the stop", StoppedAt=now, LastHeartbeatAt=now)
+
+
+class Heartbeater:
+    """Heartbeats ``process_ids`` every ``period_s`` seconds until :meth:`stop`."""
+
+    def __init__(self, engine: Engine, process_ids: list[str], period_s: float):
+        self.engine = engine
+        self.process_ids = list(process_ids)
+        self.period_s = period_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="nexus-heartbeat", daemon=True)
+
+    def start(self) -> Heartbeater:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            for pid in self.process_ids:
+                try:
+                    heartbeat(self.engine, pid)
+                except Exception as exc:  # noqa: BLE001 - a missed beat is logged and retried next period
+                    log.warning("heartbeat of %s failed: %s", pid, exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=max(5.0, self.period_s))

@@ -1,0 +1,87 @@
+"""The projection worker: claim -> load the full payload set -> execute -> complete.
+
+Invariants:
+
+* The activation gate runs in :meth:`ProjectionWorker.start`, for the
+  process-wide host and for a standalone worker alike; :meth:`work_one`
+  refuses (``NotActivated``) until it passed. There is no way around it.
+* The worker passes the WorkId remembered at claim to the range reader and
+  hands ``execute`` exactly that generation's payloads, in ordinal order.
+  The default ``execute`` records nothing.
+* An exception from ``execute`` schedules a retry (``Attempt`` + 1) until
+  ``max_attempts``, then fails the generation. Missing membership fails it at
+  once and is logged as an error: it is never completed on a partial payload set.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from sqlalchemy import Engine
+
+from ..db import translate_errors
+from .activation import ActivationVerdict, require_activation
+from .claim import DEFAULT_LEASE_S, claim_next, complete, retry_or_fail
+from .errors import MissingMembership, NotActivated
+from .model import ClaimedWork, Payload
+from .payload import load_payloads
+
+log = logging.getLogger(__name__)
+
+Execute = Callable[[ClaimedWork, list[Payload]], None]
+
+
+def record_nothing(claimed: ClaimedWork, payloads: list[Payload]) -> None:
+    """The default projection: the payload set was loaded; nothing is recorded."""
+
+
+class ProjectionWorker:
+    def __init__(
+        self,
+        engine: Engine,
+        namespace: str,
+        owner: str,
+        *,
+        execute: Execute | None = None,
+        lease_s: float = DEFAULT_LEASE_S,
+        retry_in_s: float = 2.0,
+        max_attempts: int = 5,
+    ):
+        self.engine = engine
+        self.namespace = namespace
+        self.owner = owner
+        self.execute = execute or record_nothing
+        self.lease_s = lease_s
+        self.retry_in_s = retry_in_s
+        self.max_attempts = max_attempts
+        self.verdict: ActivationVerdict | None = None
+
+    def start(self) -> ActivationVerdict:
+        """Run the activation gate; raises :class:`NotActivated` (exit 3) when it refuses."""
+        self.verdict = require_activation(self.engine, self.namespace)
+        return self.verdict
+
+    def work_one(self) -> ClaimedWork | None:
+        """Claim and process one ready generation; None when there is none."""
+        if self.verdict is None or not self.verdict.ok:
+            raise NotActivated(["the worker has not passed the activation gate: call start() first"])
+        claimed = claim_next(self.engine, self.namespace, self.owner, lease_s=self.lease_s)
+        if claimed is None:
+            return None
+        try:
+            with translate_errors(f"loading the payloads of WorkItem {claimed.work_id}"), self.engine.connect() as conn:
+                payloads = load_payloads(conn, claimed.work_id)
+        except MissingMembership as exc:
+            log.error("WorkItem %s failed: %s", claimed.work_id, exc)
+            retry_or_fail(self.engine, claimed, permanent=True)
+            return claimed
+        try:
+            self.execute(claimed, payloads)
+        except Exception as exc:  # noqa: BLE001 - any projection failure is retried, then failed
+            status = retry_or_fail(self.engine, claimed, retry_in_s=self.retry_in_s, max_attempts=self.max_attempts)
+            log.warning("WorkItem %s execution failed (%s): now %s", claimed.work_id, exc, status)
+            return claimed
+        if not complete(self.engine, claimed):
+            log.warning("WorkItem %s: lease lost before completion", claimed.work_id)
+        return claimed
