@@ -57,3 +57,7 @@ class NexusTenantHook(BaseHook):
     def get_engine(self, *, connect_timeout: float = 10.0) -> Engine:
         """A new engine; the caller disposes of it."""
         return make_engine(self._dsn, connect_timeout=connect_timeout)
+
+    def dsn_for_child_process(self) -> str:
+        """The DSN, only to be placed in a child process's environment (``NEXUS_TENANT_DSN``); never log it."""
+        return self._dsn

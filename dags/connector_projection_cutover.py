@@ -1,0 +1,142 @@
+"""Connector projection range cutover: the five-step transition of seed 000, one run per tenant.
+
+This file only declares the flow. Every database access and every heavy import
+happens inside the operators (``plugins/nexus_airflow``) at run time.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import DAG, AssetAlias, TriggerRule
+
+from nexus_airflow.hitl import ConfirmWritersStoppedOperator, StartNewHostOperator
+from nexus_airflow.operators import (
+    ASSET_ALIAS,
+    ApplySchemaOperator,
+    ArmFenceOperator,
+    AuditCheckpointOperator,
+    FinalOldWriterCheckOperator,
+    ResolvePacksOperator,
+    ResumeAdmissionOperator,
+)
+from nexus_airflow.params import cutover_params
+from nexus_airflow.sensors import DrainSensor, OldWritersSensor, ReadinessSensor
+
+DAG_DOC = """
+# Connector projection range cutover (per tenant)
+
+Moves one tenant (namespace) from the old coverage-inference projection runtime
+to durable input ranges, in the order of seed 000 "Existing-data cutover":
+
+1. **apply_schema** (additive DDL) and **arm_fence** (one non-expiring `*` admission fence);
+2. **wait_for_drain** until no old projection WorkItem is pending/blocked/retry/processing;
+3. **check_old_writers** + **confirm_writers_stopped** (a person confirms; the fence stays armed);
+4. **audit_and_checkpoint**, one per pack: the audit and the one-time `LegacyMaxOrdinal`;
+5. **start_new_host**, **verify_readiness**, **resume_admission** (release the fence), and
+   **final_old_writer_check**, which emits the Asset event `nexus://<tenant>/connector-projection-ranges`.
+
+Trigger with at least `tenant`; the DB is the Airflow connection `conn_id`
+(default `nexus_tenant_<tenant>`). `dry_run` runs every check and logs the
+`PLAN:` of writes without writing. Every step is safe to clear and rerun.
+It never UPDATEs or DELETEs an Event or WorkItem, never changes a WorkItem's
+status, never revokes a fence override and has no way to skip a refusal.
+
+**When it stops**: read the failed task's log and its XCom `report`; fix what it
+names (usually with the old runtime, or a separately reviewed decision) and
+clear that task. The fence stays armed until resume_admission.
+"""
+
+with DAG(
+    dag_id="connector_projection_cutover",
+    description="Per-tenant connector projection range cutover (seed 000, steps 1-5)",
+    schedule=None,
+    catchup=False,
+    max_active_runs=16,
+    params=cutover_params(),
+    doc_md=DAG_DOC,
+    default_args={"retries": 0},
+    tags=["nexus", "cutover", "connector-projection"],
+    render_template_as_native_obj=False,
+) as dag:
+    resolve_packs = ResolvePacksOperator(
+        task_id="resolve_packs",
+        doc_md="Reads the tenant's active packs (or checks `pack_install_ids`). Writes nothing. "
+        "**Stops** on an unknown/inactive/foreign pack or a namespace without active packs: fix the form.",
+    )
+    apply_schema = ApplySchemaOperator(
+        task_id="apply_schema",
+        doc_md="Additive DDL only: `_System_WorkItem.InputStartOrdinal` and `_System_ConnectorProjectionProtocol`, "
+        "each skipped when present. **Refuses** when the v2 prerequisite `ReplayOfWorkId` is missing (it is "
+        "never manufactured): land the WorkItem-only v2 handoff first, then clear.",
+    )
+    arm_fence = ArmFenceOperator(
+        task_id="arm_fence",
+        doc_md="Arms one non-expiring namespace-wide `*` admission fence, or reuses the identical one in force. "
+        "**Stops** while any fence override is active and lists them in XCom `report` (it revokes nothing): "
+        "have L2 revoke them, then clear. Keep the old workers and dependency resolvers running.",
+    )
+    wait_for_drain = DrainSensor(
+        task_id="wait_for_drain",
+        doc_md="Deferrable: waits until no old projection WorkItem is pending, blocked, retry or processing, "
+        "logging the remaining counts and trend each poll. **Stops and reports** (XCom `report`, log) as soon "
+        "as the drain provably cannot finish within `drain_timeout` -- retry not due before the deadline, "
+        "blocked on an external dependency, expired lease, no live old worker -- or at the timeout. It never "
+        "changes a WorkItem. Resolve the blockers with the old runtime, then clear.",
+    )
+    check_old_writers = OldWritersSensor(
+        task_id="check_old_writers",
+        doc_md="Now stop every old ingress_writer, receipt_materializer, projection_worker and dependency_resolver "
+        "(keep the fence). Waits until `_System_ProcessRegistry` shows each one stopped or silent beyond "
+        "`stale_heartbeat`; the evidence is in XCom. **Stops** at `writers_stop_timeout`.",
+    )
+    confirm_writers_stopped = ConfirmWritersStoppedOperator(
+        task_id="confirm_writers_stopped",
+        doc_md="Human in the loop: shows the process evidence and asks the engineer to confirm that no old writer "
+        "will resume. No default: **Reject or no answer** ends the run FAILED, cutover not performed, fence "
+        "still armed, no checkpoint written.",
+    )
+    audit_and_checkpoint = AuditCheckpointOperator.partial(
+        task_id="audit_and_checkpoint",
+        doc_md="One per pack: the Controlplane lifecycle entrypoint (same as `connector-projection-cutover`) with "
+        "a bounded `checkpoint_timeout`. Audits retained responsibility under the namespace/pack locks and "
+        "writes only `LegacyMaxOrdinal`; an existing checkpoint is returned unchanged. **Refusals** fail with "
+        "every finding in the log and XCom `report`: they need a separately reviewed recovery decision.",
+    ).expand(pack_install_id=resolve_packs.output)
+    start_new_host = StartNewHostOperator(
+        task_id="start_new_host",
+        doc_md="Starts the matching new host per `host_controller`: `manual` asks you (HITL) to start it, "
+        "`command` runs the Variable `nexus_host_command` (default: the reference `nexus-host`), `http` POSTs "
+        "to the deployer connection. Skips when a new host already runs. **Abort** fails the run; the fence "
+        "stays armed.",
+    )
+    verify_readiness = ReadinessSensor(
+        task_id="verify_readiness",
+        doc_md="Deferrable: waits for a registered ProjectionProtocol=1 integration_host with ActivatedAt and a "
+        "fresh heartbeat, and no live old writer. **Stops** at `readiness_timeout`: check the host log, clear.",
+    )
+    resume_admission = ResumeAdmissionOperator(
+        task_id="resume_admission",
+        doc_md="Re-checks readiness, then releases the fence armed by arm_fence (sets ReleasedAt): admission "
+        "resumes through L2 and the new host. Already released: no-op success.",
+    )
+    final_old_writer_check = FinalOldWriterCheckOperator(
+        task_id="final_old_writer_check",
+        outlets=[AssetAlias(ASSET_ALIAS)],
+        trigger_rule=TriggerRule.ALL_SUCCESS,
+        doc_md="Reports any old-protocol writer seen after the fence release (**do not restart an old writer "
+        "after this point**); on success emits the Asset event nexus://<tenant>/connector-projection-ranges "
+        "with the per-pack cutoffs as extra.",
+    )
+
+    (
+        resolve_packs
+        >> apply_schema
+        >> arm_fence
+        >> wait_for_drain
+        >> check_old_writers
+        >> confirm_writers_stopped
+        >> audit_and_checkpoint
+        >> start_new_host
+        >> verify_readiness
+        >> resume_admission
+        >> final_old_writer_check
+    )

@@ -1,0 +1,140 @@
+"""Human-in-the-loop steps of the cutover: confirm the old writers stopped; start the host by hand.
+
+Invariants:
+
+* No default answer: a timeout never confirms. A rejection or a timeout fails
+  the task (``AirflowFailException``) with "cutover not performed" -- the run
+  ends FAILED, never green with skipped tasks -- and the fence stays armed.
+* The confirmation body is built at run time from a fresh read of
+  ``_System_ProcessRegistry`` (and refuses to ask while an old writer is live).
+* On a dry run nothing is asked: the step logs what it would ask.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from airflow.providers.standard.operators.hitl import HITLOperator
+
+from nexus_airflow.base import domain_errors, params_of, plan, stop, tenant_engine
+from nexus_airflow.faults import fault_point
+
+NOT_PERFORMED = "cutover not performed"
+
+
+class _StrictHITL(HITLOperator):
+    """A HITL step whose only passing answer is ``approve_option``; anything else fails the task."""
+
+    approve_option = ""
+    reject_option = ""
+    on_reject = ""
+
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("retries", 0)
+        super().__init__(options=[self.approve_option, self.reject_option], defaults=None, multiple=False, **kwargs)
+
+    def _ask(self, context, body: str) -> None:
+        p = params_of(context)
+        self.body = body
+        self.response_timeout = dt.timedelta(seconds=p.confirm_timeout)
+        super().execute(context)
+
+    def execute_complete(self, context, event: dict[str, Any]) -> Any:
+        try:
+            result = super().execute_complete(context, event)
+        except Exception as exc:  # noqa: BLE001 - timeout or bad answer: never a pass
+            stop(context, self.log, f"{NOT_PERFORMED}: no valid answer ({type(exc).__name__}: {exc}). {self.on_reject}")
+        chosen = list(result["chosen_options"])
+        if chosen != [self.approve_option]:
+            stop(context, self.log, f"{NOT_PERFORMED}: {result.get('responded_by_user')} chose {chosen}. {self.on_reject}")
+        self.log.info("confirmed by %s", result.get("responded_by_user"))
+        return {"chosen_options": chosen, "responded_by": result.get("responded_by_user"),
+                "responded_at": str(result.get("responded_at"))}
+
+
+class ConfirmWritersStoppedOperator(_StrictHITL):
+    """Ask the engineer to confirm every old writer, materializer and worker is stopped (fence kept)."""
+
+    approve_option = "Confirm: all old writers stopped"
+    reject_option = "Reject"
+    on_reject = "The fence stays armed; no checkpoint was written."
+
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("subject", "Confirm that every old-protocol writer of the tenant is stopped")
+        super().__init__(**kwargs)
+
+    def execute(self, context) -> Any:
+        from nexus_cutover.projection.writers import old_writer_evidence
+
+        p = params_of(context)
+        with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
+            ev = old_writer_evidence(engine, p.tenant, stale_heartbeat=dt.timedelta(seconds=p.stale_heartbeat))
+        context["ti"].xcom_push(key="evidence", value=ev.as_json())
+        if p.dry_run:
+            plan(self.log, [])
+            self.log.info("dry run: would ask to confirm; evidence:\n%s", ev.as_markdown())
+            return {"dry_run": True, "evidence": ev.as_json()}
+        if not ev.all_stopped_or_silent:
+            stop(context, self.log, f"{NOT_PERFORMED}: old writers are live again: "
+                 + ", ".join(x["process_id"] for x in ev.live) + ". Stop them, then clear check_old_writers.",
+                 ev.as_json())
+        fault_point("confirm_writers_stopped.before_ask")
+        body = (
+            f"## Tenant `{p.tenant}`: stop every old writer before the cutover checkpoint\n\n"
+            + ev.as_markdown()
+            + "\nThe database cannot prove that an old binary will never resume. Confirm only if every old "
+            "ingress_writer, receipt_materializer, projection_worker and dependency_resolver of this tenant "
+            "is stopped and will not be restarted. The admission fence stays armed either way.\n\n"
+            "**Reject** (or no answer in time) ends the run failed: cutover not performed."
+        )
+        self._ask(context, body)
+
+
+class StartNewHostOperator(_StrictHITL):
+    """Start the matching new host: ``manual`` asks the engineer, ``command``/``http`` start it themselves."""
+
+    approve_option = "Host started"
+    reject_option = "Abort"
+    on_reject = "The fence stays armed; the checkpoints are kept. Start the host, then clear start_new_host."
+
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("subject", "Start the new (ProjectionProtocol 1) host for the tenant")
+        super().__init__(**kwargs)
+
+    def execute(self, context) -> Any:
+        from nexus_airflow import host_controllers
+        from nexus_airflow.hooks import NexusTenantHook
+        from nexus_cutover.projection.writers import readiness
+
+        p = params_of(context)
+        with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
+            r = readiness(engine, p.tenant, stale_heartbeat=dt.timedelta(seconds=p.stale_heartbeat))
+        live_hosts = [h["process_id"] for h in r.hosts if h["state"] == "live"]
+        if p.dry_run:
+            return {"dry_run": True, "plan": plan(self.log, [
+                f"start the new host via {p.host_controller} (live new hosts now: {live_hosts or 'none'})"])}
+        if live_hosts:
+            self.log.info("a new host already runs for %s (%s): not starting another", p.tenant, ", ".join(live_hosts))
+            return {"controller": p.host_controller, "already_running": live_hosts}
+        if p.host_controller == "command":
+            dsn = NexusTenantHook(p.conn_id).dsn_for_child_process()
+            result = host_controllers.start_command(p.tenant, dsn, self.log)
+        elif p.host_controller == "http":
+            result = host_controllers.start_http(p.tenant, p.host_http_conn_id, self._packs(context),
+                                                 context["run_id"], self.log)
+        else:
+            body = (
+                f"## Tenant `{p.tenant}`: start the matching new host\n\n"
+                f"Every pack checkpoint is written: {self._packs(context)}.\n\n"
+                "Start the new host and Connectors for this tenant (ProjectionProtocol 1), then choose "
+                f"**{self.approve_option}**. verify_readiness checks that it registered and activated.\n\n"
+                "Do not restart an old writer after this point."
+            )
+            self._ask(context, body)
+        fault_point("start_new_host.after_write")
+        return result
+
+    @staticmethod
+    def _packs(context) -> list[str]:
+        return list(context["ti"].xcom_pull(task_ids="resolve_packs") or [])

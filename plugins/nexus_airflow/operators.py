@@ -1,0 +1,201 @@
+"""The writing steps of the cutover DAG, as thin operators over :mod:`nexus_cutover`.
+
+Every operator: resolves the run's params, opens the tenant engine from the
+connection id, calls one domain function, logs what it did (or, on a dry run,
+the ``PLAN:`` of the writes it would make and writes nothing), returns a
+JSON-serializable result, and converges when cleared and rerun:
+
+* ``resolve_packs``: read only;
+* ``apply_schema``: present objects are skipped; the v2 prerequisite is checked first, never created;
+* ``arm_fence``: reuses the identical fence; refuses (listing them) on active overrides;
+* ``audit_and_checkpoint``: the checkpoint returns an existing row unchanged; a refusal fails with every finding;
+* ``resume_admission``: gated on readiness; an already released fence is a no-op success;
+* ``final_old_writer_check``: read only; reports any old writer seen after the release; emits the Asset event.
+
+Heavy imports (SQLAlchemy, the domain package) happen inside ``execute`` only.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from nexus_airflow.base import domain_errors, params_of, plan, stop, tenant_engine
+from nexus_airflow.faults import fault_point
+
+ASSET_ALIAS = "nexus-connector-projection-ranges"
+
+
+def asset_uri(tenant: str) -> str:
+    return f"nexus://{tenant}/connector-projection-ranges"
+
+
+def _who(context) -> str:
+    return f"airflow:{context['dag'].dag_id}:{context['run_id']}"[:128]
+
+
+class ResolvePacksOperator(BaseOperator):
+    """The pack incarnations of the run (``pack_install_ids`` or every active pack of the namespace)."""
+
+    def execute(self, context) -> list[str]:
+        from nexus_cutover.projection.plan import resolve_packs
+
+        p = params_of(context)
+        with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
+            packs = resolve_packs(engine, p.tenant, p.pack_install_ids)
+        self.log.info("tenant %s: packs %s%s", p.tenant, ", ".join(packs), " (dry run)" if p.dry_run else "")
+        return packs
+
+
+class ApplySchemaOperator(BaseOperator):
+    """Additive DDL of the range protocol, each object skipped when present; refuses without ReplayOfWorkId."""
+
+    def execute(self, context) -> dict[str, Any]:
+        from nexus_cutover.projection.plan import schema_plan
+        from nexus_cutover.schema import apply_steps, projection_steps, require_v2_prerequisite
+
+        p = params_of(context)
+        created: list[str] = []
+        with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
+            require_v2_prerequisite(engine)
+            steps = projection_steps(engine)
+            lines = schema_plan(steps)
+            if p.dry_run:
+                return {"dry_run": True, "plan": plan(self.log, [x for x, s in zip(lines, steps, strict=True) if not s.present])}
+            for step in steps:
+                if step.present:
+                    self.log.info("%s: present, skipped", step.label)
+                    continue
+                apply_steps(engine, [step])
+                created.append(step.label)
+                self.log.info("%s: created", step.label)
+                fault_point("apply_schema.after_first_write")
+        return {"created": created, "present": [s.label for s in steps if s.present]}
+
+
+class ArmFenceOperator(BaseOperator):
+    """One non-expiring namespace-wide ``*`` fence, reused on rerun; stops on active overrides (revokes nothing)."""
+
+    def execute(self, context) -> dict[str, Any]:
+        from nexus_cutover.projection.fence import ActiveOverrides, arm_fence
+
+        p = params_of(context)
+        with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
+            try:
+                result = arm_fence(engine, p.tenant, armed_by=_who(context), timeout_s=p.checkpoint_timeout,
+                                   dry_run=p.dry_run)
+            except ActiveOverrides as exc:
+                stop(context, self.log, str(exc), {"active_overrides": exc.overrides})
+        out = result.as_json()
+        if p.dry_run:
+            what = "arm a new non-expiring '*' fence" if result.outcome == "would_arm" else (
+                f"reuse fence {result.fence_id}")
+            out["plan"] = plan(self.log, [f"_System_AdmissionFence: {what} on namespace {p.tenant!r}"])
+            return out
+        self.log.info("fence %s %s on namespace %s", result.fence_id, result.outcome, p.tenant)
+        if result.other_fences_in_force:
+            self.log.warning("other fences in force (left as they are): %s", result.other_fences_in_force)
+        fault_point("arm_fence.after_write")
+        return out
+
+
+class AuditCheckpointOperator(BaseOperator):
+    """Audit one pack under the namespace/pack locks and write its one-time LegacyMaxOrdinal (mapped per pack)."""
+
+    template_fields = ("pack_install_id",)
+
+    def __init__(self, *, pack_install_id: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.pack_install_id = pack_install_id
+
+    def execute(self, context) -> dict[str, Any]:
+        from nexus_cutover.projection.checkpoint import run_checkpoint
+
+        p = params_of(context)
+        with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
+            result = run_checkpoint(engine, self.pack_install_id, timeout_s=p.checkpoint_timeout,
+                                    written_by=_who(context), dry_run=p.dry_run)
+        out = result.as_json()
+        if result.outcome == "refused":
+            context["ti"].xcom_push(key="findings", value=out["findings"])
+            stop(context, self.log,
+                 f"{result.summary()}. Old missing or ambiguous responsibility needs a separately reviewed recovery "
+                 "decision; the cutoff is never used to hide it. The fence stays armed.", out)
+        self.log.info("%s", result.summary())
+        if p.dry_run:
+            out["plan"] = plan(self.log, [
+                f"_System_ConnectorProjectionProtocol: insert ({self.pack_install_id}, ProtocolVersion=1, "
+                f"LegacyMaxOrdinal={result.legacy_max_ordinal})"] if result.outcome == "would_write" else [])
+            return out
+        fault_point("audit_and_checkpoint.after_write")
+        return out
+
+
+class ResumeAdmissionOperator(BaseOperator):
+    """Release the cutover fence (ReleasedAt), gated on readiness; already released is a no-op success."""
+
+    def execute(self, context) -> dict[str, Any]:
+        from nexus_cutover.projection.fence import release_fence
+        from nexus_cutover.projection.writers import readiness
+
+        p = params_of(context)
+        armed = context["ti"].xcom_pull(task_ids="arm_fence") or {}
+        fence_id = armed.get("fence_id")
+        with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
+            ready = readiness(engine, p.tenant, stale_heartbeat=dt.timedelta(seconds=p.stale_heartbeat))
+            if p.dry_run:
+                return {"dry_run": True, "plan": plan(self.log, [
+                    f"_System_AdmissionFence: set ReleasedAt on fence {fence_id or '(armed by arm_fence)'}"
+                    f" once ready (now: {'ready' if ready.ready else '; '.join(ready.reasons)})"])}
+            if fence_id is None:
+                stop(context, self.log, "arm_fence left no fence id in XCom: clear arm_fence (it reuses the fence)")
+            if not ready.ready:
+                stop(context, self.log,
+                     "not releasing the fence: the new host is not ready (" + "; ".join(ready.reasons) + ")",
+                     ready.as_json())
+            result = release_fence(engine, p.tenant, int(fence_id), released_by=_who(context),
+                                   timeout_s=p.checkpoint_timeout)
+        self.log.info("fence %s %s: admission resumes through the new host", fence_id, result.outcome)
+        fault_point("resume_admission.after_write")
+        return result.as_json()
+
+
+class FinalOldWriterCheckOperator(BaseOperator):
+    """Report any old-protocol writer seen after the fence release; on success emit the tenant's Asset event."""
+
+    def execute(self, context) -> dict[str, Any]:
+        from airflow.sdk import Asset, AssetAlias
+
+        from nexus_cutover.projection.fence import fence_row
+        from nexus_cutover.projection.writers import old_processes_since
+
+        p = params_of(context)
+        ti = context["ti"]
+        cutoffs = {}
+        pulled = ti.xcom_pull(task_ids="audit_and_checkpoint")  # every map index; one pack gives the dict itself
+        for result in [pulled] if isinstance(pulled, dict) else list(pulled or []):
+            if result:
+                cutoffs[result["pack_install_id"]] = result["legacy_max_ordinal"]
+        if p.dry_run:
+            return {"dry_run": True, "plan": plan(self.log, []), "cutoffs": cutoffs}
+        fence_id = (ti.xcom_pull(task_ids="arm_fence") or {}).get("fence_id")
+        with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
+            with engine.connect() as conn:
+                fence = fence_row(conn, int(fence_id)) if fence_id is not None else None
+            if not fence or not fence.get("ReleasedAt"):
+                stop(context, self.log, f"fence {fence_id} is not released: clear resume_admission")
+            released_at = dt.datetime.fromisoformat(fence["ReleasedAt"])
+            seen = old_processes_since(engine, p.tenant, released_at)
+        if seen:
+            stop(context, self.log,
+                 f"{len(seen)} old-protocol writer(s) ran after the fence release at {released_at.isoformat()}: "
+                 + ", ".join(x["process_id"] for x in seen)
+                 + ". Do not restart an old writer after this point: stop them now and review what they admitted.",
+                 {"old_writers_after_release": seen})
+        fault_point("final_old_writer_check.before_emit")
+        extra = {"tenant": p.tenant, "cutoffs": cutoffs, "fence_id": fence_id, "released_at": released_at.isoformat()}
+        context["outlet_events"][AssetAlias(ASSET_ALIAS)].add(Asset(asset_uri(p.tenant)), extra=extra)
+        self.log.info("cutover complete for %s: %s. Do not restart an old writer after this point.", p.tenant, extra)
+        return extra
