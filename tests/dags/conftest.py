@@ -61,6 +61,12 @@ _AIRFLOW_ENV = {
 os.environ.update(_AIRFLOW_ENV)
 
 LOGICAL_DATE = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+_run_counter = iter(range(1, 10**9))
+
+
+def next_logical_date() -> dt.datetime:
+    """A logical date no other run of this session used (``dag.test()`` reuses a run with the same date)."""
+    return LOGICAL_DATE + dt.timedelta(minutes=next(_run_counter))
 
 
 @pytest.fixture(scope="session")
@@ -174,15 +180,16 @@ def collect(dag_id: str, run_id: str) -> RunResult:
 def run_dag(dag, conf: dict[str, Any], *, logical_date: dt.datetime | None = None) -> RunResult:
     """Run ``dag`` once with ``conf`` (``dag.test()``, main thread) and collect the outcome."""
     assert threading.current_thread() is threading.main_thread(), "dag.test() must run in the main thread"
-    dr = dag.test(logical_date=logical_date or LOGICAL_DATE, run_conf=conf)
+    dr = dag.test(logical_date=logical_date or next_logical_date(), run_conf=conf)
     return collect(dag.dag_id, dr.run_id)
 
 
 def clear_and_rerun(dag, result: RunResult) -> RunResult:
-    """Clear every task of ``result``'s run that did not succeed (and its downstream), then run it again.
+    """Clear ``result``'s run and run it again (same run id, same conf).
 
-    This is the UI's "Clear" on the failed tasks: upstream successes and their
-    XComs stay, the cleared tasks run again in the same run.
+    ``dag.test()`` clears *every* task instance of the run before running it,
+    so this reruns all tasks -- the succeeded ones too -- on the tenant state the
+    failed run left: a stricter convergence test than clearing the failed task only.
     """
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance, clear_task_instances
@@ -241,7 +248,7 @@ class HitlAnswerer(threading.Thread):
         self.responses: list[tuple[int, Any]] = []
         self.errors: list[BaseException] = []
         self._stop = threading.Event()
-        self._answered: set[tuple[str, str, int]] = set()
+        self._answered: set[tuple] = set()
 
     def stop(self) -> None:
         self._stop.set()
@@ -275,7 +282,7 @@ class HitlAnswerer(threading.Thread):
         task_id = ti.get("task_id")
         run_id = ti.get("dag_run_id") or ti.get("run_id")
         map_index = ti.get("map_index", -1)
-        key = (task_id, run_id, map_index)
+        key = (task_id, run_id, map_index, ti.get("try_number"))
         if detail.get("response_received") or key in self._answered or task_id not in self.answers:
             return
         self.seen.append(detail)
