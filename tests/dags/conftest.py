@@ -12,8 +12,8 @@ What it provides (session-wide, one Airflow home per pytest process):
   default), exposed the way a deployment does it (``AIRFLOW_CONN_<ID>``);
 * :func:`run_dag` -- ``dag.test()`` with a conf and a fixed logical date, then
   the run's task states and XComs (:class:`RunResult`);
-* :func:`clear_and_rerun` -- clear a finished run's failed/downstream tasks and
-  run the same run again (what "Clear" in the UI does);
+* :func:`clear_and_rerun` -- run every task again with the same conf on the
+  state a failed run left (``dag.test()`` cannot resume a finished run);
 * :class:`HitlAnswerer` -- answers a human-in-the-loop task from a background
   thread through the same REST API (``PATCH .../hitlDetails``) a person's
   browser uses, while ``dag.test()`` runs in the main thread.
@@ -129,6 +129,7 @@ class RunResult:
     state: str
     task_states: dict[str, str]  # "task_id" or "task_id[map_index]" -> state
     xcoms: dict[tuple[str, int, str], Any] = field(default_factory=dict)  # (task_id, map_index, key) -> value
+    conf: dict[str, Any] = field(default_factory=dict)
 
     def xcom(self, task_id: str, key: str = "return_value", map_index: int = -1) -> Any:
         return self.xcoms.get((task_id, map_index, key))
@@ -181,46 +182,20 @@ def run_dag(dag, conf: dict[str, Any], *, logical_date: dt.datetime | None = Non
     """Run ``dag`` once with ``conf`` (``dag.test()``, main thread) and collect the outcome."""
     assert threading.current_thread() is threading.main_thread(), "dag.test() must run in the main thread"
     dr = dag.test(logical_date=logical_date or next_logical_date(), run_conf=conf)
-    return collect(dag.dag_id, dr.run_id)
+    result = collect(dag.dag_id, dr.run_id)
+    result.conf = dict(conf)
+    return result
 
 
 def clear_and_rerun(dag, result: RunResult) -> RunResult:
-    """Clear ``result``'s run and run it again (same run id, same conf).
+    """Run every task again, with ``result``'s conf, on the tenant state the failed run left.
 
-    ``dag.test()`` clears *every* task instance of the run before running it,
-    so this reruns all tasks -- the succeeded ones too -- on the tenant state the
-    failed run left: a stricter convergence test than clearing the failed task only.
+    ``dag.test()`` cannot resume a finished run: it replaces a run of the same
+    logical date and clears all of its task instances. So the rerun is a new run
+    in which *every* task -- the ones that succeeded before too -- executes again:
+    a stricter convergence test than clearing the failed task alone.
     """
-    from airflow.models.dagrun import DagRun
-    from airflow.models.taskinstance import TaskInstance, clear_task_instances
-    from airflow.utils.session import create_session
-    from airflow.utils.state import DagRunState
-    from sqlalchemy import select
-
-    with create_session() as session:
-        dr = session.scalar(select(DagRun).where(DagRun.dag_id == dag.dag_id, DagRun.run_id == result.run_id))
-        tis = session.scalars(
-            select(TaskInstance).where(TaskInstance.dag_id == dag.dag_id, TaskInstance.run_id == result.run_id)
-        ).all()
-        not_ok = {ti.task_id for ti in tis if str(getattr(ti.state, "value", ti.state)) not in ("success",)}
-        to_clear_ids = set(not_ok)
-        for task_id in not_ok:
-            to_clear_ids |= {t.task_id for t in dag.get_task(task_id).get_flat_relatives(upstream=False)}
-        to_clear = [ti for ti in tis if ti.task_id in to_clear_ids]
-        clear_task_instances(to_clear, session, dag_run_state=DagRunState.QUEUED)
-        dr.state = DagRunState.RUNNING
-        session.commit()
-    dr = dag.test(logical_date=result_logical_date(dag.dag_id, result.run_id), run_conf=None)
-    return collect(dag.dag_id, dr.run_id)
-
-
-def result_logical_date(dag_id: str, run_id: str) -> dt.datetime:
-    from airflow.models.dagrun import DagRun
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        return session.scalar(select(DagRun.logical_date).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+    return run_dag(dag, result.conf)
 
 
 # ---------------------------------------------------------------------------
@@ -247,11 +222,11 @@ class HitlAnswerer(threading.Thread):
         self.seen: list[dict[str, Any]] = []
         self.responses: list[tuple[int, Any]] = []
         self.errors: list[BaseException] = []
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._answered: set[tuple] = set()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(timeout=10)
 
     def __enter__(self) -> HitlAnswerer:
@@ -268,12 +243,12 @@ class HitlAnswerer(threading.Thread):
 
             client = TestClient(create_app(apps="core"))
             deadline = time.monotonic() + self.timeout
-            while not self._stop.is_set() and time.monotonic() < deadline:
+            while not self._halt.is_set() and time.monotonic() < deadline:
                 resp = client.get(f"/api/v2/dags/{self.dag_id}/dagRuns/~/hitlDetails", params={"limit": 100})
                 if resp.status_code == 200:
                     for detail in resp.json().get("hitl_details", []):
                         self._maybe_answer(client, detail)
-                self._stop.wait(self.poll)
+                self._halt.wait(self.poll)
         except BaseException as exc:  # noqa: BLE001 - surfaced to the test through .errors
             self.errors.append(exc)
 
