@@ -98,7 +98,14 @@ def _one(conn: Connection, query: Select) -> Generation | None:
 
 
 def latest_generation(conn: Connection, identity: ProjectionIdentity) -> Generation | None:
-    return _one(conn, latest_generation_query(identity))
+    """The latest generation, read with a locking (current) read.
+
+    Under the pack lock no other admission or replay runs, but TiDB's plain reads
+    use the snapshot taken before the lock was granted; a stale "latest" could
+    be extended past a successor created meanwhile. The locking read sees the
+    committed latest and holds it until commit.
+    """
+    return _one(conn, latest_generation_query(identity).with_for_update())
 
 
 def covering_generation(conn: Connection, identity: ProjectionIdentity, ordinal: int) -> Generation | None:

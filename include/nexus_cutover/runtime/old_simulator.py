@@ -382,6 +382,7 @@ def _old_coalesce(conn: Connection, namespace: str, identity: ProjectionIdentity
         .where(matches(WorkItem, identity), WorkItem.c.LaneOrdinal.is_not(None))
         .order_by(WorkItem.c.LaneOrdinal.desc())
         .limit(1)
+        .with_for_update()
     ).first()
     if latest is not None and latest.Status == "pending" and latest.Attempt == 0:
         moved = conn.execute(

@@ -118,7 +118,8 @@ def allocate_ordinals(conn: Connection, pack_install_id: str, floor: int, count:
     Must run under the pack lock. Creates the allocator row when the pack has none.
     """
     t = catalog.EnqueueOrdinal
-    last = conn.execute(select(t.c.LastOrdinal).where(t.c.PackInstallId == pack_install_id)).scalar()
+    # A locking (current) read: TiDB's plain reads use the snapshot taken before the pack lock was granted.
+    last = conn.execute(select(t.c.LastOrdinal).where(t.c.PackInstallId == pack_install_id).with_for_update()).scalar()
     first = max(last or 0, floor) + 1
     new_last = first + count - 1
     if last is None:
