@@ -1,0 +1,168 @@
+"""One tenant's cutover state, read through :mod:`nexus_cutover` domain functions (no Airflow here).
+
+:func:`read_tenant_state` returns a JSON-ready dict: the admission fence, the
+drain of old projection work, the checkpoint of every active pack, the new
+host(s), receipt materialization and the Field History stage. Read only: it
+never writes to the tenant database. Each section fails on its own (a tenant
+before the additive schema has no checkpoint table yet); the error text names
+what is missing and never contains a DSN or a password.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Engine, func, select
+
+from nexus_cutover import catalog
+from nexus_cutover.db import make_engine
+
+STALE_HEARTBEAT = dt.timedelta(seconds=120)
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+def _section(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - one unreadable section must not hide the others
+        return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+
+
+def _fence(engine: Engine, ns: str) -> dict[str, Any]:
+    from nexus_cutover.projection.fence import fences_in_force
+
+    with engine.connect() as conn:
+        fences = fences_in_force(conn, ns, _utcnow())
+    cutover = [f for f in fences if f["Scope"] == catalog.FENCE_SCOPE_ALL and f["ExpiresAt"] is None]
+    if cutover:
+        f = cutover[0]
+        text = f"armed (fence {f['FenceId']} '*' since {f['ArmedAt']}, by {f['ArmedBy']})"
+    elif fences:
+        text = f"{len(fences)} other fence(s) in force"
+    else:
+        text = "none in force (admission open)"
+    return {"armed": bool(cutover), "in_force": len(fences), "text": text}
+
+
+def _drain(engine: Engine, ns: str) -> dict[str, Any]:
+    from nexus_cutover.projection.drain import drain_report
+
+    r = drain_report(engine, ns, deadline=_utcnow() + dt.timedelta(hours=1), stale_heartbeat=STALE_HEARTBEAT,
+                     sample_limit=5)
+    return {"remaining": r.remaining, "counts": dict(r.counts), "state": r.state, "text": r.counts_text(),
+            "live_old_workers": list(r.live_old_workers),
+            "blockers": {k: v for k, v in r.blocker_totals.items() if v}}
+
+
+def _packs(engine: Engine, ns: str) -> list[dict[str, Any]]:
+    from nexus_cutover.protocol_row import read_protocol_row
+    from nexus_cutover.runtime.activation import active_packs
+    from nexus_cutover.schema import has_table
+
+    out = []
+    with engine.connect() as conn:
+        table = has_table(conn, catalog.ConnectorProjectionProtocol.name)
+        for pack in active_packs(conn, ns):
+            row = read_protocol_row(conn, pack) if table else None
+            out.append({
+                "pack_install_id": pack,
+                "checkpoint": None if row is None else {
+                    "protocol_version": row.protocol_version, "legacy_max_ordinal": row.legacy_max_ordinal,
+                    "written_at": row.written_at.isoformat() if row.written_at else None,
+                    "written_by": row.written_by},
+            })
+    return out
+
+
+def _hosts(engine: Engine, ns: str) -> dict[str, Any]:
+    from nexus_cutover.projection.writers import readiness
+
+    r = readiness(engine, ns, stale_heartbeat=STALE_HEARTBEAT)
+    hosts = [{k: h[k] for k in ("process_id", "state", "binary_version", "activated_at", "heartbeat_age_s")}
+             for h in r.hosts]
+    return {"ready": r.ready, "reasons": list(r.reasons), "hosts": hosts,
+            "live_old_writers": [p["process_id"] for p in r.live_old_writers]}
+
+
+def _receipts(engine: Engine, ns: str) -> dict[str, Any]:
+    from nexus_cutover.runtime.activation import active_packs
+
+    t = catalog.IngressReceipt
+    with engine.connect() as conn:
+        packs = active_packs(conn, ns)
+        total = materialized = 0
+        for pack in packs:
+            row = conn.execute(
+                select(func.count(), func.count(t.c.MaterializedAt)).select_from(t).where(t.c.PackInstallId == pack)
+            ).one()
+            total += row[0]
+            materialized += row[1]
+    return {"total": total, "materialized": materialized}
+
+
+def field_history_stage(d: dict[str, Any]) -> tuple[int, str]:
+    """The seed-003 stage the tenant has completed, from a ``field-history-eligibility status`` dict."""
+    if d.get("read_mode") == catalog.READ_MODE_BOOLEAN_ONLY and not d.get("sequence_reservation_enabled", True):
+        return 3, "stage 3 done: boolean-only reads, sequence reservation off"
+    if d.get("materializable_rows", 1) == 0 and d.get("eligible_null_rows", 1) == 0:
+        return 2, "stage 2 done: no materializable or eligible NULL row left (compat reads)"
+    return 1, (f"stage 1: column present; {d.get('materializable_rows')} NULL row(s) to materialize, "
+               f"{d.get('eligible_null_rows')} eligible NULL")
+
+
+def _field_history(engine: Engine, ns: str) -> dict[str, Any]:
+    from nexus_cutover.field_history.status import read_status
+    from nexus_cutover.schema import has_column
+
+    if not has_column(engine, catalog.FIELD_HISTORY_ELIGIBLE):
+        return {"stage": 0, "stage_text": "stage 0: FieldHistoryEligible column absent"}
+    d = read_status(engine, ns).as_dict()
+    stage, text = field_history_stage(d)
+    decided = d["rows_by_value"]["true"] + d["rows_by_value"]["false"]
+    return {"stage": stage, "stage_text": text, "read_mode": d["read_mode"],
+            "sequence_reservation_enabled": d["sequence_reservation_enabled"],
+            "null_rows": d["null_rows"], "eligible_null_rows": d["eligible_null_rows"],
+            "materializable_rows": d["materializable_rows"], "decided_rows": decided,
+            "total_rows": d["total_rows"]}
+
+
+def read_tenant_state(bind: Engine | str, tenant: str) -> dict[str, Any]:
+    """The tenant's state; ``bind`` is an engine (kept open) or a DSN (an engine made and disposed of here)."""
+    engine = make_engine(bind, connect_timeout=5.0) if isinstance(bind, str) else bind
+    try:
+        state: dict[str, Any] = {"tenant": tenant, "checked_at": _utcnow().isoformat(timespec="seconds") + "Z"}
+        state["fence"] = _section(lambda: _fence(engine, tenant))
+        state["drain"] = _section(lambda: _drain(engine, tenant))
+        packs = _section(lambda: {"packs": _packs(engine, tenant)})
+        state["packs"] = packs.get("packs", [])
+        if "error" in packs:
+            state["packs_error"] = packs["error"]
+        state["host"] = _section(lambda: _hosts(engine, tenant))
+        state["hosts"] = state["host"].get("hosts", [])
+        state["receipts"] = _section(lambda: _receipts(engine, tenant))
+        state["field_history"] = _section(lambda: _field_history(engine, tenant))
+        state["field_history"].setdefault("stage_text", state["field_history"].get("error", "unknown"))
+        state["phase"] = phase(state)
+        return state
+    finally:
+        if isinstance(bind, str):
+            engine.dispose()
+
+
+def phase(state: dict[str, Any]) -> str:
+    """One word for the list: where the cutover stands."""
+    packs = state.get("packs") or []
+    all_cut = bool(packs) and all(p["checkpoint"] for p in packs)
+    fence = state.get("fence", {})
+    if all_cut and not fence.get("armed") and state.get("host", {}).get("ready"):
+        return "cut over"
+    if all_cut:
+        return "checkpointed"
+    if fence.get("armed"):
+        return "draining" if state.get("drain", {}).get("remaining") else "drained"
+    return "not started"

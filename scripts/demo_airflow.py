@@ -1,0 +1,253 @@
+"""A real local Airflow (``airflow standalone`` on its own SQLite metadata DB) for the demo, ``make airflow`` and tests.
+
+:class:`AirflowStack` starts it in its own process group with SIGINT restored
+(so SIGINT stops every component cleanly), waits for ``/api/v2/monitor/health``,
+logs in through ``POST /auth/token`` with the generated admin password, and
+talks to the public REST API (the same one the UI uses). :meth:`AirflowStack.stop`
+sends SIGINT, waits, then terminates whatever is left of *its own* process group.
+
+Settings for a 2-core machine: LocalExecutor with low parallelism, DAGs unpaused
+at creation, no examples, the repository's ``dags/`` and ``plugins/``. Nothing
+here holds a tenant password: tenant connections are created by the caller.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+BIN = pathlib.Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def airflow_env(home: pathlib.Path, port: int, *, parallelism: int = 4) -> dict[str, str]:
+    """The configuration of one local stack; every port is its own, so several stacks can run side by side."""
+    base = f"http://127.0.0.1:{port}"
+    return {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": str(parallelism),
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base}/execution/",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__BASE_URL": base,
+        "AIRFLOW__API__WORKERS": "1",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
+        "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+
+
+def _restore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+class ApiError(RuntimeError):
+    def __init__(self, method: str, path: str, status: int, body: str):
+        super().__init__(f"{method} {path}: HTTP {status}: {body[:500]}")
+        self.status = status
+
+
+class AirflowStack:
+    """``airflow standalone`` under ``home``, its REST API at ``base_url``."""
+
+    def __init__(self, home: pathlib.Path, *, port: int | None = None, parallelism: int = 4,
+                 extra_env: dict[str, str] | None = None):
+        self.home = pathlib.Path(home).resolve()
+        self.port = port or free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, **airflow_env(self.home, self.port, parallelism=parallelism), **(extra_env or {})}
+        self.proc: subprocess.Popen | None = None
+        self.token: str | None = None
+        self.log_path = self.home / "standalone.log"
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def start(self, timeout_s: float = 180.0) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(
+                [str(BIN / "airflow"), "standalone"], env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_restore_sigint,
+            )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"airflow standalone exited with {self.proc.returncode}; see {self.log_path}")
+            if self._healthy():
+                break
+            time.sleep(1.0)
+        else:
+            raise RuntimeError(f"airflow standalone not healthy after {timeout_s:.0f}s; see {self.log_path}")
+        self.login()
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.base_url}/api/v2/monitor/health", timeout=3) as resp:
+                body = json.loads(resp.read())
+        except (OSError, ValueError):
+            return False
+        return all(body.get(c, {}).get("status") == "healthy" for c in ("metadatabase", "scheduler", "triggerer",
+                                                                          "dag_processor"))
+
+    def admin_password(self) -> str:
+        path = self.home / "simple_auth_manager_passwords.json.generated"
+        return json.loads(path.read_text())["admin"]
+
+    def login(self) -> str:
+        body = self.request("POST", "/auth/token", {"username": "admin", "password": self.admin_password()},
+                            auth=False)
+        self.token = body["access_token"]
+        return self.token
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """SIGINT (clean stop of every component), then TERM/KILL what is left of this stack's process group."""
+        if self.proc is None or self.proc.poll() is not None and not _group_alive(self.proc.pid):
+            return
+        pgid = self.proc.pid
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pgid, signal.SIGINT)  # the standalone supervisor stops its components itself
+        for sig, wait in ((None, timeout_s), (signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+            if sig is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pgid, sig)
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                self.proc.poll()
+                if not _group_alive(pgid):
+                    return
+                time.sleep(0.5)
+
+    def __enter__(self) -> AirflowStack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- REST ---------------------------------------------------------------
+
+    def request(self, method: str, path: str, body: Any = None, *, auth: bool = True, timeout: float = 30.0) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"{self.base_url}{path}", data=data, method=method)
+        req.add_header("Content-Type", "application/json")
+        req.add_header("Accept", "application/json")
+        if auth and self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as exc:
+            raise ApiError(method, path, exc.code, exc.read().decode(errors="replace")) from None
+        return json.loads(raw) if raw else None
+
+    def wait_for_dag(self, dag_id: str, timeout_s: float = 120.0) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return self.request("GET", f"/api/v2/dags/{dag_id}")
+            except ApiError as exc:
+                if exc.status != 404 or time.monotonic() > deadline:
+                    raise
+            time.sleep(2.0)
+
+    def put_connection(self, conn_id: str, conn_type: str, **fields: Any) -> None:
+        """Create or replace an Airflow connection through the REST API (as an engineer would in the UI)."""
+        body = {"connection_id": conn_id, "conn_type": conn_type, **fields}
+        try:
+            self.request("POST", "/api/v2/connections", body)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            self.request("PATCH", f"/api/v2/connections/{conn_id}", body)
+
+    def trigger(self, dag_id: str, conf: dict, run_id: str | None = None) -> dict:
+        body: dict[str, Any] = {"logical_date": None, "conf": conf}
+        if run_id:
+            body["dag_run_id"] = run_id
+        return self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)
+
+    def dag_run(self, dag_id: str, run_id: str) -> dict:
+        return self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
+        return self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=100")["task_instances"]
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value", map_index: int = -1) -> Any:
+        try:
+            entry = self.request(
+                "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}"
+                f"?map_index={map_index}&deserialize=true&stringify=false")
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return entry.get("value")
+
+    def pending_hitl(self, dag_id: str, run_id: str) -> list[dict]:
+        body = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/hitlDetails")
+        return [d for d in body.get("hitl_details", []) if not d.get("response_received")]
+
+    def answer_hitl(self, dag_id: str, run_id: str, task_id: str, option: str, map_index: int = -1) -> dict:
+        return self.request(
+            "PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/{map_index}/hitlDetails",
+            {"chosen_options": [option], "params_input": {}})
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a group whose only members are zombies of ours counts as gone
+    for pid in _group_members(pgid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            return True
+    return False
+
+
+def _group_members(pgid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:
+            out.append(int(entry))
+    return out

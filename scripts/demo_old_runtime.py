@@ -1,0 +1,57 @@
+"""The demo's old-protocol runtime: the reference simulator, paced so a person can watch the drain.
+
+``NEXUS_TENANT_DSN=... python scripts/demo_old_runtime.py --namespace demo [--pace 0.5]``
+
+It is :class:`nexus_cutover.runtime.old_simulator.OldRuntimeSimulator` (ingress
+writer + projection worker + in-process dependency resolver), stepped every
+``--pace`` seconds with a small ``work_per_step`` and one failed first attempt
+per item, so old work drains over tens of seconds instead of instantly. It keeps
+admitting one synthetic input per step and pack until the cutover fence stops
+it. SIGTERM/SIGINT stop it cleanly: both registry rows get ``StoppedAt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+
+from nexus_cutover.db import DSN_ENV_TENANT, dsn_from_env, make_engine
+from nexus_cutover.runtime.old_simulator import OldRuntimeSimulator
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--process-id", default="old-runtime-1")
+    parser.add_argument("--pace", type=float, default=0.5, help="seconds between steps")
+    parser.add_argument("--work-per-step", type=int, default=1)
+    args = parser.parse_args()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    engine = make_engine(dsn_from_env(DSN_ENV_TENANT))
+    sim = OldRuntimeSimulator(
+        engine,
+        args.namespace,
+        process_id=args.process_id,
+        synthetic_inputs_per_step=1,
+        synthetic_lanes=2,
+        work_per_step=args.work_per_step,
+        fail_attempts=1,
+        retry_delay_s=1.0,
+        heartbeat_s=2.0,
+    )
+    try:
+        sim.register()
+        while not stop.is_set():
+            sim.step()
+            stop.wait(args.pace)
+    finally:
+        sim.stop()
+        engine.dispose()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
