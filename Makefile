@@ -20,3 +20,8 @@ demo: deps
 
 lint: deps
 	$(BIN)/ruff check .
+
+# Performance figures (docs/performance.md) on a throwaway MariaDB: prints a table, writes bench/results.json.
+# QUICK=1: small sizes, about a minute (what the smoke test tests/bench runs).
+bench: deps
+	bash scripts/with-mariadb.sh $(BIN)/python bench/run_all.py $(if $(QUICK),--quick,) $(BENCH_ARGS)

@@ -29,7 +29,7 @@ import workload  # noqa: E402
 
 from nexus_cutover.db import make_engine  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results.json"
+RESULTS = Path(os.environ.get("NEXUS_BENCH_RESULTS") or Path(__file__).resolve().parent / "results.json")  # run_all sets it
 
 CHILD = r"""
 import json, resource, sys, time

@@ -44,7 +44,11 @@ def build(engine: Engine, *, lanes: int = 400, generations: int = 100, inputs: i
         conn.execute(text("DROP TABLE IF EXISTS bench_n"))
         conn.execute(text("CREATE TABLE bench_n (n BIGINT NOT NULL PRIMARY KEY)"))
         conn.execute(text("INSERT INTO bench_n (n) VALUES " + ",".join(f"({i})" for i in range(1000))))
-        conn.execute(text("INSERT INTO bench_n (n) SELECT a.n + 1000 * b.n FROM bench_n a, bench_n b WHERE b.n BETWEEN 1 AND 999"))
+        # only as many numbers as the largest of lanes and generations * inputs needs (small runs stay small)
+        conn.execute(
+            text("INSERT INTO bench_n (n) SELECT a.n + 1000 * b.n FROM bench_n a, bench_n b WHERE b.n BETWEEN 1 AND :hi"),
+            {"hi": min(999, (max(lanes, per_lane) - 1) // 1000)},
+        )
     # one statement per few lanes: bounded transactions (batch_lanes * generations * inputs rows)
     for first in range(0, lanes, batch_lanes):
         last = min(lanes, first + batch_lanes) - 1

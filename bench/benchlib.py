@@ -1,0 +1,77 @@
+"""Shared plumbing of the bench scripts: the results file, throwaway databases, the server under test.
+
+* Figures go to ``$NEXUS_BENCH_RESULTS`` (default ``bench/results.json``), merged
+  key by key, so each script owns its keys and a QUICK run (the CI smoke test)
+  never overwrites the recorded full figures.
+* Every measurement runs in a fresh database on the server named by
+  ``NEXUS_TEST_MYSQL_URL`` (what ``scripts/with-mariadb.sh`` exports), dropped
+  afterwards, whatever happens. The DSN is never printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from nexus_cutover.db import make_engine
+
+BENCH = Path(__file__).resolve().parent
+DEFAULT_RESULTS = BENCH / "results.json"
+
+
+def results_path() -> Path:
+    return Path(os.environ.get("NEXUS_BENCH_RESULTS") or DEFAULT_RESULTS)
+
+
+def merge_results(figures: dict) -> Path:
+    """Merge ``figures`` into the results file (other scripts' keys are kept)."""
+    path = results_path()
+    merged = json.loads(path.read_text()) if path.exists() and path.stat().st_size else {}
+    merged.update(figures)
+    path.write_text(json.dumps(merged, indent=2, sort_keys=True, default=str) + "\n")
+    return path
+
+
+def server_url() -> str:
+    url = os.environ.get("NEXUS_TEST_MYSQL_URL", "").strip()
+    if not url:
+        sys.exit("set NEXUS_TEST_MYSQL_URL (or run through scripts/with-mariadb.sh)")
+    return url
+
+
+def server_version() -> str:
+    engine = make_engine(make_url(server_url()).set(database="mysql"))
+    try:
+        with engine.connect() as conn:
+            return str(conn.execute(text("SELECT VERSION()")).scalar_one())
+    finally:
+        engine.dispose()
+
+
+@contextlib.contextmanager
+def fresh_database(prefix: str = "bench") -> Iterator[str]:
+    """A new empty database on the server; yields its URL (with password: never print it)."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    server = make_url(server_url())
+    admin = make_engine(server.set(database="mysql"))
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE DATABASE `{name}`"))
+    try:
+        yield server.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
+        admin.dispose()
+
+
+def now_utc() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

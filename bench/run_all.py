@@ -1,0 +1,220 @@
+"""Run every bench in one run on one MySQL-protocol server; write the figures and print them as a table.
+
+    make bench            # full sizes (H in 10/100/1000, 400 lanes, 1,000 waiting tenants, ...)
+    make bench QUICK=1    # small sizes, about a minute: the CI smoke test runs this
+    bash scripts/with-mariadb.sh .venv/bin/python bench/run_all.py [--quick] [--out PATH] [--only STEP ...]
+
+Each step is one bench script in a child process, in order, all against the
+server named by ``NEXUS_TEST_MYSQL_URL`` (each in fresh databases of its own).
+The children merge their figures into a scratch results file
+(``NEXUS_BENCH_RESULTS``); this script then writes ``--out`` (default
+``bench/results.json``) with exactly the figures of the issue as top-level keys,
+each step's details, the machine (cores, server version, Python) and the mode.
+A figure a step did not produce is written as ``null`` with the reason under
+``missing``, and the exit status is 1: a figure is never carried over from an
+earlier run. Goals are printed next to the figures; they are not enforced here
+(timings are never asserted in CI, only that every figure was produced).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # noqa: E402
+
+FIGURES = (
+    "audit_vs_server_floor", "audit_peak_rss_mb", "audit_rss_growth_mb", "drain_poke_ratio", "payload_read_ratio",
+    "admission_vs_insert", "materialize_vs_setbased", "dag_parse_s", "triggerer_mb_per_waiting_tenant",
+)
+
+#: (comparison, bound, unit) per figure; ``dag_parse_s`` is checked per DAG file.
+GOALS = {
+    "audit_vs_server_floor": ("<=", 2.0, "x floor"),
+    "audit_peak_rss_mb": ("<=", 150.0, "MB"),
+    "audit_rss_growth_mb": ("<=", 50.0, "MB"),
+    "drain_poke_ratio": ("<=", 1.3, "x H=10"),
+    "payload_read_ratio": ("<=", 1.3, "x H=10"),
+    "admission_vs_insert": (">=", 0.5, "x INSERT"),
+    "materialize_vs_setbased": (">=", 0.5, "x UPDATE"),
+    "dag_parse_s": ("<", 0.2, "s"),
+    "triggerer_mb_per_waiting_tenant": (None, None, "MB"),
+}
+
+#: Companion figures printed under a figure when a step provides them.
+COMPANIONS = {
+    "admission_vs_insert": ("admission_events_per_s",),
+    "materialize_vs_setbased": ("materialize_rows_per_s",),
+    "triggerer_mb_per_waiting_tenant": ("triggerer_cpu_ms_per_tenant_per_min", "triggerer_poke_queries_per_s"),
+}
+
+
+@dataclass
+class Step:
+    name: str
+    script: str
+    figures: tuple[str, ...]
+    full: list[str] = field(default_factory=list)
+    quick: list[str] = field(default_factory=list)
+
+
+STEPS = [
+    Step("audit", "bench_audit.py", ("audit_vs_server_floor", "audit_peak_rss_mb", "audit_rss_growth_mb"),
+         full=["--generations", "10", "100", "1000"], quick=["--generations", "10", "50", "--lanes", "40", "--repeat", "1"]),
+    Step("drain", "bench_drain.py", ("drain_poke_ratio",),
+         full=["--generations", "10", "1000"], quick=["--generations", "10", "50", "--lanes", "40", "--pokes", "15"]),
+    Step("runtime", "bench_runtime.py", ("payload_read_ratio", "admission_vs_insert"), quick=["--quick"]),
+    Step("materialize", "bench_materialize.py", ("materialize_vs_setbased",), quick=["--quick"]),
+    Step("dag_parse", "bench_dag_parse.py", ("dag_parse_s",), full=["--repeat", "3"], quick=["--repeat", "1"]),
+    Step("triggerer", "bench_triggerer.py", ("triggerer_mb_per_waiting_tenant",),
+         full=["--tenants", "1000", "--poll-interval", "30", "--window", "60"],
+         quick=["--tenants", "40", "--baseline", "10", "--poll-interval", "2", "--window", "4", "--lanes", "40"]),
+]
+
+
+def run_step(step: Step, quick: bool, scratch: Path, timeout: float) -> tuple[float, str | None]:
+    """Run one bench script; its output goes to ours. Returns (seconds, failure reason or None)."""
+    script = benchlib.BENCH / step.script
+    if not script.exists():
+        return 0.0, f"bench/{step.script} does not exist (yet)"
+    cmd = [sys.executable, str(script), *(step.quick if quick else step.full)]
+    env = dict(os.environ, NEXUS_BENCH_RESULTS=str(scratch))
+    print(f"\n=== {step.name}: {' '.join(['bench/' + step.script, *cmd[2:]])}", flush=True)
+    started = time.perf_counter()
+    tail: list[str] = []
+    try:
+        with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True) as proc:
+            assert proc.stdout is not None
+            killed = threading.Event()
+
+            def kill() -> None:
+                killed.set()
+                os.killpg(proc.pid, signal.SIGKILL)  # the step's own process group: its children too
+
+            watchdog = threading.Timer(timeout, kill)  # a silent, hung child is stopped too
+            watchdog.start()
+            try:
+                for line in proc.stdout:
+                    print(line, end="", flush=True)
+                    tail = (tail + [line.rstrip()])[-15:]
+                code = proc.wait()
+            finally:
+                watchdog.cancel()
+            if killed.is_set():
+                return time.perf_counter() - started, f"timed out after {timeout:.0f} s"
+    except OSError as exc:
+        return time.perf_counter() - started, f"could not start: {exc}"
+    elapsed = time.perf_counter() - started
+    if code != 0:
+        return elapsed, f"exit status {code}: " + " | ".join(tail[-4:])
+    return elapsed, None
+
+
+def is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def valid(figure: str, value) -> bool:
+    if figure == "dag_parse_s":
+        return isinstance(value, dict) and bool(value) and all(is_number(v) for v in value.values())
+    return is_number(value)
+
+
+def verdict(figure: str, value) -> str:
+    op, bound, _unit = GOALS[figure]
+    if value is None:
+        return "MISSING"
+    if op is None:
+        return "recorded"
+    values = value.values() if isinstance(value, dict) else [value]
+    ok = all(v <= bound if op == "<=" else v >= bound if op == ">=" else v < bound for v in values)
+    return "met" if ok else "NOT MET"
+
+
+def table(results: dict) -> str:
+    lines = [f"{'figure':<36} {'value':>12} {'goal':>16}  verdict", "-" * 78]
+    for figure in FIGURES:
+        value = results.get(figure)
+        op, bound, unit = GOALS[figure]
+        goal = f"{op} {bound} {unit}" if op else unit
+        if isinstance(value, dict):
+            lines.append(f"{figure:<36} {'':>12} {goal:>16}  {verdict(figure, value)}")
+            lines += [f"  {name:<34} {v:>12.4f}" for name, v in sorted(value.items())]
+        else:
+            shown = "-" if value is None else f"{value:.4g}"
+            lines.append(f"{figure:<36} {shown:>12} {goal:>16}  {verdict(figure, value)}")
+        for extra in COMPANIONS.get(figure, ()):
+            if is_number(results.get(extra)):
+                lines.append(f"  {extra:<34} {results[extra]:>12.4g}")
+    for figure, reason in results.get("missing", {}).items():
+        lines.append(f"missing {figure}: {reason}")
+    return "\n".join(lines)
+
+
+def machine() -> dict:
+    return {
+        "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+        "server_version": benchlib.server_version(),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes (about a minute)")
+    parser.add_argument("--out", type=Path, default=benchlib.DEFAULT_RESULTS)
+    parser.add_argument("--only", nargs="+", choices=[s.name for s in STEPS], help="run only these steps")
+    parser.add_argument("--step-timeout", type=float, default=None, help="seconds per step (default 3600, quick 600)")
+    args = parser.parse_args()
+    benchlib.server_url()  # fails early, naming the variable, when no server is given
+    timeout = args.step_timeout or (600.0 if args.quick else 3600.0)
+    steps = [s for s in STEPS if not args.only or s.name in args.only]
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="nexus-bench-") as tmp:
+        scratch = Path(tmp) / "results.json"
+        durations, failures = {}, {}
+        for step in steps:
+            durations[step.name], failures[step.name] = run_step(step, args.quick, scratch, timeout)
+        produced = json.loads(scratch.read_text()) if scratch.exists() else {}
+    results = {"mode": "quick" if args.quick else "full", "measured_at": benchlib.now_utc(), "machine": machine(),
+               "step_seconds": {k: round(v, 1) for k, v in durations.items()},
+               "total_seconds": round(time.perf_counter() - started, 1)}
+    results["details"] = {k: v for k, v in produced.items() if k not in FIGURES}
+    missing = {}
+    for step in steps:
+        for figure in step.figures:
+            value = produced.get(figure)
+            if valid(figure, value):
+                results[figure] = value
+            else:
+                results[figure] = None
+                missing[figure] = failures[step.name] or f"bench/{step.script} did not write a numeric {figure!r}"
+    for figure in FIGURES:
+        results.setdefault(figure, None)
+        if results[figure] is None and figure not in missing:
+            missing[figure] = "step not run (--only)"
+    for extra in (e for extras in COMPANIONS.values() for e in extras):
+        if extra in produced:
+            results[extra] = produced[extra]
+    results["missing"] = missing
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2, sort_keys=True, default=str) + "\n")
+    print(f"\n=== results ({results['mode']}, {results['machine']['cores']} cores, {results['machine']['server_version']}, "
+          f"{results['total_seconds']:.0f} s) -> {args.out}")
+    print(table(results))
+    return 1 if missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
