@@ -11,6 +11,7 @@ command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need_apt+=(m
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 [ -e /usr/include/mysql/mysql.h ] || [ -e /usr/include/mariadb/mysql.h ] || need_apt+=(default-libmysqlclient-dev)
 command -v gcc >/dev/null 2>&1 || need_apt+=(build-essential)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium chromium-driver)  # status view test (headless)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "bootstrap: apt-get install ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
