@@ -112,9 +112,16 @@ class AuditCheckpointOperator(BaseOperator):
 
     def execute(self, context) -> dict[str, Any]:
         from nexus_cutover.projection.checkpoint import run_checkpoint
+        from nexus_cutover.schema import missing_projection_schema
 
         p = params_of(context)
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
+            missing = missing_projection_schema(engine)
+            if p.dry_run and missing:
+                # The audit reads the Part B objects; on a dry run apply_schema created nothing.
+                return {"pack_install_id": self.pack_install_id, "outcome": "not_audited", "missing_schema": missing,
+                        "plan": plan(self.log, [f"audit pack {self.pack_install_id} and write its checkpoint once "
+                                                f"apply_schema has created {', '.join(missing)}"])}
             result = run_checkpoint(engine, self.pack_install_id, timeout_s=p.checkpoint_timeout,
                                     written_by=_who(context), dry_run=p.dry_run)
         out = result.as_json()
@@ -177,7 +184,7 @@ class FinalOldWriterCheckOperator(BaseOperator):
         pulled = ti.xcom_pull(task_ids="audit_and_checkpoint")  # every map index; one pack gives the dict itself
         for result in [pulled] if isinstance(pulled, dict) else list(pulled or []):
             if result:
-                cutoffs[result["pack_install_id"]] = result["legacy_max_ordinal"]
+                cutoffs[result["pack_install_id"]] = result.get("legacy_max_ordinal")
         if p.dry_run:
             return {"dry_run": True, "plan": plan(self.log, []), "cutoffs": cutoffs}
         fence_id = (ti.xcom_pull(task_ids="arm_fence") or {}).get("fence_id")

@@ -77,6 +77,25 @@ def snapshot(engine: Engine) -> dict[str, Any]:
     }
 
 
+def history_bytes(engine: Engine) -> tuple[str, str]:
+    """Checksums of every Part A column of ``_System_WorkItem`` and ``_System_Event``.
+
+    Part A columns only, so the check is the same before and after apply_schema
+    adds ``InputStartOrdinal`` (which :func:`no_range_starts` checks separately).
+    """
+    return tuple(table_checksum(engine, catalog.legacy_metadata.tables[t.name]) for t in (catalog.WorkItem, catalog.Event))
+
+
+def no_range_starts(engine: Engine) -> bool:
+    """No WorkItem carries an InputStartOrdinal (or the column does not exist)."""
+    with engine.connect() as conn:
+        if catalog.INPUT_START_ORDINAL.column_name not in existing_columns(conn, catalog.WorkItem.name):
+            return True
+        return not conn.execute(
+            select(func.count()).select_from(catalog.WorkItem).where(catalog.INPUT_START_ORDINAL.column.isnot(None))
+        ).scalar_one()
+
+
 def max_ordinal(engine: Engine, pack: str) -> int:
     with engine.connect() as conn:
         return conn.execute(

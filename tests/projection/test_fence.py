@@ -40,8 +40,10 @@ def test_arm_then_rerun_reuses_the_same_fence(engine):
 
 
 def test_dry_run_writes_nothing(engine):
+    locks = table_checksum(engine, catalog.Lock)
     assert fence.arm_fence(engine, "acme", armed_by="t", timeout_s=10, dry_run=True).outcome == "would_arm"
     assert _fences(engine) == []
+    assert table_checksum(engine, catalog.Lock) == locks  # not even a lock row
 
 
 def test_expiring_or_scoped_fences_are_not_reused(engine):

@@ -11,7 +11,8 @@ Invariants (seed 000, "Existing-data cutover"; contract, ``_System_AdmissionFenc
 * Releasing sets ``ReleasedAt``/``ReleasedBy`` on the cutover fence only; a fence
   that is already released is a no-op success. Nothing here deletes a row.
 * Every write happens under the namespace lifecycle lock, inside a bounded
-  :class:`~nexus_cutover.db.Deadline`.
+  :class:`~nexus_cutover.db.Deadline`. A dry run only reads: it takes no lock
+  and creates no lock row.
 """
 
 from __future__ import annotations
@@ -122,35 +123,41 @@ def arm_fence(
     reason: str = FENCE_REASON,
 ) -> FenceResult:
     """Arm (or reuse) the namespace's non-expiring ``*`` fence; :class:`ActiveOverrides` if any override is active."""
-    deadline = Deadline(timeout_s)
+    if dry_run:  # read only: not even the lock rows are created
+        with translate_errors("checking the admission fence"), engine.connect() as conn:
+            return _arm(conn, namespace, armed_by, reason, dry_run=True)
     with (
         translate_errors("arming the admission fence"),
-        locked_transaction(engine, lifecycle_lock_names(namespace), deadline) as conn,
+        locked_transaction(engine, lifecycle_lock_names(namespace), Deadline(timeout_s)) as conn,
     ):
-        now = utcnow()
-        overrides = active_overrides(conn, namespace, now)
-        if overrides:
-            raise ActiveOverrides(namespace, overrides)
-        fences = fences_in_force(conn, namespace, now)
-        existing = next((f for f in fences if _is_cutover_fence(f)), None)
-        others = [f for f in fences if existing is None or f["FenceId"] != existing["FenceId"]]
-        if existing is not None:
-            return FenceResult(namespace, "would_reuse" if dry_run else "reused", existing["FenceId"], others)
-        if dry_run:
-            return FenceResult(namespace, "would_arm", None, others)
-        result = conn.execute(
-            insert(AdmissionFence).values(
-                Namespace=namespace,
-                Scope=catalog.FENCE_SCOPE_ALL,
-                Reason=reason[:255],
-                ArmedBy=armed_by[:128],
-                ArmedAt=now,
-                ExpiresAt=None,
-                ReleasedAt=None,
-                ReleasedBy=None,
-            )
+        return _arm(conn, namespace, armed_by, reason, dry_run=False)
+
+
+def _arm(conn: Connection, namespace: str, armed_by: str, reason: str, *, dry_run: bool) -> FenceResult:
+    now = utcnow()
+    overrides = active_overrides(conn, namespace, now)
+    if overrides:
+        raise ActiveOverrides(namespace, overrides)
+    fences = fences_in_force(conn, namespace, now)
+    existing = next((f for f in fences if _is_cutover_fence(f)), None)
+    others = [f for f in fences if existing is None or f["FenceId"] != existing["FenceId"]]
+    if existing is not None:
+        return FenceResult(namespace, "would_reuse" if dry_run else "reused", existing["FenceId"], others)
+    if dry_run:
+        return FenceResult(namespace, "would_arm", None, others)
+    result = conn.execute(
+        insert(AdmissionFence).values(
+            Namespace=namespace,
+            Scope=catalog.FENCE_SCOPE_ALL,
+            Reason=reason[:255],
+            ArmedBy=armed_by[:128],
+            ArmedAt=now,
+            ExpiresAt=None,
+            ReleasedAt=None,
+            ReleasedBy=None,
         )
-        return FenceResult(namespace, "armed", int(result.inserted_primary_key[0]), others)
+    )
+    return FenceResult(namespace, "armed", int(result.inserted_primary_key[0]), others)
 
 
 def fence_row(conn: Connection, fence_id: int) -> dict[str, Any] | None:
@@ -168,28 +175,34 @@ def release_fence(
     dry_run: bool = False,
 ) -> FenceResult:
     """Release the cutover fence ``fence_id`` (set ReleasedAt); already released is a no-op success."""
-    deadline = Deadline(timeout_s)
+    if dry_run:
+        with translate_errors("checking the admission fence"), engine.connect() as conn:
+            return _release(conn, namespace, fence_id, released_by, dry_run=True)
     with (
         translate_errors("releasing the admission fence"),
-        locked_transaction(engine, lifecycle_lock_names(namespace), deadline) as conn,
+        locked_transaction(engine, lifecycle_lock_names(namespace), Deadline(timeout_s)) as conn,
     ):
-        now = utcnow()
-        fence = fence_row(conn, fence_id)
-        if fence is None or fence["Namespace"] != namespace:
-            raise BadInput(f"admission fence {fence_id} does not exist in namespace {namespace!r}")
-        if not _is_cutover_fence(fence):
-            raise BadInput(f"admission fence {fence_id} is not a non-expiring '*' cutover fence; it is left as is")
-        others = [f for f in fences_in_force(conn, namespace, now) if f["FenceId"] != fence_id]
-        if fence["ReleasedAt"] is not None:
-            return FenceResult(namespace, "already_released", fence_id, others)
-        if dry_run:
-            return FenceResult(namespace, "would_release", fence_id, others)
-        conn.execute(
-            update(AdmissionFence)
-            .where(AdmissionFence.c.FenceId == fence_id, AdmissionFence.c.ReleasedAt.is_(None))
-            .values(ReleasedAt=now, ReleasedBy=released_by[:128])
-        )
-        return FenceResult(namespace, "released", fence_id, others)
+        return _release(conn, namespace, fence_id, released_by, dry_run=False)
+
+
+def _release(conn: Connection, namespace: str, fence_id: int, released_by: str, *, dry_run: bool) -> FenceResult:
+    now = utcnow()
+    fence = fence_row(conn, fence_id)
+    if fence is None or fence["Namespace"] != namespace:
+        raise BadInput(f"admission fence {fence_id} does not exist in namespace {namespace!r}")
+    if not _is_cutover_fence(fence):
+        raise BadInput(f"admission fence {fence_id} is not a non-expiring '*' cutover fence; it is left as is")
+    others = [f for f in fences_in_force(conn, namespace, now) if f["FenceId"] != fence_id]
+    if fence["ReleasedAt"] is not None:
+        return FenceResult(namespace, "already_released", fence_id, others)
+    if dry_run:
+        return FenceResult(namespace, "would_release", fence_id, others)
+    conn.execute(
+        update(AdmissionFence)
+        .where(AdmissionFence.c.FenceId == fence_id, AdmissionFence.c.ReleasedAt.is_(None))
+        .values(ReleasedAt=now, ReleasedBy=released_by[:128])
+    )
+    return FenceResult(namespace, "released", fence_id, others)
 
 
 def cutover_fence_in_force(bind: Engine | Connection, namespace: str) -> dict[str, Any] | None:
