@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: deps test demo lint bench
+.PHONY: deps test demo airflow lint bench
 
 deps:
 	@VENV=$(VENV) bash scripts/bootstrap.sh
@@ -14,9 +14,14 @@ test: deps
 	$(BIN)/ruff check .
 	NEXUS_DB_REQUIRED=1 bash scripts/with-mariadb.sh $(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# The main job end to end on the embedded default (a demo tenant on SQLite).
+# The main job end to end on the embedded default (a demo tenant on SQLite): real Airflow,
+# the old runtime draining, the cutover over the REST API, Field History to stage 3; exits 0.
 demo: deps
-	$(BIN)/python -m nexus_cutover.demo
+	$(BIN)/python scripts/demo.py
+
+# The same Airflow with the demo tenant, left up (URL and login printed); Ctrl-C stops it.
+airflow: deps
+	$(BIN)/python scripts/airflow_up.py
 
 lint: deps
 	$(BIN)/ruff check .

@@ -8,6 +8,11 @@ writer + projection worker + in-process dependency resolver), stepped every
 per item, so old work drains over tens of seconds instead of instantly. It keeps
 admitting one synthetic input per step and pack until the cutover fence stops
 it. SIGTERM/SIGINT stop it cleanly: both registry rows get ``StoppedAt``.
+
+With ``--stop-after-fenced-drain`` it also stops by itself once an admission
+fence is in force and its old work has drained -- standing in for the delivery
+engineer who stops the old writers at step 3 (used by ``make airflow``, where
+the cutover is triggered from the UI).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ def main() -> int:
     parser.add_argument("--process-id", default="old-runtime-1")
     parser.add_argument("--pace", type=float, default=0.5, help="seconds between steps")
     parser.add_argument("--work-per-step", type=int, default=1)
+    parser.add_argument("--stop-after-fenced-drain", action="store_true")
     args = parser.parse_args()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -45,7 +51,9 @@ def main() -> int:
     try:
         sim.register()
         while not stop.is_set():
-            sim.step()
+            report = sim.step()
+            if args.stop_after_fenced_drain and report.fenced_sources and sim.drained():
+                break
             stop.wait(args.pace)
     finally:
         sim.stop()

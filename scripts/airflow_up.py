@@ -1,0 +1,103 @@
+"""``make airflow``: the demo's Airflow with the demo tenant, left up for a person to use the UI.
+
+Starts ``airflow standalone`` (state in ``.run/airflow``, kept between runs), seeds
+the demo tenant on first use (``--reseed`` starts it over), creates the
+``nexus_tenant_demo`` connection, starts the old-protocol runtime (which stops
+by itself once the cutover fence is armed and its work has drained, standing in
+for step 3), prints the URL and the login, and waits. Trigger
+``connector_projection_cutover`` with ``{"tenant": "demo", "host_controller": "command"}``
+from the UI; the status view is under Browse -> Nexus tenants.
+
+Ctrl-C stops everything it started: Airflow, the old runtime, and any new host
+a cutover run started (its pid is in the run's ``start_new_host`` XCom).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import pathlib
+import signal
+import socket
+import sys
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "plugins")]
+
+from scripts.demo import CONN_ID, CUTOVER_DAG, TENANT, Child, say, stop_pid_if_ours  # noqa: E402
+from scripts.demo_airflow import AirflowStack, free_port  # noqa: E402
+from scripts.demo_seed import seed  # noqa: E402
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def started_hosts(stack: AirflowStack) -> list[int]:
+    pids = []
+    with contextlib.suppress(Exception):
+        runs = stack.request("GET", f"/api/v2/dags/{CUTOVER_DAG}/dagRuns?limit=100")["dag_runs"]
+        for run in runs:
+            result = stack.xcom(CUTOVER_DAG, run["dag_run_id"], "start_new_host") or {}
+            if result.get("pid"):
+                pids.append(int(result["pid"]))
+    return pids
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--state-dir", default=str(REPO / ".run" / "airflow"))
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--reseed", action="store_true", help="start the demo tenant over")
+    args = parser.parse_args()
+    state = pathlib.Path(args.state_dir).resolve()
+    state.mkdir(parents=True, exist_ok=True)
+    tenant_db = state / f"tenant-{TENANT}.db"
+    if args.reseed or not tenant_db.exists():
+        info = seed(str(tenant_db), TENANT)
+        say(f"seeded the demo tenant in {tenant_db}: {info['live_old_work']} old projection items in flight")
+    port = args.port if _port_free(args.port) else free_port()
+    stack = AirflowStack(state / "home", port=port, parallelism=4)
+    old_runtime = None
+    stop = {"now": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    try:
+        say("starting Airflow (airflow standalone) ...")
+        stack.start()
+        stack.put_connection(CONN_ID, "sqlite", host=str(tenant_db), description="demo tenant (embedded SQLite)")
+        env = {**os.environ, "NEXUS_TENANT_DSN": f"sqlite:///{tenant_db}", "PYTHONPATH": str(REPO)}
+        old_runtime = Child("old runtime", [sys.executable, str(REPO / "scripts" / "demo_old_runtime.py"),
+                                            "--namespace", TENANT, "--stop-after-fenced-drain"],
+                            env, state / "old-runtime.log")
+        print(f"""
+Airflow is up: {stack.base_url}
+  login:        admin / {stack.admin_password()}
+  status view:  {stack.base_url}/nexus-status/  (Browse -> Nexus tenants)
+  tenant:       {TENANT} (connection {CONN_ID}, SQLite {tenant_db})
+  cutover:      trigger {CUTOVER_DAG} with {{"tenant": "{TENANT}", "host_controller": "command"}}
+  old runtime:  pid {old_runtime.proc.pid}, stops by itself once the fence is armed and its work drained
+Ctrl-C stops everything.""", flush=True)
+        while not stop["now"]:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        say("stopping ...")
+        if old_runtime:
+            old_runtime.stop()
+        for pid in started_hosts(stack) if stack.token else []:
+            stop_pid_if_ours(pid, "nexus")
+        stack.stop()
+        say("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
