@@ -154,21 +154,27 @@ def materialize(
     last_log = started
     lo: int | None = None
     set_true = set_false = batches = attempts = 0
+
+    def timed_out() -> LockTimeout:
+        return LockTimeout(
+            f"timed out after {deadline.seconds:g}s with {set_true + set_false} of {total} rows materialized "
+            f"(committed and kept); rerun materialize to finish the rest"
+        )
+
     while True:
         if deadline.expired():
-            raise LockTimeout(
-                f"timed out after {deadline.seconds:g}s with {set_true + set_false} of {total} rows materialized "
-                f"(committed and kept); rerun materialize to finish the rest"
-            )
+            raise timed_out()
         try:
             hi, t, f = _run_batch(engine, lo, batch_size, deadline)
         except sa_exc.DBAPIError as exc:
-            if _is_retryable(exc) and not deadline.expired():
-                attempts += 1
-                log.warning("batch after ChangeId %s waited too long for a row lock; retrying (%d)", lo, attempts)
-                time.sleep(min(0.05 * attempts, 1.0))
-                continue
-            raise classify(exc, f"materializing the batch after ChangeId {lo}") from exc
+            if not _is_retryable(exc):
+                raise classify(exc, f"materializing the batch after ChangeId {lo}") from exc
+            if deadline.expired():
+                raise timed_out() from exc
+            attempts += 1
+            log.warning("batch after ChangeId %s waited too long for a row lock; retrying (%d)", lo, attempts)
+            time.sleep(min(0.05 * attempts, 1.0))
+            continue
         if hi is None:
             break
         attempts = 0
