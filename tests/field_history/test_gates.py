@@ -1,0 +1,118 @@
+"""The three stage gates as domain functions, on MariaDB and SQLite: refusals with their reports, and the happy path."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from nexus_cutover import catalog
+from nexus_cutover.db import make_engine
+from nexus_cutover.field_history import gates
+from nexus_cutover.field_history.status import read_status
+from nexus_cutover.scenario import TenantScenario
+from nexus_cutover.schema import create_legacy_schema
+from tests.support import history_checksum
+
+from .helpers import mixed_history
+
+STAGE1, CUTOVER = "4.12.0", "4.13.0"
+
+
+def legacy_tenant(url, *, api="4.12.0", worker="4.12.0", manager="4.13.0"):
+    engine = make_engine(url)
+    create_legacy_schema(engine)
+    sc = mixed_history(TenantScenario())
+    sc.process(catalog.ROLE_RUNTIME_API, version=api, process_id="api-1")
+    sc.process(catalog.ROLE_AUDIT_OUTBOX_WORKER, version=worker, process_id="worker-1")
+    sc.process(catalog.ROLE_SERVICE_MANAGER, version=manager, process_id="sm-1")
+    sc.process(catalog.ROLE_RUNTIME_API, version="4.0.0", process_id="api-old", stopped=True)  # stopped: ignored
+    for row in sc.audit_changes:
+        row.pop("FieldHistoryEligible", None)  # Part A has no column yet: every row is NULL (12 eligible)
+    sc.write(engine)
+    return engine
+
+
+def settings_rows(engine) -> dict[str, str]:
+    s = catalog.RuntimeSetting
+    with engine.connect() as conn:
+        return dict(conn.execute(select(s.c.Name, s.c.Value)).all())
+
+
+def test_stage_1_adds_the_column_once_and_lists_lagging_processes(tenant_url):
+    engine = legacy_tenant(tenant_url, api="4.11.9")
+    first = gates.stage_1(engine, stage1_release=STAGE1)
+    assert not first.passed and first.actions == ["added column _System_AuditFieldChange.FieldHistoryEligible"]
+    assert [f["process_id"] for f in first.findings] == ["api-1"]
+    assert "api-1" in first.render() and "older than 4.12.0" in first.summary
+    again = gates.stage_1(engine, stage1_release="4.11")
+    assert again.passed and again.already_done and again.actions == []
+    engine.dispose()
+
+
+def test_stage_2_refuses_lagging_producers_and_unstamped_rows(tenant_url):
+    engine = legacy_tenant(tenant_url, api="4.12.0")
+    gates.stage_1(engine, stage1_release=STAGE1)
+    sc = TenantScenario()
+    sc.change_ids = iter(range(1000, 1010))
+    sc.audit_change(1, history_sequence=None, producer_version="4.13.1")  # a new producer that did not stamp
+    sc.audit_change(None, history_sequence=None, producer_version="4.13.1")  # no FieldId: allowed to be NULL
+    sc.write(engine)
+    report = gates.stage_2_producers(engine, producer_release=CUTOVER)
+    assert not report.passed
+    assert report.counts == {"lagging_processes": 1, "unstamped_rows": 1}
+    assert {f["finding"] for f in report.findings} == {"lagging_process", "unstamped_row"}
+    assert [f["change_id"] for f in report.findings if f["finding"] == "unstamped_row"] == [1000]
+    engine.dispose()
+
+
+def test_outbox_drain_state_reports_open_failed_and_stuck(tenant_url):
+    engine = legacy_tenant(tenant_url)
+    sc = TenantScenario()
+    sc.outbox_row(producer_version="4.11.0", status="pending")
+    sc.outbox_row(producer_version="4.12.0", status="failed")
+    sc.outbox_row(producer_version="4.13.0", status="pending")  # post-cutover: not part of the drain
+    sc.outbox_row(producer_version="4.11.0", status="delivered")
+    sc.write(engine)
+    state = gates.outbox_drain_state(engine, producer_release=CUTOVER)
+    assert (state.remaining, state.failed_rows, state.live_workers, state.drained) == (1, 1, 1, False)
+    assert [e["outbox_id"] for e in state.examples] == [1, 2]
+    assert len(state.stuck_reasons) == 1 and "failed" in state.stuck_reasons[0]
+    engine.dispose()
+
+
+def test_stage_3_refuses_with_counts_and_switches_nothing(tenant_url):
+    engine = legacy_tenant(tenant_url, api="4.13.0", worker="4.12.0")
+    gates.stage_1(engine, stage1_release=STAGE1)
+    TenantScenario().write(engine)
+    sc = TenantScenario()
+    sc.outbox_row(producer_version="4.11.0", status="pending")
+    sc.write(engine)
+    report = gates.stage_3(engine, producer_release=CUTOVER, updated_by="test")
+    assert not report.passed and report.summary.startswith("refused, nothing switched")
+    assert report.counts == {"lagging_processes": 1, "pre_cutover_outbox_rows": 1, "eligible_null_rows": 12}
+    assert settings_rows(engine) == {}
+    engine.dispose()
+
+
+def test_happy_path_through_stage_3_then_reverified(tenant_url):
+    engine = legacy_tenant(tenant_url, api="4.13.0", worker="4.13.0")
+    before = history_checksum(engine)
+    assert gates.stage_1(engine, stage1_release=STAGE1).passed
+    assert gates.stage_2_producers(engine, producer_release=CUTOVER).passed
+    assert gates.outbox_drain_state(engine, producer_release=CUTOVER).drained
+    mat = gates.stage_2_materialize(engine, batch_size=7)
+    assert mat.passed and mat.counts["set_true"] == 12 and mat.counts["eligible_null_rows"] == 0
+    final = gates.stage_3(engine, producer_release=CUTOVER, updated_by="test")
+    assert final.passed and final.actions == [
+        "set FieldHistoryReadMode = boolean_only",
+        "set FieldHistorySequenceReservationEnabled = false",
+    ]
+    assert any("AtomicHistoryPrelocks" in r for r in final.removable)
+    assert settings_rows(engine) == {"FieldHistoryReadMode": "boolean_only", "FieldHistorySequenceReservationEnabled": "false"}
+    st = read_status(engine)
+    assert (st.settings.read_mode, st.settings.sequence_reservation_enabled) == ("boolean_only", False)
+
+    again = gates.stage_3(engine, producer_release=CUTOVER, updated_by="test")
+    assert again.passed and again.already_done and again.actions == []
+    assert gates.stage_2_materialize(engine).already_done
+    assert history_checksum(engine) == before  # Event/WorkItem history untouched
+    engine.dispose()
