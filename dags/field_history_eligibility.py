@@ -1,0 +1,87 @@
+"""Field History eligibility: the three stage gates of seed 003, one run per tenant.
+
+This file only declares the flow; every database access happens inside the
+operators (``plugins/nexus_airflow/field_history.py``) at run time.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import DAG
+
+from nexus_airflow.field_history import (
+    OutboxDrainSensor,
+    Stage1Operator,
+    Stage2MaterializeOperator,
+    Stage2ProducersOperator,
+    Stage3Operator,
+    field_history_params,
+)
+
+DAG_DOC = """
+# Field History eligibility (per tenant)
+
+Moves one tenant from the sequence/interval compatibility reader to boolean-only
+Field History reads, in the release stages of seed 003. Each stage is a gate
+that checks evidence in the tenant database, acts only when it holds, and
+otherwise **stops and reports** (failed task, log, XCom `report`):
+
+1. **stage_1**: the nullable `FieldHistoryEligible` column (additive DDL, skipped when present) and every
+   `runtime_api` / `audit_outbox_worker` at least `stage1_release`;
+2. **stage_2_producers** (every `runtime_api` / `service_manager` at least `producer_release`, and no NULL
+   row with a stable FieldId from such a producer), **stage_2_drain_outbox** (pre-cutover outbox work
+   delivered; deferrable), **stage_2_materialize** (legacy NULL rows decided from their sequence/interval
+   facts, in batches of `batch_size`);
+3. **stage_3**: every deployed producer upgraded, no pre-cutover outbox work, zero eligible NULL rows; then
+   `FieldHistoryReadMode = boolean_only` and `FieldHistorySequenceReservationEnabled = false`, and the report
+   lists the machinery now removable.
+
+Trigger with `tenant`, `stage1_release`, `target_stage` and (stages 2-3) `producer_release`; the DB is the
+Airflow connection `conn_id` (default `nexus_tenant_<tenant>`). Stages above `target_stage` are skipped;
+stages already passed are re-verified, not redone, so the same form can be run again at any time.
+It never UPDATEs or DELETEs an Event, WorkItem, outbox or process row, never overwrites a stamped
+eligibility value, and has no way to skip a refusal.
+"""
+
+with DAG(
+    dag_id="field_history_eligibility",
+    description="Per-tenant Field History eligibility stage gates (seed 003)",
+    schedule=None,
+    catchup=False,
+    max_active_runs=16,
+    params=field_history_params(),
+    doc_md=DAG_DOC,
+    default_args={"retries": 0},
+    tags=["nexus", "field-history"],
+) as dag:
+    stage_1 = Stage1Operator(
+        task_id="stage_1",
+        doc_md="Adds the nullable `_System_AuditFieldChange.FieldHistoryEligible` if absent (idempotent) and checks "
+        "that every deployed `runtime_api` and `audit_outbox_worker` runs at least `stage1_release`. **Stops** "
+        "listing the lagging processes: upgrade them (or mark gone ones stopped), then clear.",
+    )
+    stage_2_producers = Stage2ProducersOperator(
+        task_id="stage_2_producers",
+        doc_md="Every deployed `runtime_api` and `service_manager` runs at least `producer_release`, and no row "
+        "with a stable FieldId written by such a producer is NULL. **Stops** listing lagging processes or example "
+        "unstamped rows (a producer is not stamping): fix the producer, then clear. Writes nothing.",
+    )
+    stage_2_drain_outbox = OutboxDrainSensor(
+        task_id="stage_2_drain_outbox",
+        doc_md="Deferrable: waits until no outbox row older than `producer_release` is pending or processing, "
+        "logging the remaining count each poll. **Stops and reports** failed pre-cutover rows, open rows without "
+        "a live `audit_outbox_worker`, or `drain_timeout`. It never changes an outbox row.",
+    )
+    stage_2_materialize = Stage2MaterializeOperator(
+        task_id="stage_2_materialize",
+        doc_md="Sets NULL rows with a FieldId and a HistorySequence to TRUE where an interval proves eligibility "
+        "and FALSE where none does, in keyset batches of `batch_size`, each its own transaction, never "
+        "overwriting a stamped value. Resumable: a failure or timeout keeps committed batches; clear to finish.",
+    )
+    stage_3 = Stage3Operator(
+        task_id="stage_3",
+        doc_md="**Refuses with the counts** unless every deployed producer runs `producer_release`, no pre-cutover "
+        "outbox work is left and no eligible NULL row remains. Then sets `FieldHistoryReadMode = boolean_only` and "
+        "`FieldHistorySequenceReservationEnabled = false` and reports what machinery is now removable.",
+    )
+
+    stage_1 >> stage_2_producers >> stage_2_drain_outbox >> stage_2_materialize >> stage_3

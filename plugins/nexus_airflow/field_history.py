@@ -1,0 +1,255 @@
+"""Operators, poller and sensor of the Field History eligibility DAG (seed 003, three stage gates).
+
+Every rule lives in :mod:`nexus_cutover.field_history.gates`; these classes only
+resolve the run's form, open the tenant engine (:class:`~nexus_airflow.hooks.NexusTenantHook`),
+call one gate and turn its report into a task outcome:
+
+* a passed gate returns its report (XCom ``return_value``);
+* a failed gate pushes the report (XCom ``report``), logs it, and fails the
+  task without retry (:func:`~nexus_airflow.base.stop`): gates stop and report;
+* a stage above ``target_stage`` skips (and with it everything downstream).
+
+The outbox drain reuses :class:`~nexus_airflow.sensors.StatusPollSensor` and
+:class:`~nexus_airflow.triggers.StatusPollTrigger` (deferrable, bounded by a
+deadline fixed when the sensor starts); it never changes an outbox row.
+Light to import: domain code is imported inside methods only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from nexus_airflow.base import domain_errors, stop, tenant_engine
+from nexus_airflow.params import CONN_ID_PATTERN, TENANT_PATTERN, conn_id_for
+from nexus_airflow.pollers import WAITING, _EnginePoller, deadline_in
+from nexus_airflow.sensors import StatusPollSensor
+
+VERSION_PATTERN = r"^\d+(\.\d+)*$"
+OPTIONAL_VERSION_PATTERN = r"^$|^\d+(\.\d+)*$"
+
+
+def field_history_params() -> dict[str, Any]:
+    """The trigger form: tenant (+ connection), how far to go, the two releases, bounds."""
+    from airflow.sdk import Param
+
+    return {
+        "tenant": Param(
+            type="string", pattern=TENANT_PATTERN, title="Tenant (namespace)",
+            description="The tenant's namespace, e.g. acme. Lower-case letters, digits, _ and -.",
+        ),
+        "conn_id": Param(
+            "", type="string", pattern=CONN_ID_PATTERN, title="Tenant DB connection id",
+            description="Airflow connection of the tenant database. Empty: nexus_tenant_<tenant>.",
+        ),
+        "target_stage": Param(
+            1, type="integer", enum=[1, 2, 3], title="Target stage",
+            description="Run the gates up to this stage; earlier stages are re-verified, not redone.",
+        ),
+        "stage1_release": Param(
+            type="string", pattern=VERSION_PATTERN, title="Stage-1 release",
+            description="The Runtime API / outbox worker release that preserves FieldHistoryEligible (e.g. 4.12.0).",
+        ),
+        "producer_release": Param(
+            "", type="string", pattern=OPTIONAL_VERSION_PATTERN, title="Producer-cutover release",
+            description="The release whose producers always stamp (e.g. 4.13.0). Required for stages 2 and 3.",
+        ),
+        "batch_size": Param(
+            2000, type="integer", minimum=1, maximum=10000, title="Materialization batch size",
+            description="Rows per materialization transaction (TiDB-safe: a few thousand at most).",
+        ),
+        "materialize_timeout": Param(
+            1800, type="integer", minimum=1, maximum=7 * 86400, title="Materialization timeout (s)",
+            description="Bound of one materialization call; committed batches stay and a clear resumes.",
+        ),
+        "drain_timeout": Param(
+            3600, type="integer", minimum=1, maximum=7 * 86400, title="Outbox drain timeout (s)",
+            description="How long stage_2_drain_outbox waits for pre-cutover outbox work to be delivered.",
+        ),
+        "stale_heartbeat": Param(
+            120, type="integer", minimum=1, maximum=86400, title="Stale heartbeat window (s)",
+            description="An audit_outbox_worker whose heartbeat is older than this is not live.",
+        ),
+        "poll_interval": Param(
+            30, type="integer", minimum=1, maximum=3600, title="Poll interval (s)",
+            description="How often the drain sensor looks at the outbox.",
+        ),
+    }
+
+
+@dataclass(frozen=True)
+class FieldHistoryParams:
+    tenant: str
+    conn_id: str
+    target_stage: int
+    stage1_release: str
+    producer_release: str
+    batch_size: int
+    materialize_timeout: int
+    drain_timeout: int
+    stale_heartbeat: int
+    poll_interval: int
+
+    @classmethod
+    def from_context(cls, context) -> FieldHistoryParams:
+        p = context["params"]
+        tenant = p["tenant"]
+        return cls(
+            tenant=tenant,
+            conn_id=p.get("conn_id") or conn_id_for(tenant),
+            target_stage=int(p.get("target_stage", 1)),
+            stage1_release=p["stage1_release"],
+            producer_release=p.get("producer_release") or "",
+            batch_size=int(p.get("batch_size", 2000)),
+            materialize_timeout=int(p.get("materialize_timeout", 1800)),
+            drain_timeout=int(p.get("drain_timeout", 3600)),
+            stale_heartbeat=int(p.get("stale_heartbeat", 120)),
+            poll_interval=int(p.get("poll_interval", 30)),
+        )
+
+    def require_producer_release(self) -> str:
+        from nexus_cutover.errors import BadInput
+
+        if not self.producer_release:
+            raise BadInput(f"target_stage={self.target_stage} needs producer_release (the producer-cutover release)")
+        return self.producer_release
+
+
+def _skip_unless_requested(context, stage: int) -> FieldHistoryParams:
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    p = FieldHistoryParams.from_context(context)
+    if p.target_stage < stage:
+        raise AirflowSkipException(f"target_stage={p.target_stage}: stage {stage} not requested")
+    return p
+
+
+class _GateOperator(BaseOperator):
+    """Runs one gate of :mod:`nexus_cutover.field_history.gates`; see the module invariants."""
+
+    stage = 0
+    ui_color = "#e8f0fe"
+
+    def run_gate(self, engine, p: FieldHistoryParams, context):
+        raise NotImplementedError
+
+    def execute(self, context) -> dict[str, Any]:
+        p = _skip_unless_requested(context, self.stage)
+        with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
+            report = self.run_gate(engine, p, context)
+        text = report.render()
+        if not report.passed:
+            stop(context, self.log, f"{self.task_id}: {report.summary}", report.as_dict())
+        self.log.info("%s", text)
+        return report.as_dict()
+
+
+class Stage1Operator(_GateOperator):
+    stage = 1
+
+    def run_gate(self, engine, p, context):
+        from nexus_cutover.field_history.gates import stage_1
+
+        return stage_1(engine, stage1_release=p.stage1_release, namespace=p.tenant)
+
+
+class Stage2ProducersOperator(_GateOperator):
+    stage = 2
+
+    def run_gate(self, engine, p, context):
+        from nexus_cutover.field_history.gates import stage_2_producers
+
+        return stage_2_producers(engine, producer_release=p.require_producer_release(), namespace=p.tenant)
+
+
+class Stage2MaterializeOperator(_GateOperator):
+    stage = 2
+
+    def run_gate(self, engine, p, context):
+        from nexus_cutover.db import Deadline
+        from nexus_cutover.field_history.gates import stage_2_materialize
+
+        return stage_2_materialize(engine, batch_size=p.batch_size, deadline=Deadline(p.materialize_timeout))
+
+
+class Stage3Operator(_GateOperator):
+    stage = 3
+
+    def run_gate(self, engine, p, context):
+        from nexus_cutover.field_history.gates import stage_3
+
+        ti = context["ti"]
+        updated_by = f"airflow:{ti.dag_id}:{ti.run_id}"[:128]
+        return stage_3(
+            engine, producer_release=p.require_producer_release(), updated_by=updated_by, namespace=p.tenant
+        )
+
+
+class OutboxDrainPoller(_EnginePoller):
+    """Pre-cutover Audit V2 outbox work: ``drained``, ``stuck`` (failed rows, no live worker), ``timed_out`` or waiting."""
+
+    def __init__(self, conn_id: str, namespace: str, deadline: str, stale_heartbeat_s: float, producer_release: str,
+                 initial_remaining: int | None = None):
+        super().__init__(conn_id, namespace, deadline, stale_heartbeat_s)
+        self.producer_release = producer_release
+        self.initial = initial_remaining
+
+    def poll(self) -> dict[str, Any]:
+        from nexus_cutover.field_history.gates import outbox_drain_state
+
+        state = outbox_drain_state(
+            self.engine, producer_release=self.producer_release, namespace=self.namespace,
+            heartbeat_window_s=self.stale.total_seconds(),
+        )
+        if self.initial is None:
+            self.initial = state.remaining
+        report = state.as_dict()
+        progress = f"{state.remaining} pre-cutover outbox row(s) open {state.open_rows}"
+        if self.initial:
+            progress += f", {self.initial - state.remaining} of {self.initial} delivered since start"
+        if state.drained:
+            return {"state": "drained", "message": "pre-cutover outbox work drained", "report": report}
+        if state.stuck_reasons:
+            return {"state": "stuck", "message": progress + "; stuck: " + "; ".join(state.stuck_reasons),
+                    "report": report}
+        if self.expired():
+            return {"state": "timed_out", "message": progress + "; drain_timeout reached", "report": report}
+        return {"state": WAITING, "message": progress + f"; {state.live_workers} live worker(s)",
+                "remaining": state.remaining, "report": report}
+
+
+class OutboxDrainSensor(StatusPollSensor):
+    """Stage 2: wait until no pre-cutover outbox row is pending, processing or failed; stop and report when stuck."""
+
+    poller_path = "nexus_airflow.field_history.OutboxDrainPoller"
+
+    def execute(self, context) -> Any:
+        _skip_unless_requested(context, 2)
+        return super().execute(context)
+
+    def interval(self, context) -> float:
+        return float(FieldHistoryParams.from_context(context).poll_interval)
+
+    def wait_seconds(self, context) -> float:
+        return FieldHistoryParams.from_context(context).drain_timeout
+
+    def poller_kwargs(self, context) -> dict[str, Any]:
+        p = FieldHistoryParams.from_context(context)
+        with domain_errors(context, self.log):
+            release = p.require_producer_release()
+        return {"conn_id": p.conn_id, "namespace": p.tenant, "deadline": deadline_in(p.drain_timeout),
+                "stale_heartbeat_s": p.stale_heartbeat, "producer_release": release}
+
+    def finish(self, context, result: dict[str, Any]) -> Any:
+        report = result.get("report", {})
+        if result["state"] == "drained":
+            self.log.info("pre-cutover outbox work drained")
+            return report
+        stop(
+            context, self.log,
+            f"the pre-cutover outbox drain is {result['state']}: {result.get('message')} "
+            "(no outbox row was changed); resolve it with the outbox worker, then clear stage_2_drain_outbox",
+            report,
+        )

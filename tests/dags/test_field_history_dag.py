@@ -1,0 +1,185 @@
+"""The Field History eligibility DAG: real runs (dag.test, real tasks) on MariaDB tenants, gate by gate."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from sqlalchemy import select
+
+from nexus_cutover import catalog
+from nexus_cutover.db import make_engine
+from nexus_cutover.field_history import outbox_worker
+from nexus_cutover.field_history.producers import AuditTarget, FieldDiff, record_legacy_audit_field_changes
+from nexus_cutover.scenario import TenantScenario
+from nexus_cutover.schema import create_legacy_schema
+from tests.dags.conftest import load_dag, run_dag
+from tests.field_history.helpers import audit_table, compat_set, mixed_history
+from tests.support import history_checksum
+
+DAG_ID = "field_history_eligibility"
+ORDER = ["stage_1", "stage_2_producers", "stage_2_drain_outbox", "stage_2_materialize", "stage_3"]
+STAGE1, CUTOVER = "4.12.0", "4.13.0"
+FINAL = {"FieldHistoryReadMode": "boolean_only", "FieldHistorySequenceReservationEnabled": "false"}
+
+
+@pytest.fixture(scope="module")
+def dag(airflow_db):
+    return load_dag(DAG_ID)
+
+
+@pytest.fixture
+def tenant(mysql_url, tenant_connection):
+    engine = make_engine(mysql_url)
+    create_legacy_schema(engine)
+    tenant_connection("nexus_tenant_acme", mysql_url)  # the default conn_id of tenant "acme"
+    yield engine
+    engine.dispose()
+
+
+def legacy(engine, *, api=CUTOVER, manager=CUTOVER, worker=CUTOVER, outbox_rows=0, failed_outbox=False):
+    """A pre-stage-1 tenant: the mixed legacy history (all NULL), producers at the given releases."""
+    sc = mixed_history(TenantScenario())
+    for row in sc.audit_changes:
+        row.pop("FieldHistoryEligible", None)
+    sc.process(catalog.ROLE_RUNTIME_API, version=api, process_id="api-1")
+    sc.process(catalog.ROLE_SERVICE_MANAGER, version=manager, process_id="sm-1")
+    sc.process(catalog.ROLE_AUDIT_OUTBOX_WORKER, version=worker, process_id="worker-1")
+    sc.process(catalog.ROLE_RUNTIME_API, version="4.0.0", process_id="api-retired", stopped=True)
+    if failed_outbox:
+        sc.outbox_row(producer_version="4.11.0", status="failed")
+    sc.write(engine)
+    target = AuditTarget(audit_id=900, object_name="Contact", record_id="c-9", producer_version="4.11.0")
+    for i in range(outbox_rows):  # pre-cutover Audit V2 work, as an old binary left it
+        with engine.begin() as conn:
+            record_legacy_audit_field_changes(conn, [FieldDiff(1, "a", "b")], [5000 + i], target, via_outbox=100 + i)
+
+
+def conf(**extra):
+    return {"tenant": "acme", "stage1_release": STAGE1, "producer_release": CUTOVER, "poll_interval": 1, **extra}
+
+
+def settings(engine) -> dict[str, str]:
+    s = catalog.RuntimeSetting
+    with engine.connect() as conn:
+        return dict(conn.execute(select(s.c.Name, s.c.Value)).all())
+
+
+def outbox_statuses(engine) -> dict[int, str]:
+    o = catalog.AuditOutbox
+    with engine.connect() as conn:
+        return dict(conn.execute(select(o.c.OutboxId, o.c.Status)).all())
+
+
+class OutboxWorker(threading.Thread):
+    """The reference outbox worker delivering in the background while the DAG's drain sensor waits."""
+
+    def __init__(self, engine, delay_s: float = 1.5):
+        super().__init__(daemon=True)
+        self.engine, self.delay_s, self.halt = engine, delay_s, threading.Event()
+
+    def run(self):
+        self.halt.wait(self.delay_s)  # the sensor sees open work first and defers
+        while not self.halt.is_set():
+            outbox_worker.run_once(self.engine)
+            self.halt.wait(0.3)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.halt.set()
+        self.join(10)
+
+
+def test_tasks_in_order_with_docs_and_a_deferrable_drain(dag):
+    assert dag.task_ids == ORDER or set(dag.task_ids) == set(ORDER)
+    for upstream, downstream in zip(ORDER, ORDER[1:], strict=False):
+        assert downstream in dag.get_task(upstream).downstream_task_ids
+    assert dag.doc_md and "target_stage" in dag.doc_md
+    assert all(t.doc_md and len(t.doc_md) > 60 for t in dag.tasks)
+    drain = dag.get_task("stage_2_drain_outbox")
+    assert drain.deferrable is True and drain.soft_fail is False
+
+
+def test_happy_path_through_stage_3_then_rerun_reverifies(dag, tenant):
+    legacy(tenant, outbox_rows=3)
+    history = history_checksum(tenant)
+    with OutboxWorker(tenant):
+        result = run_dag(dag, conf(target_stage=3))
+    assert result.state == "success", result.task_states
+    assert all(result.state_of(t) == "success" for t in ORDER)
+    assert outbox_statuses(tenant) == {100: "delivered", 101: "delivered", 102: "delivered"}
+    assert result.xcom("stage_1")["actions"] == ["added column _System_AuditFieldChange.FieldHistoryEligible"]
+    mat = result.xcom("stage_2_materialize")
+    assert mat["counts"]["eligible_null_rows"] == 0 and mat["counts"]["set_true"] == 12 + 3  # + delivered rows
+    final = result.xcom("stage_3")
+    assert final["actions"] == [f"set {k} = {v}" for k, v in FINAL.items()]
+    assert any("emergency breaker" in r for r in final["removable"])
+    assert settings(tenant) == FINAL
+    table = audit_table(tenant)
+    assert {cid for cid, v in table.items() if v[2] is True} == compat_set(tenant)
+
+    again = run_dag(dag, conf(target_stage=3))
+    assert again.state == "success"
+    assert again.xcom("stage_1")["already_done"] and again.xcom("stage_3")["already_done"]
+    assert again.xcom("stage_2_materialize")["already_done"] and again.xcom("stage_3")["actions"] == []
+    assert audit_table(tenant) == table and settings(tenant) == FINAL
+    assert history_checksum(tenant) == history
+
+
+def test_target_stage_1_skips_the_later_stages(dag, tenant):
+    legacy(tenant)
+    result = run_dag(dag, conf(target_stage=1, producer_release=""))
+    assert result.state_of("stage_1") == "success"
+    assert all(result.state_of(t) == "skipped" for t in ORDER[1:])
+    assert settings(tenant) == {}
+
+
+def test_stage_1_stops_and_lists_the_lagging_processes(dag, tenant):
+    legacy(tenant, worker="4.11.2")
+    result = run_dag(dag, conf(target_stage=3))
+    assert result.state == "failed" and result.state_of("stage_1") == "failed"
+    assert all(result.state_of(t) == "upstream_failed" for t in ORDER[1:])
+    report = result.xcom("stage_1", "report")
+    assert [f["process_id"] for f in report["findings"]] == ["worker-1"]
+    assert report["actions"] == ["added column _System_AuditFieldChange.FieldHistoryEligible"]  # additive, kept
+    assert settings(tenant) == {}
+
+
+def test_stage_2_stops_when_a_new_producer_is_not_stamping(dag, tenant):
+    legacy(tenant)
+    sc = TenantScenario()
+    sc.change_ids = iter(range(7000, 7010))
+    sc.audit_change(2, history_sequence=None, producer_version="4.13.2")
+    run_dag(dag, conf(target_stage=1))  # stage 1 adds the column the new producer writes
+    sc.write(tenant)
+    result = run_dag(dag, conf(target_stage=2))
+    assert result.state_of("stage_1") == "success" and result.state_of("stage_2_producers") == "failed"
+    report = result.xcom("stage_2_producers", "report")
+    assert report["counts"]["unstamped_rows"] == 1
+    assert [f["change_id"] for f in report["findings"]] == [7000]
+    assert all(v[2] is None for v in audit_table(tenant).values())  # nothing materialized
+
+
+def test_drain_stops_and_reports_failed_outbox_work_without_changing_it(dag, tenant):
+    legacy(tenant, failed_outbox=True)
+    result = run_dag(dag, conf(target_stage=3))
+    assert result.state_of("stage_2_producers") == "success"
+    assert result.state_of("stage_2_drain_outbox") == "failed"
+    assert result.state_of("stage_2_materialize") == "upstream_failed"
+    report = result.xcom("stage_2_drain_outbox", "report")
+    assert report["failed_rows"] == 1 and report["examples"][0]["outbox_id"] == 1
+    assert outbox_statuses(tenant) == {1: "failed"}
+
+
+def test_stage_3_refuses_with_counts_and_switches_nothing(dag, tenant):
+    legacy(tenant, worker="4.12.5")  # enough for stages 1 and 2, not for stage 3
+    result = run_dag(dag, conf(target_stage=3))
+    assert result.state_of("stage_2_materialize") == "success"
+    assert result.state_of("stage_3") == "failed"
+    report = result.xcom("stage_3", "report")
+    assert report["counts"] == {"lagging_processes": 1, "pre_cutover_outbox_rows": 0, "eligible_null_rows": 0}
+    assert report["summary"].startswith("refused, nothing switched")
+    assert settings(tenant) == {}
