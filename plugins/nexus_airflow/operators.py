@@ -84,8 +84,9 @@ class ArmFenceOperator(BaseOperator):
         p = params_of(context)
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
             try:
+                packs = context["ti"].xcom_pull(task_ids="resolve_packs") or []
                 result = arm_fence(engine, p.tenant, armed_by=_who(context), timeout_s=p.checkpoint_timeout,
-                                   dry_run=p.dry_run)
+                                   dry_run=p.dry_run, packs=packs)
             except ActiveOverrides as exc:
                 stop(context, self.log, str(exc), {"active_overrides": exc.overrides})
         out = result.as_json()
@@ -93,6 +94,10 @@ class ArmFenceOperator(BaseOperator):
             what = "arm a new non-expiring '*' fence" if result.outcome == "would_arm" else (
                 f"reuse fence {result.fence_id}")
             out["plan"] = plan(self.log, [f"_System_AdmissionFence: {what} on namespace {p.tenant!r}"])
+            return out
+        if result.outcome == "not_needed":
+            self.log.info("every pack of %s is already cut over and no cutover fence is in force: not fencing again "
+                          "(last released cutover fence: %s)", p.tenant, result.fence_id)
             return out
         self.log.info("fence %s %s on namespace %s", result.fence_id, result.outcome, p.tenant)
         if result.other_fences_in_force:
@@ -156,6 +161,9 @@ class ResumeAdmissionOperator(BaseOperator):
                 return {"dry_run": True, "plan": plan(self.log, [
                     f"_System_AdmissionFence: set ReleasedAt on fence {fence_id or '(armed by arm_fence)'}"
                     f" once ready (now: {'ready' if ready.ready else '; '.join(ready.reasons)})"])}
+            if fence_id is None and armed.get("outcome") == "not_needed":
+                self.log.info("the tenant was already cut over and no cutover fence exists: nothing to release")
+                return {"namespace": p.tenant, "outcome": "nothing_to_release", "fence_id": None}
             if fence_id is None:
                 stop(context, self.log, "arm_fence left no fence id in XCom: clear arm_fence (it reuses the fence)")
             if not ready.ready:
@@ -191,9 +199,12 @@ class FinalOldWriterCheckOperator(BaseOperator):
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
             with engine.connect() as conn:
                 fence = fence_row(conn, int(fence_id)) if fence_id is not None else None
-            if not fence or not fence.get("ReleasedAt"):
+            if fence_id is None and (ti.xcom_pull(task_ids="arm_fence") or {}).get("outcome") == "not_needed":
+                released_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)  # no release to date: look at live ones
+            elif not fence or not fence.get("ReleasedAt"):
                 stop(context, self.log, f"fence {fence_id} is not released: clear resume_admission")
-            released_at = dt.datetime.fromisoformat(fence["ReleasedAt"])
+            else:
+                released_at = dt.datetime.fromisoformat(fence["ReleasedAt"])
             seen = old_processes_since(engine, p.tenant, released_at)
         if seen:
             stop(context, self.log,

@@ -108,3 +108,25 @@ def test_concurrent_arms_converge_on_one_fence(engine):
     assert len({r.fence_id for r in results}) == 1
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(catalog.AdmissionFence)).scalar_one() == 1
+
+
+def test_rerun_after_a_completed_cutover_does_not_fence_again(engine):
+    sc = TenantScenario(namespace="acme")
+    sc.pack("pk-a")
+    sc.pack("pk-b")
+    sc.protocol_row("pk-a", 5)
+    sc.write(engine)
+    armed = fence.arm_fence(engine, "acme", armed_by="t", timeout_s=10, packs=["pk-a", "pk-b"])
+    assert armed.outcome == "armed"  # pk-b has no checkpoint yet
+    fence.release_fence(engine, "acme", armed.fence_id, released_by="t", timeout_s=10)
+    assert fence.arm_fence(engine, "acme", armed_by="t", timeout_s=10, packs=["pk-a", "pk-b"]).outcome == "armed"
+    second = fence.cutover_fence_in_force(engine, "acme")["FenceId"]
+    with engine.begin() as conn:
+        conn.execute(catalog.ConnectorProjectionProtocol.insert().values(
+            PackInstallId="pk-b", ProtocolVersion=1, LegacyMaxOrdinal=0, WrittenAt=dt.datetime(2026, 1, 1), WrittenBy="t"))
+    # a fence in force is still reused, even when every pack is checkpointed
+    assert fence.arm_fence(engine, "acme", armed_by="t", timeout_s=10, packs=["pk-a", "pk-b"]).fence_id == second
+    fence.release_fence(engine, "acme", second, released_by="t", timeout_s=10)
+    again = fence.arm_fence(engine, "acme", armed_by="t", timeout_s=10, packs=["pk-a", "pk-b"])
+    assert (again.outcome, again.fence_id) == ("not_needed", second)
+    assert len(_fences(engine)) == 2

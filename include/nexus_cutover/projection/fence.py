@@ -5,6 +5,9 @@ Invariants (seed 000, "Existing-data cutover"; contract, ``_System_AdmissionFenc
 * The cutover fence is one non-expiring (``ExpiresAt IS NULL``) fence with
   ``Scope = '*'`` on the namespace. Arming reuses an identical fence already in
   force (lowest FenceId), so reruns converge on one fence.
+* A rerun after the cutover completed does not fence the tenant again: when
+  every pack of the run already has its protocol row and no cutover fence is in
+  force, arming reports ``not_needed`` with the last released cutover fence.
 * Arming refuses while any override of a fence in force in the namespace is
   active (``RevokedAt IS NULL`` and not expired); it lists them and revokes
   nothing. A refusal writes nothing.
@@ -18,16 +21,19 @@ Invariants (seed 000, "Existing-data cutover"; contract, ``_System_AdmissionFenc
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, insert, or_, select, update
 
 from .. import catalog
-from ..catalog import AdmissionFence, AdmissionFenceOverride
+from ..catalog import AdmissionFence, AdmissionFenceOverride, ConnectorProjectionProtocol
 from ..db import Deadline, translate_errors
 from ..errors import BadInput, Refused
 from ..locks import lifecycle_lock_names, locked_transaction
+from ..protocol_row import read_protocol_row
+from ..schema import has_table
 
 FENCE_REASON = "connector projection range cutover"
 
@@ -100,7 +106,7 @@ class FenceResult:
     """What arming/releasing did (``outcome``) and on which fence."""
 
     namespace: str
-    outcome: str  # armed | reused | would_arm | would_reuse | released | already_released | would_release
+    outcome: str  # armed | reused | not_needed | would_arm | would_reuse | released | already_released | would_release
     fence_id: int | None
     other_fences_in_force: list[dict[str, Any]] = field(default_factory=list)
 
@@ -121,19 +127,46 @@ def arm_fence(
     timeout_s: float,
     dry_run: bool = False,
     reason: str = FENCE_REASON,
+    packs: Iterable[str] = (),
 ) -> FenceResult:
-    """Arm (or reuse) the namespace's non-expiring ``*`` fence; :class:`ActiveOverrides` if any override is active."""
+    """Arm (or reuse) the namespace's non-expiring ``*`` fence; :class:`ActiveOverrides` if any override is active.
+
+    ``packs``: the run's packs; when all are already checkpointed and no cutover
+    fence is in force, nothing is armed (``not_needed``).
+    """
+    packs = sorted(set(packs))
     if dry_run:  # read only: not even the lock rows are created
         with translate_errors("checking the admission fence"), engine.connect() as conn:
-            return _arm(conn, namespace, armed_by, reason, dry_run=True)
+            return _arm(conn, namespace, armed_by, reason, packs, dry_run=True)
     with (
         translate_errors("arming the admission fence"),
         locked_transaction(engine, lifecycle_lock_names(namespace), Deadline(timeout_s)) as conn,
     ):
-        return _arm(conn, namespace, armed_by, reason, dry_run=False)
+        return _arm(conn, namespace, armed_by, reason, packs, dry_run=False)
 
 
-def _arm(conn: Connection, namespace: str, armed_by: str, reason: str, *, dry_run: bool) -> FenceResult:
+def _all_checkpointed(conn: Connection, packs: list[str]) -> bool:
+    if not packs or not has_table(conn, ConnectorProjectionProtocol.name):
+        return False
+    return all(read_protocol_row(conn, p) is not None for p in packs)
+
+
+def last_released_cutover_fence(conn: Connection, namespace: str) -> dict[str, Any] | None:
+    row = conn.execute(
+        select(AdmissionFence)
+        .where(
+            AdmissionFence.c.Namespace == namespace,
+            AdmissionFence.c.ReleasedAt.isnot(None),
+            AdmissionFence.c.Scope == catalog.FENCE_SCOPE_ALL,
+            AdmissionFence.c.ExpiresAt.is_(None),
+        )
+        .order_by(AdmissionFence.c.FenceId.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else {k: _iso(v) for k, v in row._mapping.items()}
+
+
+def _arm(conn: Connection, namespace: str, armed_by: str, reason: str, packs: list[str], *, dry_run: bool) -> FenceResult:
     now = utcnow()
     overrides = active_overrides(conn, namespace, now)
     if overrides:
@@ -143,6 +176,9 @@ def _arm(conn: Connection, namespace: str, armed_by: str, reason: str, *, dry_ru
     others = [f for f in fences if existing is None or f["FenceId"] != existing["FenceId"]]
     if existing is not None:
         return FenceResult(namespace, "would_reuse" if dry_run else "reused", existing["FenceId"], others)
+    if _all_checkpointed(conn, packs):
+        last = last_released_cutover_fence(conn, namespace)
+        return FenceResult(namespace, "not_needed", last["FenceId"] if last else None, others)
     if dry_run:
         return FenceResult(namespace, "would_arm", None, others)
     result = conn.execute(
