@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import textwrap
 import threading
 
 import pytest
@@ -13,7 +17,7 @@ from nexus_cutover.field_history import outbox_worker
 from nexus_cutover.field_history.producers import AuditTarget, FieldDiff, record_legacy_audit_field_changes
 from nexus_cutover.scenario import TenantScenario
 from nexus_cutover.schema import create_legacy_schema
-from tests.dags.conftest import load_dag, run_dag
+from tests.dags.conftest import DAGS_FOLDER, PLUGINS_FOLDER, load_dag, run_dag
 from tests.field_history.helpers import audit_table, compat_set, mixed_history
 from tests.support import history_checksum
 
@@ -101,6 +105,44 @@ def test_tasks_in_order_with_docs_and_a_deferrable_drain(dag):
     assert all(t.doc_md and len(t.doc_md) > 60 for t in dag.tasks)
     drain = dag.get_task("stage_2_drain_outbox")
     assert drain.deferrable is True and drain.soft_fail is False
+
+
+def test_parse_does_no_database_work_and_imports_no_domain_code():
+    code = textwrap.dedent(
+        f"""
+        import json, os, runpy, sys
+        os.environ["AIRFLOW_CONN_NEXUS_TENANT_ACME"] = "mysql://u:p@192.0.2.1:1/nowhere"
+        sys.path[:0] = [{str(PLUGINS_FOLDER)!r}]
+        ns = runpy.run_path({str(DAGS_FOLDER / "field_history_eligibility.py")!r})
+        print(json.dumps({{"tasks": len(ns["dag"].task_ids),
+                          "domain": sorted(m for m in sys.modules if m.startswith("nexus_cutover")),
+                          "pymysql": "pymysql" in sys.modules}}))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"tasks": len(ORDER), "domain": [], "pymysql": False}
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("tenant", "Acme;x"), ("target_stage", 4), ("stage1_release", "4.x"), ("producer_release", "latest"),
+     ("batch_size", 50_000), ("conn_id", "x y")],
+)
+def test_params_reject_bad_values(dag, key, value):
+    from airflow.sdk.definitions.param import ParamsDict
+
+    params = ParamsDict(dag.params)
+    params["tenant"], params["stage1_release"] = "acme", STAGE1
+    with pytest.raises(Exception):  # noqa: B017 - ParamValidationError's module moves between versions
+        params[key] = value
+        params.validate()
+
+
+def test_stage_2_without_producer_release_stops_with_bad_input(dag, tenant):
+    legacy(tenant)
+    result = run_dag(dag, conf(target_stage=2, producer_release=""))
+    assert result.state_of("stage_1") == "success" and result.state_of("stage_2_producers") == "failed"
 
 
 def test_happy_path_through_stage_3_then_rerun_reverifies(dag, tenant):
