@@ -37,14 +37,12 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "plugins")]
 
 from scripts.demo_airflow import AirflowStack  # noqa: E402
-from scripts.demo_seed import seed  # noqa: E402
+from scripts.demo_seed import NEW_PRODUCER_VERSION, STAGE1_RELEASE, seed  # noqa: E402
 
 CUTOVER_DAG = "connector_projection_cutover"
 FIELD_HISTORY_DAG = "field_history_eligibility"
 TENANT = "demo"
 CONN_ID = f"nexus_tenant_{TENANT}"
-#: The release whose producers are "new" in the demo tenant (seed 003 stage 2 producers stamp eligibility).
-NEW_RELEASE = "4.12.0"
 
 CUTOVER_CONF = {
     "tenant": TENANT,
@@ -258,10 +256,18 @@ def run_demo(state_dir: pathlib.Path, *, keep_up: bool = False) -> int:
         except Exception:  # noqa: BLE001 - the DAG may be missing in this checkout
             fh_available = False
         if fh_available:
-            say(f"4. triggering {FIELD_HISTORY_DAG} for tenant {TENANT!r} through stage 3")
+            say(f"4. Field History: stopped upgrade of the producers to {NEW_PRODUCER_VERSION} (the deployment's job)")
+            for line in upgrade_producers(dsn):
+                say(f"   {line}")
+            say(f"   triggering {FIELD_HISTORY_DAG} for tenant {TENANT!r} through stage 3")
             fh_run = stack.trigger(FIELD_HISTORY_DAG, field_history_conf())
             fh_watch = Watcher(stack, FIELD_HISTORY_DAG, fh_run["dag_run_id"], answer=approve_first)
             fh_outcome = fh_watch.wait(600)
+            stage_3 = stack.xcom(FIELD_HISTORY_DAG, fh_run["dag_run_id"], "stage_3") or {}
+            if stage_3.get("summary"):
+                say(f"   stage 3: {stage_3['summary']}")
+            for item in stage_3.get("removable") or []:
+                say(f"   now removable: {item}")
         else:
             say(f"4. DAG {FIELD_HISTORY_DAG} is not in dags/: Field History step skipped")
 
@@ -297,7 +303,35 @@ def approve_first(task_id: str, options: list[str]) -> str | None:
 
 
 def field_history_conf() -> dict[str, Any]:
-    return {"tenant": TENANT, "target_stage": 3, "release": NEW_RELEASE, "poll_interval": 10}
+    return {"tenant": TENANT, "target_stage": 3, "stage1_release": STAGE1_RELEASE,
+            "producer_release": NEW_PRODUCER_VERSION, "poll_interval": 10}
+
+
+def upgrade_producers(dsn: str) -> list[str]:
+    """The stopped upgrade of seed 003: old Runtime API / outbox worker stop, the frozen new candidate starts.
+
+    Stands in for the deployment (not for the pipeline, which never writes the process registry):
+    every pre-cutover producer is marked stopped and one of each producer role registers at the new release.
+    """
+    from nexus_cutover import catalog
+    from nexus_cutover.db import make_engine
+    from nexus_cutover.field_history.inventory import producer_processes
+    from nexus_cutover.runtime.registry import mark_stopped, register
+
+    engine = make_engine(dsn)
+    try:
+        with engine.connect() as conn:
+            old = [p.process_id for p in producer_processes(conn, TENANT) if not p.stopped]
+        for pid in old:
+            mark_stopped(engine, pid)
+        new = []
+        for role in (catalog.ROLE_RUNTIME_API, catalog.ROLE_SERVICE_MANAGER, catalog.ROLE_AUDIT_OUTBOX_WORKER):
+            pid = f"{role.replace('_', '-')}-{NEW_PRODUCER_VERSION}"
+            register(engine, pid, TENANT, role, catalog.PROTOCOL_RANGES, binary_version=NEW_PRODUCER_VERSION)
+            new.append(pid)
+        return [f"stopped {', '.join(old)}", f"started {', '.join(new)} at {NEW_PRODUCER_VERSION}"]
+    finally:
+        engine.dispose()
 
 
 def print_summary(state: dict[str, Any], elapsed: float) -> None:

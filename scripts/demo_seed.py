@@ -31,7 +31,8 @@ from nexus_cutover.schema import apply_steps, create_legacy_schema, field_histor
 
 PACKS = (("pk-crm-sync", 4, 1), ("pk-billing", 3, 0))
 OLD_PRODUCER_VERSION = "4.11.0"
-NEW_PRODUCER_VERSION = "4.12.0"
+STAGE1_RELEASE = "4.12.0"  # preserves FieldHistoryEligible (seed 003 stage 1)
+NEW_PRODUCER_VERSION = "4.13.0"  # producers always stamp (seed 003 stage 2)
 
 
 def demo_scenario(namespace: str = "demo", *, seed: int = 7, backlog: int = 12) -> TenantScenario:
