@@ -26,6 +26,13 @@ def range_engine(tenant_url):
 
 
 @pytest.fixture
+def sqlite_range_engine(sqlite_url):
+    engine = _range_engine(sqlite_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
 def mysql_range_engine(mysql_url):
     engine = _range_engine(mysql_url)
     yield engine

@@ -47,8 +47,8 @@ def inp(lane: str, receipt: str, payload: str | None = None, **kw) -> Input:
     return Input(lane, receipt, payload if payload is not None else f'{{"r": "{receipt}"}}', **kw)
 
 
-def range_generations(engine: Engine) -> list:
-    """Every range generation (InputStartOrdinal set), by WorkId."""
+def range_generations(engine: Engine, pack: str | None = None) -> list:
+    """Every range generation (InputStartOrdinal set), by WorkId; of one pack if given."""
     with engine.connect() as conn:
         return conn.execute(
             select(
@@ -61,12 +61,12 @@ def range_generations(engine: Engine) -> list:
                 WorkItem.c.ReplayOfWorkId,
                 *columns(WorkItem),
             )
-            .where(WorkItem.c.InputStartOrdinal.is_not(None))
+            .where(WorkItem.c.InputStartOrdinal.is_not(None), *([WorkItem.c.PackInstallId == pack] if pack else []))
             .order_by(WorkItem.c.WorkId)
         ).all()
 
 
-def all_events(engine: Engine) -> list:
+def all_events(engine: Engine, pack: str | None = None) -> list:
     with engine.connect() as conn:
         return conn.execute(
             select(
@@ -77,7 +77,9 @@ def all_events(engine: Engine) -> list:
                 Event.c.ReceivedAt,
                 Event.c.ReplayOfWorkId,
                 *columns(Event),
-            ).order_by(Event.c.EventId)
+            )
+            .where(*([Event.c.PackInstallId == pack] if pack else []))
+            .order_by(Event.c.EventId)
         ).all()
 
 
@@ -91,15 +93,15 @@ def payload_receipts(engine: Engine, work_id: int) -> list[str]:
         return [p.receipt_id for p in load_payloads(conn, work_id)]
 
 
-def assert_membership(engine: Engine, cutoff: dict[str, int] | None = None) -> dict[int, int]:
+def assert_membership(engine: Engine, cutoff: dict[str, int] | None = None, *, pack: str | None = None) -> dict[int, int]:
     """Every post-cutoff Event lies in exactly one range generation of its identity; returns EventId -> WorkId.
 
     Also: ranges of one identity never overlap, each range's bounds are member ordinals, and
     ordinals of a pack are unique.
     """
     cutoff = cutoff or {}
-    gens = range_generations(engine)
-    events = all_events(engine)
+    gens = range_generations(engine, pack)
+    events = all_events(engine, pack)
     by_identity = defaultdict(list)
     for g in gens:
         by_identity[of_row(g)].append(g)

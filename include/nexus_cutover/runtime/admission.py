@@ -74,15 +74,20 @@ def _admit(conn: Connection, pack_install_id: str, inputs: Sequence[Input]) -> A
     ctx = pack_context(conn, pack_install_id)
     result = AdmissionResult(pack_install_id)
     existing = existing_events(conn, pack_install_id, ((i.source_lane, i.receipt_id) for i in inputs))
-    result.duplicates.extend(verify_duplicates(conn, ctx.protocol, existing.values()))
+    verified = {(d.source_lane, d.receipt_id): d for d in verify_duplicates(conn, ctx.protocol, existing.values())}
 
     fresh: list[Input] = []
     repeated: list[Input] = []
-    seen: set[tuple[str, str]] = set(existing)
+    seen: set[tuple[str, str]] = set()
     for item in inputs:
         key = (item.source_lane, item.receipt_id)
-        (repeated if key in seen else fresh).append(item)
-        seen.add(key)
+        if key in verified:
+            result.duplicates.append(verified[key])
+        elif key in seen:
+            repeated.append(item)
+        else:
+            fresh.append(item)
+            seen.add(key)
     if not fresh:
         return result
 
@@ -137,9 +142,7 @@ def _admit(conn: Connection, pack_install_id: str, inputs: Sequence[Input]) -> A
             result.admitted.append(Admitted(row["SourceLane"], row["ReceiptId"], row["EventId"], row["EnqueueOrdinal"], work_id))
 
     by_key = {(a.source_lane, a.receipt_id): a for a in result.admitted}
-    for item in repeated:
-        key = (item.source_lane, item.receipt_id)
-        if key in by_key:  # repeated inside this batch: covered by the generation just written
-            a = by_key[key]
-            result.duplicates.append(Duplicate(a.source_lane, a.receipt_id, a.event_id, a.ordinal, COVERED, a.work_id))
+    for item in repeated:  # repeated inside this batch: covered by the generation just written
+        a = by_key[(item.source_lane, item.receipt_id)]
+        result.duplicates.append(Duplicate(a.source_lane, a.receipt_id, a.event_id, a.ordinal, COVERED, a.work_id))
     return result
