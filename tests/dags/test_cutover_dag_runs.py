@@ -20,6 +20,7 @@ from tests.dags.cutover_support import (
     DAG_ID,
     NS,
     PACKS,
+    Deployer,
     base_conf,
     drained_tenant,
     history_bytes,
@@ -268,3 +269,41 @@ def test_dry_run_after_the_schema_step_audits_without_writing(dag, tenant):
     assert result.state_of("audit_and_checkpoint[1]") == "failed"
     assert result.xcom("audit_and_checkpoint", map_index=1, key="findings")[0]["finding"] == "live_work"
     assert snapshot(engine)["protocol_rows"] == [] and snapshot(engine)["fences"] == []
+
+
+def test_embedded_sqlite_tenant_with_manual_host_controller(dag, sqlite_url, tenant_connection):
+    """The embedded default: a SQLite tenant; the engineer starts the host by hand and says so in the HITL form."""
+    engine = make_engine(sqlite_url)
+    create_legacy_schema(engine)
+    drained_tenant().write(engine)
+    initial = history_bytes(engine)
+    conn_id = tenant_connection("nexus_tenant_acme_sqlite", sqlite_url)
+    with Deployer(engine) as by_hand:
+
+        def start_then_answer(detail):
+            assert "start the matching new host" in detail["body"]
+            by_hand.start_host(NS)
+            return "Host started"
+
+        with HitlAnswerer(DAG_ID, {"confirm_writers_stopped": CONFIRM, "start_new_host": start_then_answer}) as hitl:
+            result = run_dag(dag, base_conf(conn_id, host_controller="manual"))
+    assert not hitl.errors, hitl.errors
+    assert result.state == "success", result.task_states
+    assert result.xcom("start_new_host")["chosen_options"] == ["Host started"]
+    snap = snapshot(engine)
+    assert snap["protocol_rows"] == [(p, 1, max_ordinal(engine, p)) for p in PACKS]
+    assert snap["fences"] == [("*", True, True)]
+    assert history_bytes(engine) == initial
+    engine.dispose()
+
+
+def test_aborted_manual_host_start_fails_and_keeps_the_fence(dag, tenant):
+    engine, conn_id = tenant
+    drained_tenant().write(engine)
+    with HitlAnswerer(DAG_ID, {"confirm_writers_stopped": CONFIRM, "start_new_host": "Abort"}) as hitl:
+        result = run_dag(dag, base_conf(conn_id, host_controller="manual"))
+    assert not hitl.errors
+    assert result.state == "failed" and result.state_of("start_new_host") == "failed"
+    snap = snapshot(engine)
+    assert snap["fences"] == [("*", True, False)]
+    assert [r[0] for r in snap["protocol_rows"]] == list(PACKS)  # checkpoints are kept

@@ -1,0 +1,138 @@
+"""The polling trigger and pollers (real tenant DB), and the HITL steps' answer handling."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import threading
+
+import pytest
+
+from nexus_cutover import catalog
+from nexus_cutover.db import make_engine
+from nexus_cutover.scenario import TenantScenario, utcnow
+from tests.support import make_cutover_ready
+
+NS = "acme"
+
+
+class BlockingPoller:
+    """A poller whose poll() blocks its thread until a coroutine on the event loop releases it."""
+
+    release = threading.Event()
+    polls = 0
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+    def poll(self):
+        assert BlockingPoller.release.wait(timeout=30), "the event loop never ran while poll() was blocked"
+        BlockingPoller.polls += 1
+        state = "waiting" if BlockingPoller.polls < 2 else "done"
+        return {"state": state, "message": f"poll {BlockingPoller.polls}", "kwargs": self.kwargs}
+
+    def close(self):
+        pass
+
+
+def test_trigger_polls_off_the_event_loop_and_fires_the_final_result(airflow_db):
+    from nexus_airflow.triggers import StatusPollTrigger
+
+    trigger = StatusPollTrigger(f"{__name__}.BlockingPoller", {"conn_id": "c", "namespace": NS}, poll_interval=0)
+
+    async def scenario():
+        async def releaser():
+            BlockingPoller.release.set()  # runs only if poll() is not blocking the loop
+
+        events = []
+
+        async def consume():
+            async for event in trigger.run():
+                events.append(event)
+
+        await asyncio.gather(consume(), releaser())
+        return events
+
+    events = asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+    assert [e.payload["state"] for e in events] == ["done"]
+    assert events[0].payload["kwargs"] == {"conn_id": "c", "namespace": NS}
+
+
+def test_trigger_serializes_ids_only(airflow_db):
+    from nexus_airflow.triggers import StatusPollTrigger
+
+    path, kwargs = StatusPollTrigger("nexus_airflow.pollers.DrainPoller", {"conn_id": "nexus_tenant_acme"}, 5).serialize()
+    assert path == "nexus_airflow.triggers.StatusPollTrigger"
+    assert kwargs == {"poller": "nexus_airflow.pollers.DrainPoller", "poller_kwargs": {"conn_id": "nexus_tenant_acme"},
+                      "poll_interval": 5.0}
+
+
+@pytest.mark.parametrize("backend", ["mysql", "sqlite"])
+def test_drain_poller_reports_counts_and_trend(airflow_db, tenant_connection, backend, request):
+    from nexus_airflow.pollers import DrainPoller, deadline_in
+    from nexus_airflow.triggers import StatusPollTrigger
+
+    url = request.getfixturevalue(f"{backend}_url")
+    engine = make_engine(url)
+    make_cutover_ready(engine)
+    sc = TenantScenario(namespace=NS)
+    lane = sc.pack("pk-a").lane("l")
+    _, first = lane.generation(1, status="pending")
+    lane.generation(1, status="processing", lease_owner="w", lease_expires_at=utcnow() + dt.timedelta(minutes=5))
+    sc.process(catalog.ROLE_PROJECTION_WORKER, process_id="w")
+    sc.write(engine)
+    conn_id = tenant_connection(f"nexus_tenant_poll_{backend}", url)
+    kwargs = {"conn_id": conn_id, "namespace": NS, "deadline": deadline_in(600), "stale_heartbeat_s": 600}
+    poller = DrainPoller(**kwargs)
+    try:
+        one = poller.poll()
+        assert one["state"] == "waiting" and one["remaining"] == 2
+        assert "2 old projection WorkItems remaining (pending 1, blocked 0, retry 0, processing 1)" in one["message"]
+        with engine.begin() as conn:  # the old runtime completes one item
+            conn.execute(catalog.WorkItem.update().where(catalog.WorkItem.c.WorkId == first["WorkId"])
+                         .values(Status="completed"))
+        two = poller.poll()
+        assert two["remaining"] == 1 and "-1 since last poll" in two["message"] and "-1 since start" in two["message"]
+    finally:
+        poller.close()
+    with engine.begin() as conn:
+        conn.execute(catalog.WorkItem.update().values(Status="completed"))
+    events = asyncio.run(_collect(StatusPollTrigger("nexus_airflow.pollers.DrainPoller", kwargs, 0)))
+    assert [e.payload["state"] for e in events] == ["drained"]
+    engine.dispose()
+
+
+async def _collect(trigger):
+    return [event async for event in trigger.run()]
+
+
+def _timeout_event():
+    return {"error": "timed out", "error_type": "timeout"}
+
+
+@pytest.mark.parametrize(
+    ("event", "needle"),
+    [
+        (_timeout_event(), "cutover not performed: no valid answer"),
+        ({"chosen_options": ["Reject"], "params_input": {}, "responded_at": dt.datetime(2026, 1, 1),
+          "responded_by_user": {"id": "u", "name": "engineer"}}, "cutover not performed"),
+    ],
+)
+def test_confirmation_never_passes_on_timeout_or_reject(airflow_db, event, needle):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from nexus_airflow.hitl import ConfirmWritersStoppedOperator
+
+    op = ConfirmWritersStoppedOperator(task_id="confirm_writers_stopped")
+    assert op.defaults is None and op.retries == 0
+    with pytest.raises(AirflowFailException, match=needle):
+        op.execute_complete({}, event)
+
+
+def test_confirmation_passes_only_on_confirm(airflow_db):
+    from nexus_airflow.hitl import ConfirmWritersStoppedOperator
+
+    op = ConfirmWritersStoppedOperator(task_id="confirm_writers_stopped")
+    out = op.execute_complete({}, {"chosen_options": [op.approve_option], "params_input": {},
+                                   "responded_at": dt.datetime(2026, 1, 1), "responded_by_user": {"id": "u", "name": "e"}})
+    assert out["chosen_options"] == [op.approve_option]
