@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from sqlalchemy import Connection, Engine, and_, case, func, or_, select, update
+from sqlalchemy import Connection, Engine, Select, and_, case, func, or_, select, update
 
 from .. import catalog
 from ..catalog import Event, WorkItem
@@ -104,21 +104,25 @@ def claim_work(
     )
 
 
-def claim_candidates(conn: Connection, namespace: str, limit: int = 50) -> list[int]:
-    """Live range generations of ``namespace`` whose predecessor is terminal (``ix_WorkItem_State``)."""
-    now = utcnow()
-    rows = conn.execute(
+def claim_candidates_query(namespace: str, now: dt.datetime | None = None, limit: int = 50) -> Select:
+    """Claimable range generations of ``namespace`` (a range on ``ix_WorkItem_State``)."""
+    return (
         select(WorkItem.c.WorkId, WorkItem.c.LaneOrdinal, *columns(WorkItem))
         .where(
             WorkItem.c.Namespace == namespace,
             WorkItem.c.WorkClass == catalog.WORK_CLASS_PROJECTION,
             WorkItem.c.Status.in_(("pending", "retry", "processing")),
             WorkItem.c.InputStartOrdinal.is_not(None),
-            _claimable(now),
+            _claimable(now or utcnow()),
         )
         .order_by(WorkItem.c.WorkId)
         .limit(limit)
-    ).all()
+    )
+
+
+def claim_candidates(conn: Connection, namespace: str, limit: int = 50) -> list[int]:
+    """Live range generations of ``namespace`` whose predecessor is terminal."""
+    rows = conn.execute(claim_candidates_query(namespace, limit=limit)).all()
     ready = []
     for row in rows:
         prev = previous_generation(conn, of_row(row), row.LaneOrdinal)

@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, Select, select
 
 from ..catalog import Event
 from ..identity import columns, of_row
@@ -33,6 +33,15 @@ AT_OR_BELOW_CUTOFF = "at_or_below_cutoff"
 COVERED = "covered"
 
 
+def existing_events_query(pack_install_id: str, source_lane: str, receipt_ids: Iterable[str]) -> Select:
+    """Events of one source lane with the given receipt ids (a range on ``ux_Event_Receipt``)."""
+    return select(Event.c.EventId, Event.c.EnqueueOrdinal, Event.c.ReceiptId, *columns(Event)).where(
+        Event.c.PackInstallId == pack_install_id,
+        Event.c.SourceLane == source_lane,
+        Event.c.ReceiptId.in_(sorted(receipt_ids)),
+    )
+
+
 def existing_events(conn: Connection, pack_install_id: str, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Any]:
     """Events already admitted for ``(source_lane, receipt_id)`` keys, by key (reads ``ux_Event_Receipt``)."""
     by_lane: dict[str, set[str]] = defaultdict(set)
@@ -40,14 +49,7 @@ def existing_events(conn: Connection, pack_install_id: str, keys: Iterable[tuple
         by_lane[lane].add(receipt)
     found: dict[tuple[str, str], Any] = {}
     for lane, receipts in by_lane.items():
-        rows = conn.execute(
-            select(Event.c.EventId, Event.c.EnqueueOrdinal, Event.c.ReceiptId, *columns(Event)).where(
-                Event.c.PackInstallId == pack_install_id,
-                Event.c.SourceLane == lane,
-                Event.c.ReceiptId.in_(sorted(receipts)),
-            )
-        )
-        for row in rows:
+        for row in conn.execute(existing_events_query(pack_install_id, lane, receipts)):
             found[(lane, row.ReceiptId)] = row
     return found
 
