@@ -243,6 +243,8 @@ def run_demo(state_dir: pathlib.Path, *, keep_up: bool = False) -> int:
         outcome = watcher.wait(900, on_tick)
         start_host = stack.xcom(CUTOVER_DAG, run_id, "start_new_host") or {}
         host_pid = start_host.get("pid")
+        if host_pid:
+            say(f"   new host started by start_new_host: pid {host_pid}, log {start_host.get('log')}")
         if outcome != "success":
             say(f"   cutover run ended {outcome}: read the failed task's log in the UI ({stack.base_url}) "
                 f"and its XCom 'report'")

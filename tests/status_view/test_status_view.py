@@ -118,6 +118,12 @@ def test_status_page_in_chromium(stack, tmp_path, mysql_url):
         acme_row = browser.eval("document.querySelector('tr[data-tenant=\"acme\"]').innerText")
         html = browser.eval("document.documentElement.outerHTML")
         shot = browser.screenshot(ARTIFACTS / "status_view.png")
+        # the nav entry: the Airflow UI embeds the same page
+        browser.goto(f"{stack.base_url}/plugin/nexus-tenants")
+        frame_src = browser.wait_for(
+            "Array.from(document.querySelectorAll('iframe')).map(f => f.src).find(s => s.endsWith('/nexus-status/'))")
+        browser.wait_for("document.body.innerText.includes('Browse')")
+        browser.screenshot(ARTIFACTS / "status_view_in_airflow_ui.png")
 
     assert "draining" in demo_row
     assert f"fence {fence_id} '*'" in demo_row
@@ -128,3 +134,4 @@ def test_status_page_in_chromium(stack, tmp_path, mysql_url):
     assert "checkpointed" in acme_row
     assert acme["password"] not in html
     assert shot.stat().st_size > 10_000
+    assert frame_src == f"{stack.base_url}/nexus-status/"
