@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine, func, select
+from sqlalchemy import exc as sa_exc
 
 from .. import catalog
 from ..db import Deadline, translate_errors
@@ -107,7 +108,12 @@ def stage_1(engine: Engine, *, stage1_release: str, namespace: str | None = None
     parse_version(stage1_release)
     with translate_errors("checking Field History stage 1"):
         require_tables(engine)
-        created = apply_steps(engine, field_history_steps(engine))
+        try:
+            created = apply_steps(engine, field_history_steps(engine))
+        except sa_exc.DBAPIError:
+            if not field_history_steps(engine)[0].present:
+                raise
+            created = []  # a concurrent run added the column first
         with engine.connect() as conn:
             findings = _lagging_findings(conn, STAGE_1_ROLES, stage1_release, namespace)
     actions = [f"added column {label}" for label in created]
