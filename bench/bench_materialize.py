@@ -159,6 +159,17 @@ def main() -> int:
             f"python peak memory        : {peak_big / 1024:.0f} KiB at {result.rows} rows, "
             f"{peak_small / 1024:.0f} KiB at {small_result.rows} rows"
         )
+        if same:  # figures for bench/run_all.py (NEXUS_BENCH_RESULTS or bench/results.json)
+            import benchlib  # bench/ is on sys.path when this runs as a script
+
+            benchlib.merge_results({
+                "materialize_vs_setbased": round(batch_rate / set_rate, 3),
+                "materialize_rows_per_s": round(batch_rate),
+                "materialize_setbased_rows_per_s": round(set_rate),
+                "materialize_run": {"rows": result.rows, "batches": result.batches, "largest_batch": largest,
+                                    "batch_s": batch_s, "setbased_s": set_s, "peak_kib": peak_big / 1024,
+                                    "peak_kib_tenth": peak_small / 1024},
+            })
         return 0 if same else 1
     finally:
         for e in engines:
