@@ -34,7 +34,10 @@ def results_path() -> Path:
 
 def merge_results(figures: dict) -> Path:
     """Merge ``figures`` into the results file (other scripts' keys are kept)."""
-    path = results_path()
+    return merge_results_to(results_path(), figures)
+
+
+def merge_results_to(path: Path, figures: dict) -> Path:
     merged = json.loads(path.read_text()) if path.exists() and path.stat().st_size else {}
     merged.update(figures)
     path.write_text(json.dumps(merged, indent=2, sort_keys=True, default=str) + "\n")

@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,6 +68,19 @@ class Step:
     figures: tuple[str, ...]
     full: list[str] = field(default_factory=list)
     quick: list[str] = field(default_factory=list)
+    #: For a script that prints its figures instead of writing them: stdout -> figures.
+    from_stdout: Callable[[str], dict] | None = None
+
+
+def runtime_figures(stdout: str) -> dict:
+    """bench_runtime.py --json prints one JSON document (payload read, admission)."""
+    lines = stdout.splitlines()
+    start = max(i for i, line in enumerate(lines) if line.rstrip() == "{")  # json.dumps(indent=2) opens so
+    end = max(i for i, line in enumerate(lines) if line.rstrip() == "}")
+    doc = json.loads("\n".join(lines[start:end + 1]))
+    p, a = doc["payload_read"], doc["admission"]
+    return {"payload_read_ratio": p["ratio_large_over_small"], "admission_vs_insert": a["ratio_admission_over_plain"],
+            "admission_events_per_s": a["admission_rows_per_s"], "runtime_run": doc}
 
 
 STEPS = [
@@ -74,7 +88,8 @@ STEPS = [
          full=["--generations", "10", "100", "1000"], quick=["--generations", "10", "50", "--lanes", "40", "--repeat", "1"]),
     Step("drain", "bench_drain.py", ("drain_poke_ratio",),
          full=["--generations", "10", "1000"], quick=["--generations", "10", "50", "--lanes", "40", "--pokes", "15"]),
-    Step("runtime", "bench_runtime.py", ("payload_read_ratio", "admission_vs_insert"), quick=["--quick"]),
+    Step("runtime", "bench_runtime.py", ("payload_read_ratio", "admission_vs_insert"), full=["--json"],
+         quick=["--json", "--large", "1000"], from_stdout=runtime_figures),
     Step("materialize", "bench_materialize.py", ("materialize_vs_setbased",), full=["--rows", "1000000"],
          quick=["--rows", "40000"]),
     Step("dag_parse", "bench_dag_parse.py", ("dag_parse_s",), full=["--repeat", "3"], quick=["--repeat", "1"]),
@@ -93,7 +108,7 @@ def run_step(step: Step, quick: bool, scratch: Path, timeout: float) -> tuple[fl
     env = dict(os.environ, NEXUS_BENCH_RESULTS=str(scratch))
     print(f"\n=== {step.name}: {' '.join(['bench/' + step.script, *cmd[2:]])}", flush=True)
     started = time.perf_counter()
-    tail: list[str] = []
+    lines: list[str] = []
     try:
         with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               start_new_session=True) as proc:
@@ -109,7 +124,7 @@ def run_step(step: Step, quick: bool, scratch: Path, timeout: float) -> tuple[fl
             try:
                 for line in proc.stdout:
                     print(line, end="", flush=True)
-                    tail = (tail + [line.rstrip()])[-15:]
+                    lines.append(line)
                 code = proc.wait()
             finally:
                 watchdog.cancel()
@@ -119,7 +134,12 @@ def run_step(step: Step, quick: bool, scratch: Path, timeout: float) -> tuple[fl
         return time.perf_counter() - started, f"could not start: {exc}"
     elapsed = time.perf_counter() - started
     if code != 0:
-        return elapsed, f"exit status {code}: " + " | ".join(tail[-4:])
+        return elapsed, f"exit status {code}: " + " | ".join(x.strip() for x in lines[-4:])
+    if step.from_stdout:
+        try:
+            benchlib.merge_results_to(scratch, step.from_stdout("".join(lines)))
+        except (ValueError, KeyError) as exc:
+            return elapsed, f"could not read its figures from its output: {exc!r}"
     return elapsed, None
 
 
@@ -158,7 +178,8 @@ def table(results: dict) -> str:
             lines.append(f"{figure:<36} {shown:>12} {goal:>16}  {verdict(figure, value)}")
         for extra in COMPANIONS.get(figure, ()):
             if is_number(results.get(extra)):
-                lines.append(f"  {extra:<34} {results[extra]:>12.4g}")
+                v = results[extra]
+                lines.append(f"  {extra:<34} {v:>12,.0f}" if abs(v) >= 1000 else f"  {extra:<34} {v:>12.4g}")
     for figure, reason in results.get("missing", {}).items():
         lines.append(f"missing {figure}: {reason}")
     return "\n".join(lines)
