@@ -265,6 +265,10 @@ def run_demo(state_dir: pathlib.Path, *, keep_up: bool = False) -> int:
             fh_run = stack.trigger(FIELD_HISTORY_DAG, field_history_conf())
             fh_watch = Watcher(stack, FIELD_HISTORY_DAG, fh_run["dag_run_id"], answer=approve_first)
             fh_outcome = fh_watch.wait(600)
+            for task_id in ("stage_1", "stage_2_producers", "stage_2_materialize"):
+                report = stack.xcom(FIELD_HISTORY_DAG, fh_run["dag_run_id"], task_id) or {}
+                if report.get("summary"):
+                    say(f"   {task_id}: {report['summary']}")
             stage_3 = stack.xcom(FIELD_HISTORY_DAG, fh_run["dag_run_id"], "stage_3") or {}
             if stage_3.get("summary"):
                 say(f"   stage 3: {stage_3['summary']}")
