@@ -13,7 +13,12 @@ from sqlalchemy import text
 from nexus_cutover.identity import ProjectionIdentity
 from nexus_cutover.runtime.claim import claim_candidates_query
 from nexus_cutover.runtime.duplicates import existing_events_query
-from nexus_cutover.runtime.generations import covering_generation_query, latest_generation_query, previous_generation_query
+from nexus_cutover.runtime.generations import (
+    covering_generation_query,
+    latest_generation_query,
+    latest_generations_query,
+    previous_generation_query,
+)
 from nexus_cutover.runtime.payload import payload_query
 
 from .support import NS, range_tenant
@@ -52,7 +57,7 @@ def test_hot_queries_use_the_source_lane_and_projection_order_indexes(mysql_rang
         "latest generation (successor lookup)": (latest_generation_query(ident), "ix_WorkItem_ProjectionOrder"),
         "covering generation (duplicate coverage)": (covering_generation_query(ident, mid), "ix_WorkItem_ProjectionOrder"),
         "previous generation (claim order)": (previous_generation_query(ident, mid), "ix_WorkItem_ProjectionOrder"),
-        "duplicate detection": (existing_events_query("pk-1", "lane-007", ["r-1", "r-2"]), "ux_Event_Receipt"),
+        "duplicate detection": (existing_events_query("pk-1", {"lane-007": {"r-1", "r-2"}, "lane-008": {"r-3"}}), "ux_Event_Receipt"),
         "claim candidates": (claim_candidates_query(NS), "ix_WorkItem_State"),
     }
     for name, (query, index) in cases.items():
@@ -60,5 +65,9 @@ def test_hot_queries_use_the_source_lane_and_projection_order_indexes(mysql_rang
         assert row["key"] == index, f"{name}: {row}"
         assert row["type"] in ("range", "ref"), f"{name} scans: {row}"
         assert int(row["rows"]) <= GENERATIONS * INPUTS, f"{name} reads too many rows: {row}"
+    other = ProjectionIdentity("pk-1", "contact.changed", 1, "1.0.0", "project", "lane-008")
+    union = _explain(engine, latest_generations_query([ident, other]))
+    derived = [r for r in union if r["table"] == "_System_WorkItem"]
+    assert len(derived) == 2 and all(r["key"] == "ix_WorkItem_ProjectionOrder" and r["type"] == "range" for r in derived), union
     (payload,) = _explain(engine, payload_query(ident, mid, mid + INPUTS - 1))
     assert int(payload["rows"]) <= 2 * INPUTS, payload  # the generation's inputs, not the lane's history

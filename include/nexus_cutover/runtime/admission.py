@@ -30,16 +30,16 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, insert
 
-from ..catalog import Event, WorkItem
+from ..catalog import Event
 from ..db import Deadline
 from ..errors import BadInput
 from ..identity import ProjectionIdentity
 from ..scenario.builder import utcnow
 from .duplicates import COVERED, existing_events, verify_duplicates
-from .generations import create_generation, latest_generation, try_extend
+from .generations import create_generations, extend_many, generation_row, latest_generations
 from .model import AdmissionResult, Admitted, Duplicate, Input
 from .packs import pack_context
-from .tx import allocate_ids, allocate_ordinals, run_in_pack_transaction
+from .tx import allocate_event_and_work_ids, allocate_ordinals, run_in_pack_transaction
 
 MAX_BATCH = 2000
 
@@ -93,7 +93,7 @@ def _admit(conn: Connection, pack_install_id: str, inputs: Sequence[Input]) -> A
 
     now = utcnow()
     first_ordinal = allocate_ordinals(conn, pack_install_id, ctx.protocol.legacy_max_ordinal, len(fresh))
-    first_event_id = allocate_ids(conn, Event.c.EventId, len(fresh))
+    first_event_id, next_work_id = allocate_event_and_work_ids(conn)
     rows: list[dict[str, Any]] = []
     by_identity: dict[ProjectionIdentity, list[dict[str, Any]]] = {}
     for offset, item in enumerate(fresh):
@@ -113,33 +113,37 @@ def _admit(conn: Connection, pack_install_id: str, inputs: Sequence[Input]) -> A
         by_identity.setdefault(identity, []).append(row)
     conn.execute(insert(Event), rows)
 
-    work_by_key: dict[tuple[str, str], int] = {}
-    next_work_id: int | None = None
+    latest = latest_generations(conn, list(by_identity))
+    moves = [
+        (latest[identity], members[-1]["EnqueueOrdinal"], members[-1]["EventId"])
+        for identity, members in by_identity.items()
+        if identity in latest and latest[identity].extendable
+    ]
+    extended = extend_many(conn, moves, now)
+    new_rows = []
     for identity, members in by_identity.items():
-        last = members[-1]
-        gen = latest_generation(conn, identity)
-        if gen is not None and gen.extendable and try_extend(conn, gen, last["EnqueueOrdinal"], last["EventId"], now):
+        gen = latest.get(identity)
+        if gen is not None and gen.work_id in extended:
             work_id = gen.work_id
             result.extended_work_ids.append(work_id)
         else:
-            if next_work_id is None:
-                next_work_id = allocate_ids(conn, WorkItem.c.WorkId, 1)
             work_id = next_work_id
             next_work_id += 1
-            create_generation(
-                conn,
-                work_id=work_id,
-                namespace=ctx.namespace,
-                identity=identity,
-                input_start_ordinal=members[0]["EnqueueOrdinal"],
-                lane_ordinal=last["EnqueueOrdinal"],
-                selected_event_id=last["EventId"],
-                now=now,
+            new_rows.append(
+                generation_row(
+                    work_id=work_id,
+                    namespace=ctx.namespace,
+                    identity=identity,
+                    input_start_ordinal=members[0]["EnqueueOrdinal"],
+                    lane_ordinal=members[-1]["EnqueueOrdinal"],
+                    selected_event_id=members[-1]["EventId"],
+                    now=now,
+                )
             )
             result.created_work_ids.append(work_id)
         for row in members:
-            work_by_key[(row["SourceLane"], row["ReceiptId"])] = work_id
             result.admitted.append(Admitted(row["SourceLane"], row["ReceiptId"], row["EventId"], row["EnqueueOrdinal"], work_id))
+    create_generations(conn, new_rows)
 
     by_key = {(a.source_lane, a.receipt_id): a for a in result.admitted}
     for item in repeated:  # repeated inside this batch: covered by the generation just written

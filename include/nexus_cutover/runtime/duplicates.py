@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, Select, select
+from sqlalchemy import Connection, Select, and_, or_, select
 
 from ..catalog import Event
 from ..identity import columns, of_row
@@ -33,25 +33,22 @@ AT_OR_BELOW_CUTOFF = "at_or_below_cutoff"
 COVERED = "covered"
 
 
-def existing_events_query(pack_install_id: str, source_lane: str, receipt_ids: Iterable[str]) -> Select:
-    """Events of one source lane with the given receipt ids (a range on ``ux_Event_Receipt``)."""
+def existing_events_query(pack_install_id: str, keys_by_lane: dict[str, set[str]]) -> Select:
+    """Events with the given receipt ids per source lane (ranges on ``ux_Event_Receipt``)."""
+    by_lane = [and_(Event.c.SourceLane == lane, Event.c.ReceiptId.in_(sorted(receipts))) for lane, receipts in sorted(keys_by_lane.items())]
     return select(Event.c.EventId, Event.c.EnqueueOrdinal, Event.c.ReceiptId, *columns(Event)).where(
-        Event.c.PackInstallId == pack_install_id,
-        Event.c.SourceLane == source_lane,
-        Event.c.ReceiptId.in_(sorted(receipt_ids)),
+        Event.c.PackInstallId == pack_install_id, or_(*by_lane)
     )
 
 
 def existing_events(conn: Connection, pack_install_id: str, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Any]:
-    """Events already admitted for ``(source_lane, receipt_id)`` keys, by key (reads ``ux_Event_Receipt``)."""
+    """Events already admitted for ``(source_lane, receipt_id)`` keys, by key (one statement)."""
     by_lane: dict[str, set[str]] = defaultdict(set)
     for lane, receipt in keys:
         by_lane[lane].add(receipt)
-    found: dict[tuple[str, str], Any] = {}
-    for lane, receipts in by_lane.items():
-        for row in conn.execute(existing_events_query(pack_install_id, lane, receipts)):
-            found[(lane, row.ReceiptId)] = row
-    return found
+    if not by_lane:
+        return {}
+    return {(row.SourceLane, row.ReceiptId): row for row in conn.execute(existing_events_query(pack_install_id, by_lane))}
 
 
 def verify_duplicates(conn: Connection, protocol: ProtocolRow, events: Iterable[Any]) -> list[Duplicate]:

@@ -22,9 +22,10 @@ Invariants (seed 000, "Ownership and invariant"):
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Select, insert, select, update
+from sqlalchemy import Connection, Select, and_, bindparam, case, insert, literal, or_, select, union_all, update
 
 from .. import catalog
 from ..catalog import WorkItem
@@ -48,6 +49,8 @@ class Generation:
     def contains(self, ordinal: int) -> bool:
         return self.input_start_ordinal is not None and self.input_start_ordinal <= ordinal <= self.lane_ordinal
 
+
+_UNION_CHUNK = 50
 
 _COLUMNS = (
     WorkItem.c.WorkId,
@@ -98,14 +101,38 @@ def _one(conn: Connection, query: Select) -> Generation | None:
 
 
 def latest_generation(conn: Connection, identity: ProjectionIdentity) -> Generation | None:
-    """The latest generation, read with a locking (current) read.
+    return _one(conn, latest_generation_query(identity))
 
-    Under the pack lock no other admission or replay runs, but TiDB's plain reads
-    use the snapshot taken before the lock was granted; a stale "latest" could
-    be extended past a successor created meanwhile. The locking read sees the
-    committed latest and holds it until commit.
+
+def latest_generations(conn: Connection, identities: list[ProjectionIdentity]) -> dict[ProjectionIdentity, Generation]:
+    """The latest generation of each identity, in one statement (a UNION ALL of ``LIMIT 1`` index reads).
+
+    Runs under the pack lock at READ COMMITTED (:mod:`.tx`), so it sees every
+    generation the previous lock holder committed.
     """
-    return _one(conn, latest_generation_query(identity).with_for_update())
+    found: dict[ProjectionIdentity, Generation] = {}
+    for start in range(0, len(identities), _UNION_CHUNK):
+        chunk = identities[start : start + _UNION_CHUNK]
+        params = {f"i{k}_{p}": value for k, ident in enumerate(chunk) for p, value in enumerate(ident)}
+        for row in conn.execute(_latest_union(len(chunk)), params):
+            found[chunk[row[0]]] = Generation(*row[1:])
+    return found
+
+
+@functools.lru_cache(maxsize=_UNION_CHUNK)
+def _latest_union(n: int) -> Select:
+    """The statement of :func:`latest_generations_query` for ``n`` identities, with bound parameters.
+
+    Built once per ``n`` (constructing the union is costly); parameters ``i<k>_<part>``.
+    """
+    slots = [ProjectionIdentity(*(bindparam(f"i{k}_{p}") for p in range(6))) for k in range(n)]
+    return latest_generations_query(slots)
+
+
+def latest_generations_query(identities: list[ProjectionIdentity]) -> Select:
+    """``(k, generation columns)`` of the latest generation of ``identities[k]``, for each k that has one."""
+    parts = [select(literal(k).label("k"), *latest_generation_query(ident).subquery().c) for k, ident in enumerate(identities)]
+    return parts[0] if len(parts) == 1 else union_all(*parts)
 
 
 def covering_generation(conn: Connection, identity: ProjectionIdentity, ordinal: int) -> Generation | None:
@@ -116,6 +143,41 @@ def covering_generation(conn: Connection, identity: ProjectionIdentity, ordinal:
 
 def previous_generation(conn: Connection, identity: ProjectionIdentity, lane_ordinal: int) -> Generation | None:
     return _one(conn, previous_generation_query(identity, lane_ordinal))
+
+
+def extend_many(conn: Connection, moves: list[tuple[Generation, int, int]], now: dt.datetime) -> set[int]:
+    """Extend several generations (``(gen, lane_ordinal, selected_event_id)``) in one UPDATE.
+
+    Each row is re-checked (pending, attempt zero, unchanged upper bound) against
+    the latest committed version; returns the WorkIds actually extended. When a
+    claim won a race for some of them, the moved rows are read back to tell which.
+    """
+    if not moves:
+        return set()
+    if len(moves) == 1:
+        gen, lane_ordinal, event_id = moves[0]
+        return {gen.work_id} if try_extend(conn, gen, lane_ordinal, event_id, now) else set()
+    ids = [g.work_id for g, _, _ in moves]
+    stmt = (
+        update(WorkItem)
+        .where(
+            WorkItem.c.WorkId.in_(ids),
+            WorkItem.c.Status == "pending",
+            WorkItem.c.Attempt == 0,
+            WorkItem.c.InputStartOrdinal.is_not(None),
+            or_(*(and_(WorkItem.c.WorkId == g.work_id, WorkItem.c.LaneOrdinal == g.lane_ordinal) for g, _, _ in moves)),
+        )
+        .values(
+            LaneOrdinal=case(*((WorkItem.c.WorkId == g.work_id, lo) for g, lo, _ in moves)),
+            SelectedEventId=case(*((WorkItem.c.WorkId == g.work_id, ev) for g, _, ev in moves)),
+            UpdatedAt=now,
+        )
+    )
+    if conn.execute(stmt).rowcount == len(moves):
+        return set(ids)
+    target = {g.work_id: lo for g, lo, _ in moves}
+    rows = conn.execute(select(WorkItem.c.WorkId, WorkItem.c.LaneOrdinal).where(WorkItem.c.WorkId.in_(ids)))
+    return {r.WorkId for r in rows if r.LaneOrdinal == target[r.WorkId]}
 
 
 def try_extend(conn: Connection, gen: Generation, lane_ordinal: int, selected_event_id: int, now: dt.datetime) -> bool:
@@ -134,6 +196,40 @@ def try_extend(conn: Connection, gen: Generation, lane_ordinal: int, selected_ev
     return result.rowcount == 1
 
 
+def create_generations(conn: Connection, rows: list[dict]) -> None:
+    """Insert several new queued generations (rows built by :func:`generation_row`) in one statement."""
+    if rows:
+        conn.execute(insert(WorkItem), rows)
+
+
+def generation_row(
+    *,
+    work_id: int,
+    namespace: str,
+    identity: ProjectionIdentity,
+    input_start_ordinal: int,
+    lane_ordinal: int,
+    selected_event_id: int,
+    now: dt.datetime,
+    replay_of_work_id: int | None = None,
+) -> dict:
+    """A new queued generation ``[input_start_ordinal, lane_ordinal]`` (pending, attempt zero)."""
+    return {
+        "WorkId": work_id,
+        "Namespace": namespace,
+        "WorkClass": catalog.WORK_CLASS_PROJECTION,
+        **identity.as_values(),
+        "SelectedEventId": selected_event_id,
+        "LaneOrdinal": lane_ordinal,
+        "InputStartOrdinal": input_start_ordinal,
+        "ReplayOfWorkId": replay_of_work_id,
+        "Attempt": 0,
+        "Status": "pending",
+        "CreatedAt": now,
+        "UpdatedAt": now,
+    }
+
+
 def create_generation(
     conn: Connection,
     *,
@@ -149,17 +245,15 @@ def create_generation(
     """A new queued generation ``[input_start_ordinal, lane_ordinal]`` (pending, attempt zero)."""
     conn.execute(
         insert(WorkItem).values(
-            WorkId=work_id,
-            Namespace=namespace,
-            WorkClass=catalog.WORK_CLASS_PROJECTION,
-            **identity.as_values(),
-            SelectedEventId=selected_event_id,
-            LaneOrdinal=lane_ordinal,
-            InputStartOrdinal=input_start_ordinal,
-            ReplayOfWorkId=replay_of_work_id,
-            Attempt=0,
-            Status="pending",
-            CreatedAt=now,
-            UpdatedAt=now,
+            generation_row(
+                work_id=work_id,
+                namespace=namespace,
+                identity=identity,
+                input_start_ordinal=input_start_ordinal,
+                lane_ordinal=lane_ordinal,
+                selected_event_id=selected_event_id,
+                now=now,
+                replay_of_work_id=replay_of_work_id,
+            )
         )
     )

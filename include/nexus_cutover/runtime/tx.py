@@ -30,7 +30,7 @@ from sqlalchemy import Column, Connection, Engine, func, insert, select, update
 from sqlalchemy import exc as sa_exc
 
 from .. import catalog
-from ..db import Deadline, bounded_session, classify, driver_error_code, is_retryable_conflict, is_sqlite
+from ..db import Deadline, bounded_session, classify, driver_error_code, is_mysql, is_retryable_conflict, is_sqlite
 from ..errors import LockTimeout
 from ..locks import acquire, ensure_lock_rows
 
@@ -54,6 +54,20 @@ def is_duplicate_key(exc: BaseException) -> bool:
 
 def _retry_pause(attempt: int) -> None:
     time.sleep(random.uniform(0, min(0.002 * (2 ** min(attempt, 6)), 0.1)))
+
+
+def _set_next_transaction_read_committed(conn: Connection) -> None:
+    """READ COMMITTED for the next transaction only (raw cursor: no SQLAlchemy autobegin).
+
+    Every read after the lock row then sees what the previous lock holder
+    committed, on MariaDB and on TiDB alike (TiDB's REPEATABLE READ snapshot is
+    taken before the lock is granted); conditional UPDATEs re-check the rest.
+    """
+    cursor = conn.connection.dbapi_connection.cursor()
+    try:
+        cursor.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    finally:
+        cursor.close()
 
 
 def run_transaction(
@@ -85,10 +99,13 @@ def run_transaction(
         try:
             if is_sqlite(conn):
                 conn = conn.execution_options(sqlite_begin="IMMEDIATE")
-            with bounded_session(conn, deadline), conn.begin():
-                if lock_names:
-                    acquire(conn, lock_names, deadline)
-                return body(conn)
+            with bounded_session(conn, deadline):
+                if is_mysql(conn):
+                    _set_next_transaction_read_committed(conn)
+                with conn.begin():
+                    if lock_names:
+                        acquire(conn, lock_names, deadline)
+                    return body(conn)
         except sa_exc.DBAPIError as exc:
             if is_duplicate_key(exc) or is_retryable_conflict(exc):
                 _retry_pause(attempt)
@@ -110,6 +127,17 @@ def allocate_ids(conn: Connection, key: Column, count: int) -> int:
     """The first of ``count`` fresh ids of ``key``'s table (``MAX()+1``; conflicts retried by the caller)."""
     last = conn.execute(select(func.max(key))).scalar()
     return (last or 0) + 1 if count else 0
+
+
+def allocate_event_and_work_ids(conn: Connection) -> tuple[int, int]:
+    """The next free EventId and WorkId in one statement (``MAX()+1`` of each primary key)."""
+    row = conn.execute(
+        select(
+            select(func.max(catalog.Event.c.EventId)).scalar_subquery(),
+            select(func.max(catalog.WorkItem.c.WorkId)).scalar_subquery(),
+        )
+    ).one()
+    return (row[0] or 0) + 1, (row[1] or 0) + 1
 
 
 def allocate_ordinals(conn: Connection, pack_install_id: str, floor: int, count: int) -> int:
