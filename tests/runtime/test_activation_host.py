@@ -204,3 +204,21 @@ def test_cli_sigterm_stops_cleanly_and_drain_refusal_exits_3(backend, request):
         assert _count(engine, WorkItem, WorkItem.c.Status == "completed") == 2
     finally:
         engine.dispose()
+
+
+def test_cli_without_dsn_or_with_a_malformed_one_is_bad_input():
+    base = {k: v for k, v in os.environ.items() if k not in ("NEXUS_TENANT_DSN", "CONNECTOR_CUTOVER_DSN")}
+    missing = subprocess.run(
+        [sys.executable, "-m", "nexus_cutover.cli.host", "--namespace", NS], env=base, capture_output=True, text=True, timeout=60
+    )
+    assert missing.returncode == 2 and "NEXUS_TENANT_DSN" in missing.stderr
+    malformed = subprocess.run(
+        [sys.executable, "-m", "nexus_cutover.cli.host", "--namespace", NS],
+        env=dict(base, NEXUS_TENANT_DSN="postgres://u:secret@h/db"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert malformed.returncode == 2 and "secret" not in malformed.stderr
+    usage = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.host"], env=base, capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2

@@ -150,3 +150,44 @@ def test_live_cutover_old_runtime_then_fence_drain_checkpoint_and_new_host(range
     (gen,) = range_generations(range_engine)
     assert gen.InputStartOrdinal == events_before + 1 and gen.Status == "completed"
     assert_membership(range_engine, {PACK: events_before})
+
+
+def test_simulator_command_exits_when_drained_and_marks_itself_stopped(sqlite_url):
+    import os
+    import subprocess
+    import sys
+
+    from nexus_cutover.db import make_engine
+    from nexus_cutover.schema import create_legacy_schema
+
+    engine = make_engine(sqlite_url)
+    try:
+        create_legacy_schema(engine)
+        _legacy_tenant(engine, lambda sc: [sc.receipt(PACK, lane, "r") for lane in ("a", "b")])
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "nexus_cutover.runtime.old_simulator",
+                "--namespace",
+                NS,
+                "--process-id",
+                "sim",
+                "--exit-when-drained",
+                "--fail-attempts",
+                "1",
+                "--retry-delay",
+                "0",
+            ],
+            env=dict(os.environ, NEXUS_TENANT_DSN=sqlite_url),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert {r.Status for r in _rows(engine, WorkItem, cols=[WorkItem.c.Status])} == {"completed"}
+        procs = _rows(engine, ProcessRegistry, cols=[ProcessRegistry.c.ProcessId, ProcessRegistry.c.StoppedAt])
+        assert sorted(p.ProcessId for p in procs) == ["sim/ingress_writer", "sim/projection_worker"]
+        assert all(p.StoppedAt is not None for p in procs)
+    finally:
+        engine.dispose()
