@@ -222,3 +222,37 @@ def test_cli_without_dsn_or_with_a_malformed_one_is_bad_input():
     assert malformed.returncode == 2 and "secret" not in malformed.stderr
     usage = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.host"], env=base, capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2
+
+
+def test_uncovered_receipt_is_left_unmaterialized_and_ends_the_drain_with_missing_coverage(range_engine):
+    import datetime as dt
+
+    from nexus_cutover.runtime.errors import MissingCoverage
+
+    range_tenant(range_engine, build=lambda sc: _receipts(sc, 3))
+    with range_engine.begin() as conn:  # receipt rc-001 already has an Event above the cutoff, with no generation
+        conn.execute(
+            Event.insert().values(
+                EventId=500,
+                Namespace=NS,
+                PackInstallId=PACK,
+                EventKind="contact.changed",
+                RouteVersion=1,
+                FlowVersion="1.0.0",
+                WorkType="project",
+                SourceLane="b",
+                EnqueueOrdinal=1,
+                ReceiptId="rc-001",
+                Status="skipped",
+                Payload="{}",
+                ReceivedAt=dt.datetime(2026, 1, 1),
+            )
+        )
+        conn.execute(catalog.EnqueueOrdinal.update().values(LastOrdinal=1))
+    with pytest.raises(MissingCoverage, match="rc-001"):
+        run_host(range_engine, NS, process_id="h", drain_and_exit=True, poll_s=0.01)
+    with range_engine.connect() as conn:
+        rows = conn.execute(select(IngressReceipt.c.ReceiptId, IngressReceipt.c.ConfirmedAt).order_by(IngressReceipt.c.ReceiptId)).all()
+    assert [(r.ReceiptId, r.ConfirmedAt is not None) for r in rows] == [("rc-000", True), ("rc-001", False), ("rc-002", True)]
+    assert _process(range_engine, "h").StoppedAt is not None
+    assert _count(range_engine, WorkItem, WorkItem.c.Status == "completed") == 1  # rc-000 and rc-002: lane a, one generation

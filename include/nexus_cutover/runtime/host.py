@@ -77,8 +77,11 @@ def run_host(
         return _serve(engine, namespace, process_id, drain_and_exit, stop_event, routing, execute, poll_s)
     finally:
         beater.stop()
-        mark_stopped(engine, process_id)
-        log.info("host %s stopped", process_id)
+        try:
+            mark_stopped(engine, process_id)
+            log.info("host %s stopped", process_id)
+        except Exception as exc:  # noqa: BLE001 - never mask the error that ended the host
+            log.error("host %s could not record its stop: %s", process_id, exc)
 
 
 def _serve(engine, namespace, process_id, drain_and_exit, stop_event, routing, execute, poll_s) -> int:
@@ -101,26 +104,26 @@ def _serve(engine, namespace, process_id, drain_and_exit, stop_event, routing, e
 
     for pack in verdict.packs:
         report = recover_unconfirmed(engine, pack, routing)
-        if report.confirmed or report.uncovered:
+        if report.confirmed:
             log.info("pack %s: confirmed %d receipt(s) materialized before a restart", pack, report.confirmed)
 
-    uncovered: dict[str, set[Key]] = {}
+    uncovered: dict[str, dict[Key, int]] = {}
     refused: set[str] = set()
     while not stop_event.is_set():
         busy = False
         with translate_errors("listing active packs"), engine.connect() as conn:
             packs = active_packs(conn, namespace)
         for pack in packs:
-            skip = uncovered.setdefault(pack, set())
+            stuck = uncovered.setdefault(pack, {})
             try:
-                report = materialize(engine, pack, routing, skip=skip)
+                report = materialize(engine, pack, routing, skip=set(stuck))
             except NotActivated as exc:  # a pack installed after activation, not yet cut over
                 if pack not in refused:
                     log.error("not materializing receipts of pack %s: %s", pack, exc)
                 refused.add(pack)
                 continue
             refused.discard(pack)
-            skip.update(report.uncovered)
+            stuck.update({(lane, rid): ordinal for lane, rid, ordinal in report.uncovered})
             busy = busy or report.admitted > 0 or report.duplicates > 0 or report.confirmed > 0
         while not stop_event.is_set() and worker.work_one() is not None:
             busy = True
@@ -132,15 +135,16 @@ def _serve(engine, namespace, process_id, drain_and_exit, stop_event, routing, e
     return EXIT_OK
 
 
-def _drained(engine: Engine, namespace: str, packs: list[str], uncovered: dict[str, set[Key]]) -> bool:
+def _drained(engine: Engine, namespace: str, packs: list[str], uncovered: dict[str, dict[Key, int]]) -> bool:
+    """No live range work and no receipt left; receipts without coverage end the drain with ``MissingCoverage``."""
     with translate_errors("checking whether work is left"), engine.connect() as conn:
         if live_range_work(conn, namespace):
             return False
         for pack in packs:
-            skip = uncovered.get(pack, set())
-            if unmaterialized_count(conn, pack, limit=len(skip) + 1) > len(skip):
+            stuck = uncovered.get(pack, {})
+            if unmaterialized_count(conn, pack, limit=len(stuck) + 1) > len(stuck):
                 return False
-    stuck = sorted((p, k) for p, keys in uncovered.items() for k in keys)
-    if stuck:
-        raise MissingCoverage(stuck[0][0], [(lane, rid, -1) for _, (lane, rid) in stuck])
+    for pack, stuck in sorted(uncovered.items()):
+        if stuck:
+            raise MissingCoverage(pack, sorted((lane, rid, o) for (lane, rid), o in stuck.items()))
     return True

@@ -45,7 +45,12 @@ class MaterializeReport:
     admitted: int = 0
     duplicates: int = 0
     confirmed: int = 0
-    uncovered: list[Key] = field(default_factory=list)
+    #: (source lane, receipt id, ordinal) of receipts whose Event lies above the cutoff without coverage.
+    uncovered: list[tuple[str, str, int]] = field(default_factory=list)
+
+    @property
+    def uncovered_keys(self) -> set[Key]:
+        return {(lane, rid) for lane, rid, _ in self.uncovered}
 
 
 def _keys_clause(pack_install_id: str, keys: Iterable[Key]):
@@ -112,7 +117,7 @@ def _admit(
         except MissingCoverage as exc:
             bad = {(lane, receipt) for lane, receipt, _ in exc.receipts}
             log.error("%s", exc)
-            report.uncovered.extend(sorted(bad))
+            report.uncovered.extend(sorted(exc.receipts))
             inputs = [i for i in inputs if (i.source_lane, i.receipt_id) not in bad]
             continue
         report.admitted += len(result.admitted)
@@ -166,7 +171,7 @@ def recover_unconfirmed(
             rows = [
                 r
                 for r in _receipts(conn, pack_install_id, materialized=True, limit=limit + len(total.uncovered))
-                if (r.SourceLane, r.ReceiptId) not in set(total.uncovered)
+                if (r.SourceLane, r.ReceiptId) not in total.uncovered_keys
             ][:limit]
         if not rows:
             return total
