@@ -11,15 +11,18 @@ walking workload (bench/workload.py) is built in a fresh database, then
 retry due, processing with a valid lease, blocked with no external dependency)
 and one old-protocol projection_worker heartbeats: the drain is ``draining``,
 as during a real wait. The figure ``drain_poke_ratio`` is the median poke at
-the deepest H over the median at the shallowest, in the same run on the same
-server. Correctness: the live counts equal what was added, and EXPLAIN of every
-per-status count names ``ix_WorkItem_State`` with no full scan (the same plan
-is asserted by tests/projection/test_drain.py).
+the deepest H over the median at the shallowest: both tenants are built first,
+then their pokes are interleaved (after InnoDB has flushed the load), in the
+same run on the same server. Correctness: the live counts equal what was
+added, and EXPLAIN of every per-status count names ``ix_WorkItem_State`` with
+no full scan (asserted by tests/projection/test_drain.py; every statement of a
+poke by tests/bench/test_hot_plans.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import statistics
@@ -93,36 +96,50 @@ def explain_counts(engine) -> list[dict]:
     return plans
 
 
-def measure(lanes: int, generations: int, inputs: int, live_lanes: int, pokes: int) -> dict:
-    with benchlib.fresh_database("bench_drain") as url:
-        engine = make_engine(url)
-        try:
-            build_s = workload.build(engine, lanes=lanes, generations=generations, inputs=inputs)
-            expected = add_live_old_work(engine, lanes=lanes, generations=generations, inputs=inputs, live_lanes=live_lanes)
-            with engine.begin() as conn:
-                conn.execute(text(f"ANALYZE TABLE {catalog.WorkItem.name}"))
-                works = conn.execute(select(func.count()).select_from(catalog.WorkItem)).scalar_one()
-            assert works == lanes * generations + sum(expected.values()), works
-            for _ in range(5):  # warm the pool and the buffer pool
-                report = poke(engine)
-            assert report.state == "draining", report.report_text()
-            assert report.counts == expected, (report.counts, expected)
-            times, known = [], []
-            for _ in range(pokes):  # interleaved: the poller's poke, and one told the schema (no column probe)
-                started = time.perf_counter()
-                poke(engine)
-                times.append(time.perf_counter() - started)
-                started = time.perf_counter()
-                poke(engine, range_column=True)
-                known.append(time.perf_counter() - started)
-            plans = explain_counts(engine)
-        finally:
-            engine.dispose()
-    return {
-        "generations": generations, "work_items": works, "live": sum(expected.values()), "build_s": build_s,
-        "poke_median_s": statistics.median(times), "poke_min_s": min(times), "pokes": pokes, "explain": plans,
-        "poke_known_schema_median_s": statistics.median(known),
-    }
+def prepare(engine, lanes: int, generations: int, inputs: int, live_lanes: int) -> dict:
+    """Build one tenant of depth ``generations`` with live old work; check its counts and plans."""
+    build_s = workload.build(engine, lanes=lanes, generations=generations, inputs=inputs)
+    expected = add_live_old_work(engine, lanes=lanes, generations=generations, inputs=inputs, live_lanes=live_lanes)
+    with engine.begin() as conn:
+        conn.execute(text(f"ANALYZE TABLE {catalog.WorkItem.name}"))
+        works = conn.execute(select(func.count()).select_from(catalog.WorkItem)).scalar_one()
+    assert works == lanes * generations + sum(expected.values()), works
+    report = poke(engine)
+    assert report.state == "draining", report.report_text()
+    assert report.counts == expected, (report.counts, expected)
+    return {"generations": generations, "work_items": works, "live": sum(expected.values()), "build_s": build_s,
+            "explain": explain_counts(engine)}
+
+
+def settle(engine, limit_s: float = 60.0) -> float:
+    """Wait (bounded) until InnoDB has flushed what the builds dirtied, so pokes do not race the flusher."""
+    started = time.perf_counter()
+    with engine.connect() as conn:
+        while time.perf_counter() - started < limit_s:
+            dirty = conn.execute(text("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'")).one()[1]
+            if int(dirty) < 100:
+                break
+            time.sleep(1)
+    return time.perf_counter() - started
+
+
+def measure(engines: list, pokes: int) -> list[dict]:
+    """Pokes interleaved across the tenants (and, per tenant, with a poke told the schema), so drift hits all alike."""
+    for engine in engines:
+        for _ in range(5):  # warm the pool and the buffer pool
+            poke(engine)
+    times: list[list[float]] = [[] for _ in engines]
+    known: list[list[float]] = [[] for _ in engines]
+    for _ in range(pokes):
+        for i, engine in enumerate(engines):
+            started = time.perf_counter()
+            poke(engine)
+            times[i].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            poke(engine, range_column=True)  # no per-poke column probe
+            known[i].append(time.perf_counter() - started)
+    return [{"poke_median_s": statistics.median(t), "poke_min_s": min(t), "pokes": pokes,
+             "poke_known_schema_median_s": statistics.median(k)} for t, k in zip(times, known, strict=True)]
 
 
 def main() -> int:
@@ -134,12 +151,20 @@ def main() -> int:
     parser.add_argument("--pokes", type=int, default=60)
     args = parser.parse_args()
     rows = []
+    with contextlib.ExitStack() as stack:
+        engines = []
+        for h in args.generations:
+            engine = make_engine(stack.enter_context(benchlib.fresh_database("bench_drain")))
+            stack.callback(engine.dispose)
+            rows.append(prepare(engine, args.lanes, h, args.inputs, args.live_lanes))
+            engines.append(engine)
+        settled_s = settle(engines[0])
+        for row, timing in zip(rows, measure(engines, args.pokes), strict=True):
+            row.update(timing, settled_s=settled_s)
     print(f"{'H':>6} {'works':>8} {'live':>5} {'build s':>8} {'poke ms':>8} {'min ms':>7} {'no-probe ms':>11}  plan")
-    for h in args.generations:
-        r = measure(args.lanes, h, args.inputs, args.live_lanes, args.pokes)
-        rows.append(r)
+    for r in rows:
         keys = ",".join(sorted({p["key"] for p in r["explain"]}))
-        print(f"{h:>6} {r['work_items']:>8} {r['live']:>5} {r['build_s']:>8.1f} {r['poke_median_s'] * 1000:>8.2f} "
+        print(f"{r['generations']:>6} {r['work_items']:>8} {r['live']:>5} {r['build_s']:>8.1f} {r['poke_median_s'] * 1000:>8.2f} "
               f"{r['poke_min_s'] * 1000:>7.2f} {r['poke_known_schema_median_s'] * 1000:>11.2f}  {keys}", flush=True)
     shallow, deep = rows
     figures = {
