@@ -5,6 +5,7 @@ One role per module:
 * :mod:`.model` - plain values passed between the modules (inputs, results, claims, payloads, routing);
 * :mod:`.errors` - the runtime's explicit failures (missing coverage, missing membership, refusals);
 * :mod:`.tx` - the pack transaction (pack lock row, bounded waits, retried id conflicts) and id/ordinal allocation;
+* :mod:`.packs` - the per-batch pack context (namespace, version-1 protocol row);
 * :mod:`.generations` - generation lookups on ``ix_WorkItem_ProjectionOrder`` and the extend-or-successor rule;
 * :mod:`.duplicates` - duplicate verification (cutoff acknowledgement, durable coverage, ``MissingCoverage``);
 * :mod:`.admission` - fresh ingress in one pack transaction (:func:`.admission.admit_batch`);

@@ -3,10 +3,12 @@
 Invariants:
 
 * :func:`run_in_pack_transaction` holds the pack's ``_System_Lock`` row
-  (``pack/<PackInstallId>``, a point lock taken first, so the snapshot of
-  everything read afterwards is newer than the previous holder's commit). It
-  serializes fresh ingress, replay and old-style admission of one pack.
-  On SQLite the transaction is ``BEGIN IMMEDIATE``.
+  (``pack/<PackInstallId>``, a point lock taken first). It serializes fresh
+  ingress, replay and old-style admission of one pack. On MySQL/MariaDB/TiDB
+  every runtime transaction runs at READ COMMITTED, so each read after the lock
+  sees what the previous holder committed (TiDB's REPEATABLE READ snapshot would
+  predate the lock grant); the ordinal allocator row is also read FOR UPDATE.
+  On SQLite the transaction is ``BEGIN IMMEDIATE`` (serializable).
 * ``EventId`` / ``WorkId`` are plain BIGINT keys with no allocator table: they
   are allocated as ``MAX()+1`` (a one-row read at the end of the primary key)
   inside the transaction. Two packs admitting at once hold different pack locks
