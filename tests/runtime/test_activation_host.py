@@ -132,7 +132,12 @@ def test_host_waits_at_the_gate_until_the_protocol_row_exists(range_engine):
     )
     thread.start()
     try:
-        time.sleep(0.3)
+        for _ in range(200):  # the heartbeat thread beats while the gate refuses
+            row = _process(range_engine, "h")
+            if row is not None and row.LastHeartbeatAt > row.StartedAt:
+                break
+            time.sleep(0.05)
+        assert row.LastHeartbeatAt > row.StartedAt
         assert _process(range_engine, "h").ActivatedAt is None
         assert _count(range_engine, Event) == 0
         from nexus_cutover.protocol_row import insert_protocol_row
