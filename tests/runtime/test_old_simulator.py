@@ -191,3 +191,27 @@ def test_simulator_command_exits_when_drained_and_marks_itself_stopped(sqlite_ur
         assert all(p.StoppedAt is not None for p in procs)
     finally:
         engine.dispose()
+
+
+def test_demo_tenant_old_work_drains_through_the_stand_in_worker_then_cuts_over(range_engine):
+    """The demo's in-flight old work (one item leased to old-worker-1) finishes when the simulator stands in for it."""
+    from nexus_cutover.projection.checkpoint import run_checkpoint
+    from nexus_cutover.scenario import demo_tenant
+
+    sc = demo_tenant(NS)
+    sc.fence(expires_at=None)  # cutover step 1: the '*' fence is armed
+    sc.write(range_engine)
+    sim = OldRuntimeSimulator(range_engine, NS, writer_id="old-ingress-1", worker_id="old-worker-1")
+    assert sim.live_old_work() > 0
+    assert sim.run(poll_s=0.01, exit_when_drained=True) == 0
+    assert sim.live_old_work() == 0
+    procs = _rows(
+        range_engine,
+        ProcessRegistry,
+        ProcessRegistry.c.ProcessId.in_(["old-ingress-1", "old-worker-1"]),
+        cols=[ProcessRegistry.c.StoppedAt],
+    )
+    assert len(procs) == 2 and all(p.StoppedAt is not None for p in procs)
+    for pack in ("pk-billing", "pk-crm-sync"):
+        assert run_checkpoint(range_engine, pack, timeout_s=30, written_by="test").outcome == "written"
+    assert run_host(range_engine, NS, process_id="new", drain_and_exit=True, poll_s=0.01) == 0

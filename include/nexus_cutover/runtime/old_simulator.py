@@ -91,8 +91,18 @@ class SimulatorConfig:
 
 class OldRuntimeSimulator:
     def __init__(
-        self, engine: Engine, namespace: str, *, process_id: str | None = None, config: SimulatorConfig | None = None, **overrides
+        self,
+        engine: Engine,
+        namespace: str,
+        *,
+        process_id: str | None = None,
+        writer_id: str | None = None,
+        worker_id: str | None = None,
+        config: SimulatorConfig | None = None,
+        **overrides,
     ):
+        """``writer_id`` / ``worker_id`` override the two ProcessIds (e.g. to stand in for an
+        old process already registered); the worker resumes ``processing`` items leased to its own id."""
         self.engine = engine
         self.namespace = namespace
         self.process_id = process_id or default_process_id("old-runtime")
@@ -101,8 +111,8 @@ class OldRuntimeSimulator:
             if not hasattr(self.config, key):
                 raise TypeError(f"unknown simulator setting {key!r}")
             setattr(self.config, key, value)
-        self.writer_id = f"{self.process_id}/{catalog.ROLE_INGRESS_WRITER}"[:128]
-        self.worker_id = f"{self.process_id}/{catalog.ROLE_PROJECTION_WORKER}"[:128]
+        self.writer_id = (writer_id or f"{self.process_id}/{catalog.ROLE_INGRESS_WRITER}")[:128]
+        self.worker_id = (worker_id or f"{self.process_id}/{catalog.ROLE_PROJECTION_WORKER}")[:128]
         self._run_tag = uuid.uuid4().hex[:8]
         self._synthetic = 0
         self._blocked_since: dict[int, int] = {}
@@ -215,7 +225,7 @@ class OldRuntimeSimulator:
                 r.WorkId
                 for r in conn.execute(
                     select(WorkItem.c.WorkId)
-                    .where(_old_work(self.namespace, ranged), _claimable(now))
+                    .where(_old_work(self.namespace, ranged), _claimable(now, self.worker_id))
                     .order_by(WorkItem.c.WorkId)
                     .limit(self.config.work_per_step)
                 )
@@ -233,7 +243,7 @@ class OldRuntimeSimulator:
             now = utcnow()
             claimed = conn.execute(
                 update(WorkItem)
-                .where(WorkItem.c.WorkId == work_id, _old_work(self.namespace, ranged), _claimable(now))
+                .where(WorkItem.c.WorkId == work_id, _old_work(self.namespace, ranged), _claimable(now, self.worker_id))
                 .values(
                     Status="processing", LeaseOwner=self.worker_id, LeaseExpiresAt=now + dt.timedelta(seconds=cfg.lease_s), UpdatedAt=now
                 )
@@ -328,11 +338,12 @@ def _old_work(namespace: str, ranged: bool):
     return and_(*cond)
 
 
-def _claimable(now: dt.datetime):
+def _claimable(now: dt.datetime, worker_id: str):
+    """Pending; retry that is due; processing whose lease expired or is the worker's own (a restart resumes it)."""
     return or_(
         WorkItem.c.Status == "pending",
         and_(WorkItem.c.Status == "retry", or_(WorkItem.c.NextAttemptAt.is_(None), WorkItem.c.NextAttemptAt <= now)),
-        and_(WorkItem.c.Status == "processing", WorkItem.c.LeaseExpiresAt < now),
+        and_(WorkItem.c.Status == "processing", or_(WorkItem.c.LeaseExpiresAt < now, WorkItem.c.LeaseOwner == worker_id)),
     )
 
 
@@ -423,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="old-runtime-simulator", description=__doc__.splitlines()[0])
     flag(parser, "namespace", required=True)
     flag(parser, "process-id", default=None)
+    flag(parser, "writer-id", default=None, help="ProcessId of the ingress_writer row (default <process-id>/ingress_writer)")
+    flag(parser, "worker-id", default=None, help="ProcessId of the projection_worker row; its own leases are resumed")
     flag(parser, "exit-when-drained", action="store_true", help="exit 0 once no old work and nothing admissible is left")
     flag(parser, "synthetic-inputs", type=int, default=0, help="synthetic inputs per step and pack (default 0)")
     flag(parser, "fail-attempts", type=int, default=0, help="executions of each item that fail into retry first")
@@ -443,6 +456,8 @@ def main(argv: list[str] | None = None) -> int:
                 engine,
                 args.namespace,
                 process_id=args.process_id,
+                writer_id=args.writer_id,
+                worker_id=args.worker_id,
                 synthetic_inputs_per_step=args.synthetic_inputs,
                 fail_attempts=args.fail_attempts,
                 retry_delay_s=args.retry_delay,
