@@ -63,6 +63,12 @@ def airflow_env(home: pathlib.Path, port: int, *, parallelism: int = 4) -> dict[
     }
 
 
+def _foreign_airflow_setting(key: str) -> bool:
+    """Airflow configuration inherited from the caller (e.g. a test harness) must not leak into this stack;
+    connections and variables (``AIRFLOW_CONN_*``, ``AIRFLOW_VAR_*``) may."""
+    return key == "AIRFLOW_HOME" or key.startswith("AIRFLOW__") or key == "AIRFLOW_CONFIG"
+
+
 def _restore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
@@ -81,7 +87,8 @@ class AirflowStack:
         self.home = pathlib.Path(home).resolve()
         self.port = port or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, **airflow_env(self.home, self.port, parallelism=parallelism), **(extra_env or {})}
+        inherited = {k: v for k, v in os.environ.items() if not _foreign_airflow_setting(k)}
+        self.env = {**inherited, **airflow_env(self.home, self.port, parallelism=parallelism), **(extra_env or {})}
         self.proc: subprocess.Popen | None = None
         self.token: str | None = None
         self.log_path = self.home / "standalone.log"

@@ -13,6 +13,7 @@ import random
 import time
 
 import pytest
+from sqlalchemy.engine import make_url
 
 from nexus_cutover.db import make_engine
 from nexus_cutover.protocol_row import read_protocol_row
@@ -59,14 +60,15 @@ def stack(tmp_path):
 
 
 def test_rollout_isolates_a_failed_tenant(stack, sqlite_url, mysql_url):
-    import json
 
-    from tests.dags.conftest import connection_json  # the harness's URL -> connection mapping
 
     _tenant(sqlite_url, "alpha", "pk-alpha")
     _tenant(mysql_url, "gamma", "pk-gamma")
-    for tenant, url in (("alpha", sqlite_url), ("gamma", mysql_url)):
-        stack.put_connection(f"nexus_tenant_{tenant}", **json.loads(connection_json(url)))
+    stack.put_connection("nexus_tenant_alpha", "sqlite", host=make_url(sqlite_url).database)
+    g = make_url(mysql_url)
+    secret = {"password": g.password} if g.password else {}
+    stack.put_connection("nexus_tenant_gamma", "mysql", host=g.host, port=g.port or 3306, login=g.username,
+                         schema=g.database, **secret)
     stack.request("POST", "/api/v2/pools", {"name": "nexus_tenant_rollout", "slots": 2, "include_deferred": True})
     stack.wait_for_dag(ROLLOUT)
     stack.wait_for_dag(CUTOVER)
