@@ -23,7 +23,11 @@ PACKS = ("pk-a", "pk-b")
 
 
 def base_conf(conn_id: str, **overrides: Any) -> dict[str, Any]:
+    """Every param given explicitly: under ``dag.test()`` tasks run in-process and a run's conf can leak
+    into the DAG object's param defaults, so no test relies on a default."""
     conf = {
+        "dry_run": False,
+        "pack_install_ids": [],
         "tenant": NS,
         "conn_id": conn_id,
         "poll_interval": 1,

@@ -44,9 +44,9 @@ FAULTS = [
 ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def dag(airflow_db):
-    return load_dag(DAG_ID)
+    return load_dag(DAG_ID)  # fresh per test: in-process task runs may mutate the DAG's params
 
 
 def _protocol_rows_full(engine):
