@@ -50,13 +50,18 @@ class DrainPoller(_EnginePoller):
         self.initial = initial_remaining
         self.previous: int | None = initial_remaining
         self.sample_limit = sample_limit
+        self.range_column: bool | None = None  # probed once: the column never disappears
 
     def poll(self) -> dict[str, Any]:
+        from nexus_cutover import catalog
         from nexus_cutover.projection.drain import drain_report
+        from nexus_cutover.schema import has_column
 
+        if not self.range_column:
+            self.range_column = has_column(self.engine, catalog.INPUT_START_ORDINAL)
         report = drain_report(
             self.engine, self.namespace, deadline=self.deadline, stale_heartbeat=self.stale,
-            sample_limit=self.sample_limit,
+            sample_limit=self.sample_limit, range_column=self.range_column,
         )
         remaining = report.remaining
         trend = []

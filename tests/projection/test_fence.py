@@ -130,3 +130,26 @@ def test_rerun_after_a_completed_cutover_does_not_fence_again(engine):
     again = fence.arm_fence(engine, "acme", armed_by="t", timeout_s=10, packs=["pk-a", "pk-b"])
     assert (again.outcome, again.fence_id) == ("not_needed", second)
     assert len(_fences(engine)) == 2
+
+
+def test_fence_queries_use_the_namespace_index(mysql_url):
+    from sqlalchemy import text
+
+    eng = make_engine(mysql_url)
+    try:
+        make_cutover_ready(eng)
+        rows = []
+        for ns in range(60):
+            for released in (dt.datetime(2026, 1, 1), None):
+                rows.append({"Namespace": f"ns-{ns}", "Scope": "*", "Reason": "r", "ArmedBy": "t",
+                             "ArmedAt": dt.datetime(2026, 1, 1), "ReleasedAt": released})
+        with eng.begin() as conn:
+            conn.execute(catalog.AdmissionFence.insert(), rows)
+        now = dt.datetime(2026, 6, 1)
+        stmt = select(catalog.AdmissionFence).where(catalog.AdmissionFence.c.Namespace == "ns-3", fence._in_force(now))
+        with eng.connect() as conn:
+            conn.execute(text("ANALYZE TABLE `_System_AdmissionFence`"))
+            plan = conn.execute(text(f"EXPLAIN {stmt.compile(eng, compile_kwargs={'literal_binds': True})}")).mappings().all()
+        assert plan[0]["key"] == "ix_AdmissionFence_Namespace", plan
+    finally:
+        eng.dispose()

@@ -89,3 +89,29 @@ def test_old_processes_since(engine):
     sc.write(engine)
     seen = writers.old_processes_since(engine, "acme", now - dt.timedelta(seconds=30), now=now)
     assert [p["process_id"] for p in seen] == ["restarted"]
+
+
+def test_registry_queries_use_the_role_index(mysql_url):
+    from sqlalchemy import select, text
+
+    from nexus_cutover.catalog import ProcessRegistry
+
+    eng = make_engine(mysql_url)
+    try:
+        make_cutover_ready(eng)
+        for ns in range(40):
+            sc = TenantScenario(namespace=f"ns-{ns}")
+            for role in catalog.OLD_WRITER_ROLES:
+                sc.process(role, process_id=f"{ns}-{role}")
+            sc.write(eng)
+        stmt = select(ProcessRegistry).where(
+            ProcessRegistry.c.Namespace == "ns-3",
+            ProcessRegistry.c.Role.in_(list(catalog.OLD_WRITER_ROLES)),
+            ProcessRegistry.c.ProjectionProtocol == catalog.PROTOCOL_OLD,
+        )
+        with eng.connect() as conn:
+            conn.execute(text("ANALYZE TABLE `_System_ProcessRegistry`"))
+            plan = conn.execute(text(f"EXPLAIN {stmt.compile(eng, compile_kwargs={'literal_binds': True})}")).mappings().all()
+        assert plan[0]["key"] == "ix_ProcessRegistry_Role", plan
+    finally:
+        eng.dispose()
