@@ -123,6 +123,8 @@ def test_status_page_in_chromium(stack, tmp_path, mysql_url):
         frame_src = browser.wait_for(
             "Array.from(document.querySelectorAll('iframe')).map(f => f.src).find(s => s.endsWith('/nexus-status/'))")
         browser.wait_for("document.body.innerText.includes('Browse')")
+        browser.wait_for("(document.querySelector('iframe').contentDocument || {querySelectorAll: () => []})"
+                         ".querySelectorAll('tr[data-tenant]').length >= 2")
         browser.screenshot(ARTIFACTS / "status_view_in_airflow_ui.png")
 
     assert "draining" in demo_row
