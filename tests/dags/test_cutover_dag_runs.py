@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import signal
 import time
 
 import pytest
 from sqlalchemy import select
+from sqlalchemy.engine import make_url
 
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
@@ -297,13 +299,59 @@ def test_embedded_sqlite_tenant_with_manual_host_controller(dag, sqlite_url, ten
     engine.dispose()
 
 
-def test_aborted_manual_host_start_fails_and_keeps_the_fence(dag, tenant):
+def test_aborted_manual_host_start_fails_and_keeps_the_fence(dag, tenant, mysql_url, capfd):
     engine, conn_id = tenant
     drained_tenant().write(engine)
     with HitlAnswerer(DAG_ID, {"confirm_writers_stopped": CONFIRM, "start_new_host": "Abort"}) as hitl:
         result = run_dag(dag, base_conf(conn_id, host_controller="manual"))
     assert not hitl.errors
+    password = make_url(mysql_url).password
+    out, err = capfd.readouterr()
+    assert [d["task_instance"]["task_id"] for d in hitl.seen] == ["confirm_writers_stopped", "start_new_host"]
+    assert password and password not in out and password not in err, "the tenant password reached the logs"
+    assert password not in json.dumps(list(result.xcoms.values()), default=str) and password not in json.dumps(result.conf)
     assert result.state == "failed" and result.state_of("start_new_host") == "failed"
     snap = snapshot(engine)
     assert snap["fences"] == [("*", True, False)]
     assert [r[0] for r in snap["protocol_rows"]] == list(PACKS)  # checkpoints are kept
+
+
+def test_audit_refusal_fails_with_findings_and_writes_nothing(dag, tenant):
+    engine, conn_id = tenant
+    sc = drained_tenant()
+    lane = sc.packs[1].lane("lane-mixed")
+    legacy_events, _ = lane.generation(2, legacy=True)  # a coalesced ordinal-0 input without a direct task...
+    lane.generation(1)  # ...in a lane that also has positive ordinals: mixed_history_indirect
+    sc.write(engine)
+    before = history_bytes(engine)
+    with HitlAnswerer(DAG_ID, {"confirm_writers_stopped": CONFIRM}) as hitl:
+        result = run_dag(dag, base_conf(conn_id))
+    assert not hitl.errors
+    assert result.state == "failed"
+    assert result.state_of("audit_and_checkpoint[0]") == "success"
+    assert result.state_of("audit_and_checkpoint[1]") == "failed"
+    findings = result.xcom("audit_and_checkpoint", map_index=1, key="findings")
+    assert findings and findings[0]["finding"] == "mixed_history_indirect"
+    assert legacy_events[0]["EventId"] in findings[0]["event_ids"], findings
+    assert result.xcom("audit_and_checkpoint", map_index=1, key="report")["outcome"] == "refused"
+    snap = snapshot(engine)
+    assert [r[0] for r in snap["protocol_rows"]] == ["pk-a"]  # pk-b: nothing written
+    assert snap["fences"] == [("*", True, False)]
+    assert history_bytes(engine) == before
+
+
+def test_old_writer_seen_after_the_release_fails_the_final_check(dag, tenant, tenant_connection):
+    engine, conn_id = tenant
+    sc = drained_tenant()
+    # a stopped old writer whose last heartbeat is later than the release: it ran after admission resumed
+    sc.process(catalog.ROLE_INGRESS_WRITER, process_id="old-writer-restarted", stopped=True, heartbeat_age_s=-3600)
+    sc.write(engine)
+    with Deployer(engine) as deployer, HitlAnswerer(DAG_ID, {"confirm_writers_stopped": CONFIRM}):
+        tenant_connection("nexus_deployer_test", raw_json=deployer.connection_json)
+        events_before = len(asset_events(f"nexus://{NS}/connector-projection-ranges"))
+        result = run_dag(dag, base_conf(conn_id))
+    assert result.state_of("resume_admission") == "success"
+    assert result.state_of("final_old_writer_check") == "failed"
+    report = result.xcom("final_old_writer_check", key="report")
+    assert [p["process_id"] for p in report["old_writers_after_release"]] == ["old-writer-restarted"]
+    assert len(asset_events(f"nexus://{NS}/connector-projection-ranges")) == events_before
