@@ -156,3 +156,73 @@ def test_interleaved_admission_claims_retries_and_replays(mysql_range_engine):
         fresh = [r for r in members[pack] if not r.startswith("replay:")]
         assert sorted(fresh) == sorted(admitted[pack])  # each admitted input in exactly one generation
     assert len(owner) == sum(len(v) for v in members.values())
+
+
+def _wait_for_lock_wait(engine, timeout_s=20.0):
+    """Poll until some InnoDB transaction is waiting for a row lock (the other session is really blocked).
+
+    Polls every 0.25 s: InnoDB refreshes INNODB_TRX only when it was not read in the last 0.1 s.
+    """
+    from sqlalchemy import text
+
+    stop = threading.Event()
+    for _ in range(int(timeout_s / 0.25)):
+        with engine.connect() as conn:
+            waiting = conn.execute(text("SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'")).scalar()
+        if waiting:
+            return
+        stop.wait(0.25)
+    raise AssertionError("the second session never waited for the row lock")
+
+
+def test_claim_waiting_on_an_uncommitted_extension_sees_the_extended_range(mysql_range_engine):
+    engine = mysql_range_engine
+    range_tenant(engine)
+    admit_batch(engine, "pk-1", [inp("a", "b")])
+    (gen,) = range_generations(engine)
+    written, go, out = threading.Event(), threading.Event(), {}
+
+    def hold(_conn, _result):
+        written.set()
+        assert go.wait(30)
+
+    def admit():
+        out["admission"] = admit_batch(engine, "pk-1", [inp("a", "x")], in_transaction=hold)
+
+    def claim():
+        out["claim"] = claim_work(engine, gen.WorkId, "w")
+
+    def orchestrate():
+        assert written.wait(30)
+        claimer = threading.Thread(target=claim)
+        claimer.start()
+        _wait_for_lock_wait(engine)
+        go.set()
+        claimer.join(60)
+
+    _run([admit, orchestrate])
+    assert out["admission"].extended_work_ids == [gen.WorkId]
+    assert out["claim"].lane_ordinal == 2 and _load(engine, gen.WorkId) == ["b", "x"]
+    assert_membership(engine)
+
+
+def test_extension_waiting_on_an_uncommitted_claim_goes_to_a_successor(mysql_range_engine):
+    from nexus_cutover.runtime.claim import claim_in
+
+    engine = mysql_range_engine
+    range_tenant(engine)
+    admit_batch(engine, "pk-1", [inp("a", "b")])
+    (gen,) = range_generations(engine)
+    out = {}
+    with engine.connect() as conn:
+        with conn.begin():
+            claimed = claim_in(conn, gen.WorkId, "w")
+            admitter = threading.Thread(target=lambda: out.setdefault("admission", admit_batch(engine, "pk-1", [inp("a", "x")])))
+            admitter.start()
+            _wait_for_lock_wait(engine)
+        admitter.join(60)
+    result = out["admission"]
+    assert not result.extended_work_ids and len(result.created_work_ids) == 1
+    assert (claimed.input_start_ordinal, claimed.lane_ordinal) == (1, 1)
+    assert _load(engine, gen.WorkId) == ["b"] and _load(engine, result.created_work_ids[0]) == ["x"]
+    assert_membership(engine)
