@@ -134,7 +134,7 @@ def run_step(step: Step, quick: bool, scratch: Path, timeout: float) -> tuple[fl
         return time.perf_counter() - started, f"could not start: {exc}"
     elapsed = time.perf_counter() - started
     if code != 0:
-        return elapsed, f"exit status {code}: " + " | ".join(x.strip() for x in lines[-4:])
+        return elapsed, f"exit status {code}: " + " | ".join(x.strip() for x in lines[-8:])
     if step.from_stdout:
         try:
             benchlib.merge_results_to(scratch, step.from_stdout("".join(lines)))

@@ -42,7 +42,7 @@ def test_quick_bench_records_every_figure(request, mysql_server_url, tmp_path):
     )
     assert out.exists(), proc.stdout[-4000:] + proc.stderr[-4000:]
     results = json.loads(out.read_text())
-    assert results["missing"] == {}, results["missing"]
+    assert results["missing"] == {}, (results["missing"], proc.stdout[-6000:])
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert results["mode"] == "quick"
     for figure in ISSUE_FIGURES - {"dag_parse_s"}:
