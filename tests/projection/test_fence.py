@@ -10,6 +10,7 @@ from sqlalchemy import func, select
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
 from nexus_cutover.errors import BadInput
+from nexus_cutover.fencing import fence_in_force
 from nexus_cutover.projection import fence
 from nexus_cutover.scenario import TenantScenario
 from tests.support import make_cutover_ready, table_checksum
@@ -146,7 +147,7 @@ def test_fence_queries_use_the_namespace_index(mysql_url):
         with eng.begin() as conn:
             conn.execute(catalog.AdmissionFence.insert(), rows)
         now = dt.datetime(2026, 6, 1)
-        stmt = select(catalog.AdmissionFence).where(catalog.AdmissionFence.c.Namespace == "ns-3", fence._in_force(now))
+        stmt = select(catalog.AdmissionFence).where(catalog.AdmissionFence.c.Namespace == "ns-3", fence_in_force(now))
         with eng.connect() as conn:
             conn.execute(text("ANALYZE TABLE `_System_AdmissionFence`"))
             plan = conn.execute(text(f"EXPLAIN {stmt.compile(eng, compile_kwargs={'literal_binds': True})}")).mappings().all()

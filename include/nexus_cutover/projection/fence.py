@@ -25,12 +25,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, insert, or_, select, update
+from sqlalchemy import Connection, Engine, insert, select, update
 
 from .. import catalog
 from ..catalog import AdmissionFence, AdmissionFenceOverride, ConnectorProjectionProtocol
 from ..db import Deadline, translate_errors
 from ..errors import BadInput, Refused
+from ..fencing import fence_in_force, override_active
 from ..locks import lifecycle_lock_names, locked_transaction
 from ..protocol_row import read_protocol_row
 from ..schema import has_table
@@ -42,13 +43,6 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
-def _in_force(now: dt.datetime):
-    return and_(
-        AdmissionFence.c.ReleasedAt.is_(None),
-        or_(AdmissionFence.c.ExpiresAt.is_(None), AdmissionFence.c.ExpiresAt > now),
-    )
-
-
 def _iso(value: Any) -> Any:
     return value.isoformat() if isinstance(value, dt.datetime) else value
 
@@ -57,7 +51,7 @@ def fences_in_force(conn: Connection, namespace: str, now: dt.datetime) -> list[
     """Every fence of the namespace in force at ``now`` (on ix_AdmissionFence_Namespace)."""
     rows = conn.execute(
         select(AdmissionFence)
-        .where(AdmissionFence.c.Namespace == namespace, _in_force(now))
+        .where(AdmissionFence.c.Namespace == namespace, fence_in_force(now))
         .order_by(AdmissionFence.c.FenceId)
     ).all()
     return [{k: _iso(v) for k, v in r._mapping.items()} for r in rows]
@@ -73,8 +67,7 @@ def active_overrides(conn: Connection, namespace: str, now: dt.datetime) -> list
         select(o)
         .where(
             o.c.FenceId.in_(fence_ids),
-            o.c.RevokedAt.is_(None),
-            or_(o.c.ExpiresAt.is_(None), o.c.ExpiresAt > now),
+            override_active(now),
         )
         .order_by(o.c.OverrideId)
     ).all()

@@ -1,9 +1,8 @@
 """Admission fences (contract, ``_System_AdmissionFence``): is one in force for a source?
 
 Scopes: ``*`` (every source of the namespace), ``<PackInstallId>`` (a pack), or
-``<PackInstallId>/<SourceLane>`` (one source). A fence is in force while
-``ReleasedAt IS NULL`` and (``ExpiresAt IS NULL`` or in the future). An active
-override (``RevokedAt IS NULL`` and not expired) of a fence lets the sources its
+``<PackInstallId>/<SourceLane>`` (one source). "In force" and "active" are
+defined once, in :mod:`nexus_cutover.fencing`. An active override of a fence lets the sources its
 own scope names through that fence. A source is fenced when any fence in force
 covers it and none of that fence's active overrides covers it.
 
@@ -16,9 +15,10 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, or_, select
+from sqlalchemy import Connection, select
 
 from ..catalog import FENCE_SCOPE_ALL, AdmissionFence, AdmissionFenceOverride
+from ..fencing import fence_in_force, override_active
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,7 @@ def fences_in_force(conn: Connection, namespace: str, now: dt.datetime) -> Fence
         for r in conn.execute(
             select(f.c.FenceId, f.c.Scope).where(
                 f.c.Namespace == namespace,
-                f.c.ReleasedAt.is_(None),
-                or_(f.c.ExpiresAt.is_(None), f.c.ExpiresAt > now),
+                fence_in_force(now),
             )
         )
     }
@@ -59,8 +58,7 @@ def fences_in_force(conn: Connection, namespace: str, now: dt.datetime) -> Fence
         for r in conn.execute(
             select(o.c.FenceId, o.c.Scope).where(
                 o.c.FenceId.in_(sorted(fences)),
-                o.c.RevokedAt.is_(None),
-                or_(o.c.ExpiresAt.is_(None), o.c.ExpiresAt > now),
+                override_active(now),
             )
         ):
             overrides.setdefault(r.FenceId, set()).add(r.Scope)
