@@ -35,14 +35,17 @@ class ProtocolRow:
     written_by: str
 
 
-def read_protocol_row(conn: Connection, pack_install_id: str) -> ProtocolRow | None:
-    """The pack's protocol row (a bounded primary-key read), or None."""
+def read_protocol_row(conn: Connection, pack_install_id: str, *, for_update: bool = False) -> ProtocolRow | None:
+    """The pack's protocol row (a bounded primary-key read), or None.
+
+    ``for_update``: a locking read, which sees the latest committed row even where
+    the transaction's snapshot is older (TiDB takes it at the first statement).
+    """
     t = ConnectorProjectionProtocol
-    row = conn.execute(
-        select(t.c.PackInstallId, t.c.ProtocolVersion, t.c.LegacyMaxOrdinal, t.c.WrittenAt, t.c.WrittenBy).where(
-            t.c.PackInstallId == pack_install_id
-        )
-    ).first()
+    stmt = select(t.c.PackInstallId, t.c.ProtocolVersion, t.c.LegacyMaxOrdinal, t.c.WrittenAt, t.c.WrittenBy).where(
+        t.c.PackInstallId == pack_install_id
+    )
+    row = conn.execute(stmt.with_for_update() if for_update else stmt).first()
     if row is None:
         return None
     return ProtocolRow(*row)

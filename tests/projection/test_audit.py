@@ -303,6 +303,10 @@ def test_dry_run_reports_the_cutoff_and_writes_nothing(engine):
     result = checkpoint(engine, dry_run=True)
     assert (result.outcome, result.legacy_max_ordinal) == (WOULD_WRITE, 3)
     assert protocol_rows(engine) == []
+    with engine.connect() as conn:  # a dry run takes no lock and so creates no lock row either
+        assert conn.execute(select(catalog.Lock)).all() == []
+    assert checkpoint(engine).outcome == WRITTEN
+    assert checkpoint(engine, dry_run=True).outcome == ALREADY_WRITTEN
 
 
 def test_the_audit_never_changes_history_even_when_statuses_would_tempt_it(engine):

@@ -29,11 +29,11 @@ from sqlalchemy import Connection, Engine, select
 from sqlalchemy import exc as sa_exc
 
 from .. import catalog
-from ..catalog import ConnectorProjectionProtocol, PackInstall
-from ..db import Deadline, classify, translate_errors
+from ..catalog import PackInstall
+from ..db import Deadline, bounded_session, classify, translate_errors
 from ..errors import BadInput
 from ..locks import lifecycle_lock_names, locked_transaction
-from ..protocol_row import ProtocolRow, insert_protocol_row, require_version_1
+from ..protocol_row import ProtocolRow, insert_protocol_row, read_protocol_row, require_version_1
 from ..schema import require_projection_schema
 from .audit import AuditReport, Finding, audit_pack
 
@@ -102,14 +102,48 @@ def read_pack(conn: Connection, pack_install_id: str) -> Pack:
     return pack
 
 
-def _read_protocol_for_update(conn: Connection, pack_install_id: str) -> ProtocolRow | None:
-    t = ConnectorProjectionProtocol
-    row = conn.execute(
-        select(t.c.PackInstallId, t.c.ProtocolVersion, t.c.LegacyMaxOrdinal, t.c.WrittenAt, t.c.WrittenBy)
-        .where(t.c.PackInstallId == pack_install_id)
-        .with_for_update()
-    ).first()
-    return ProtocolRow(*row) if row is not None else None
+def _already_written(existing: ProtocolRow, namespace: str) -> CheckpointResult:
+    require_version_1(existing)
+    log.info("pack %s: checkpoint already present (LegacyMaxOrdinal=%d)", existing.pack_install_id, existing.legacy_max_ordinal)
+    return CheckpointResult(
+        existing.pack_install_id, namespace, ALREADY_WRITTEN, existing.legacy_max_ordinal,
+        protocol_version=existing.protocol_version, written_by=existing.written_by,
+    )
+
+
+def _audit_under(conn: Connection, pack_install_id: str, namespace: str, deadline: Deadline, batch_size: int) -> AuditReport:
+    pack = read_pack(conn, pack_install_id)  # re-read inside the transaction
+    if pack.namespace != namespace:
+        raise BadInput(f"pack {pack_install_id!r} moved to namespace {pack.namespace!r} while waiting; rerun")
+    report = audit_pack(conn, pack_install_id, namespace, deadline, batch_size=batch_size)
+    log.info(
+        "pack %s: audited %d identities, probed %d inputs, %d finding groups",
+        pack_install_id, report.identities, report.events_probed, len(report.findings),
+    )
+    return report
+
+
+def _preview(
+    engine: Engine, pack_install_id: str, namespace: str, deadline: Deadline, written_by: str, batch_size: int
+) -> CheckpointResult:
+    """The dry run: the same reads in one read-only transaction, taking no lock and creating no lock row.
+
+    Without the locks a concurrent lifecycle writer may change the answer; the
+    real run re-decides everything under the locks.
+    """
+    with translate_errors(f"previewing pack {pack_install_id!r}"), engine.connect() as conn:
+        with bounded_session(conn, deadline, statements=True), conn.begin():
+            existing = read_protocol_row(conn, pack_install_id)
+            if existing is not None:
+                return _already_written(existing, namespace)
+            report = _audit_under(conn, pack_install_id, namespace, deadline, batch_size)
+            conn.rollback()
+    if report.refused:
+        return CheckpointResult(pack_install_id, namespace, REFUSED, None, report.findings)
+    return CheckpointResult(
+        pack_install_id, namespace, WOULD_WRITE, report.legacy_max_ordinal,
+        protocol_version=catalog.PROTOCOL_RANGES, written_by=written_by,
+    )
 
 
 def run_checkpoint(
@@ -123,7 +157,8 @@ def run_checkpoint(
 ) -> CheckpointResult:
     """Audit ``pack_install_id`` and write its one-time checkpoint (see the module invariants).
 
-    Returns ``written``/``already_written`` (or ``would_write`` on a dry run) or
+    Returns ``written``/``already_written`` (or ``would_write`` on a dry run,
+    which takes no lock and writes nothing, not even a lock row) or
     ``refused`` with every finding. Raises :class:`~nexus_cutover.errors.BadInput`
     (unknown pack, missing schema), :class:`~nexus_cutover.errors.LockTimeout`
     or another :class:`~nexus_cutover.errors.CutoverError`; nothing is written then.
@@ -134,33 +169,18 @@ def run_checkpoint(
     with translate_errors("checking the prerequisite schema"), engine.connect() as conn:
         require_projection_schema(conn)
         namespace = read_pack(conn, pack_install_id).namespace
+    if dry_run:
+        return _preview(engine, pack_install_id, namespace, deadline, written_by, batch_size)
     names = lifecycle_lock_names(namespace, [pack_install_id])
     log.info("pack %s: taking locks %s (timeout %.0fs)", pack_install_id, names, timeout_s)
     with locked_transaction(engine, names, deadline) as conn:
         try:
-            existing = _read_protocol_for_update(conn, pack_install_id)
+            existing = read_protocol_row(conn, pack_install_id, for_update=True)
             if existing is not None:
-                require_version_1(existing)
-                log.info("pack %s: checkpoint already present (LegacyMaxOrdinal=%d)", pack_install_id, existing.legacy_max_ordinal)
-                return CheckpointResult(
-                    pack_install_id, namespace, ALREADY_WRITTEN, existing.legacy_max_ordinal,
-                    protocol_version=existing.protocol_version, written_by=existing.written_by,
-                )
-            pack = read_pack(conn, pack_install_id)  # re-read under the locks
-            if pack.namespace != namespace:
-                raise BadInput(f"pack {pack_install_id!r} moved to namespace {pack.namespace!r} while waiting; rerun")
-            report: AuditReport = audit_pack(conn, pack_install_id, namespace, deadline, batch_size=batch_size)
-            log.info(
-                "pack %s: audited %d identities, probed %d inputs, %d finding groups",
-                pack_install_id, report.identities, report.events_probed, len(report.findings),
-            )
+                return _already_written(existing, namespace)
+            report = _audit_under(conn, pack_install_id, namespace, deadline, batch_size)
             if report.refused:
                 return CheckpointResult(pack_install_id, namespace, REFUSED, None, report.findings)
-            if dry_run:
-                return CheckpointResult(
-                    pack_install_id, namespace, WOULD_WRITE, report.legacy_max_ordinal,
-                    protocol_version=catalog.PROTOCOL_RANGES, written_by=written_by,
-                )
             deadline.check("writing the checkpoint")
             row = insert_protocol_row(conn, pack_install_id, report.legacy_max_ordinal, written_by)
         except sa_exc.DBAPIError as exc:
