@@ -10,6 +10,10 @@ MARIADBD=$(command -v mariadbd || echo /usr/sbin/mariadbd)
 work=$(mktemp -d /tmp/nexus-mariadb.XXXXXX)
 port=${NEXUS_TEST_MYSQL_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')}
 cleanup() {
+  if [ -f "$work/pid" ] && ! kill -0 "$(cat "$work/pid")" 2>/dev/null; then
+    echo "with-mariadb: the server died during the run; last lines of its error log:" >&2
+    tail -n 40 "$work/error.log" >&2 || true
+  fi
   if [ -f "$work/pid" ]; then kill "$(cat "$work/pid")" 2>/dev/null || true; fi
   for _ in $(seq 50); do [ -f "$work/pid" ] && kill -0 "$(cat "$work/pid")" 2>/dev/null || break; sleep 0.1; done
   rm -rf "$work"
