@@ -113,6 +113,9 @@ async def child_main(args) -> dict:
     # queries one poke costs, measured once in isolation (the pollers module is imported here anyway)
     from nexus_airflow.pollers import DrainPoller
 
+    # read before the probe connects: a probe connection the server has not yet reaped can then only make
+    # the readiness count below arrive early, never keep it from arriving
+    base_connections = status.read()["Threads_connected"]
     probe = await asyncio.to_thread(DrainPoller, conn_id(0), args.namespace, deadline, STALE_S)
     await asyncio.to_thread(probe.poll)
     before = status.read()["Questions"]
@@ -122,7 +125,6 @@ async def child_main(args) -> dict:
     if probe_result["state"] != "waiting":
         raise RuntimeError(f"the bench tenant is not draining: {probe_result['message']}")
 
-    base_connections = status.read()["Threads_connected"]
     tasks = [asyncio.create_task(run_trigger(make_trigger(i))) for i in range(args.baseline)]
     await connected_at_least(base_connections + args.baseline, 120)
     await asyncio.sleep(args.poll_interval + 1)
