@@ -17,6 +17,7 @@ from sqlalchemy.engine import make_url
 
 from nexus_cutover.db import make_engine
 from nexus_cutover.schema import create_legacy_schema
+from tests.support import prepared_engine
 
 DB_REQUIRED = os.environ.get("NEXUS_DB_REQUIRED") == "1"
 
@@ -82,16 +83,12 @@ def tenant_url(request):
 
 @pytest.fixture
 def legacy_engine(tenant_url):
-    """An engine on a database holding the Part A (pre-cutover) schema."""
-    engine = make_engine(tenant_url)
-    create_legacy_schema(engine)
-    yield engine
-    engine.dispose()
+    """An engine on a database holding the Part A (pre-cutover) schema, on both backends."""
+    with prepared_engine(tenant_url, create_legacy_schema) as engine:
+        yield engine
 
 
 @pytest.fixture
 def mysql_legacy_engine(mysql_url):
-    engine = make_engine(mysql_url)
-    create_legacy_schema(engine)
-    yield engine
-    engine.dispose()
+    with prepared_engine(mysql_url, create_legacy_schema) as engine:
+        yield engine

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from collections.abc import Callable, Iterator
 
 from sqlalchemy import Engine, Table, select
 
 from nexus_cutover import catalog
+from nexus_cutover.db import make_engine
 from nexus_cutover.schema import apply_steps, create_legacy_schema, projection_steps
 
 
@@ -32,3 +35,14 @@ def make_cutover_ready(engine: Engine) -> None:
     """Part A plus the projection Part B objects (cutover step 1 applied)."""
     create_legacy_schema(engine)
     apply_steps(engine, projection_steps(engine))
+
+
+@contextlib.contextmanager
+def prepared_engine(url: str, prepare: Callable[[Engine], None]) -> Iterator[Engine]:
+    """An engine on ``url`` after ``prepare(engine)`` (e.g. a schema step); disposed afterwards."""
+    engine = make_engine(url)
+    try:
+        prepare(engine)
+        yield engine
+    finally:
+        engine.dispose()

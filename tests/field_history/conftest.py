@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nexus_cutover.db import make_engine
 from nexus_cutover.schema import apply_steps, create_legacy_schema, field_history_steps
+from tests.support import prepared_engine
 
 
 def make_stage1(engine) -> None:
@@ -16,23 +16,17 @@ def make_stage1(engine) -> None:
 @pytest.fixture
 def fh_engine(tenant_url):
     """Part A + the FieldHistoryEligible column, on MariaDB and on SQLite."""
-    engine = make_engine(tenant_url)
-    make_stage1(engine)
-    yield engine
-    engine.dispose()
+    with prepared_engine(tenant_url, make_stage1) as engine:
+        yield engine
 
 
 @pytest.fixture
 def mysql_fh_engine(mysql_url):
-    engine = make_engine(mysql_url)
-    make_stage1(engine)
-    yield engine
-    engine.dispose()
+    with prepared_engine(mysql_url, make_stage1) as engine:
+        yield engine
 
 
 @pytest.fixture
 def sqlite_fh_engine(sqlite_url):
-    engine = make_engine(sqlite_url)
-    make_stage1(engine)
-    yield engine
-    engine.dispose()
+    with prepared_engine(sqlite_url, make_stage1) as engine:
+        yield engine

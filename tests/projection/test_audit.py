@@ -9,20 +9,11 @@ import pytest
 from sqlalchemy import select, update
 
 from nexus_cutover import catalog
-from nexus_cutover.db import make_engine
 from nexus_cutover.projection import audit
 from nexus_cutover.projection.checkpoint import ALREADY_WRITTEN, REFUSED, WOULD_WRITE, WRITTEN, run_checkpoint
 from nexus_cutover.protocol_row import WrongProtocolVersion, read_protocol_row
 from nexus_cutover.scenario import TenantScenario, drained_pack_history, insert_rows
-from tests.support import history_checksum, make_cutover_ready
-
-
-@pytest.fixture
-def engine(tenant_url):
-    eng = make_engine(tenant_url)
-    make_cutover_ready(eng)
-    yield eng
-    eng.dispose()
+from tests.support import history_checksum
 
 
 def checkpoint(engine, pack="pk-1", **kw):

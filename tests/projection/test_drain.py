@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-import pytest
 from sqlalchemy import text
 
 from nexus_cutover import catalog
@@ -14,14 +13,6 @@ from nexus_cutover.scenario import TenantScenario, drained_pack_history, utcnow
 from tests.support import history_checksum, make_cutover_ready
 
 STALE = dt.timedelta(seconds=60)
-
-
-@pytest.fixture
-def engine(tenant_url):
-    eng = make_engine(tenant_url)
-    make_cutover_ready(eng)
-    yield eng
-    eng.dispose()
 
 
 def _scenario(**kw) -> TenantScenario:

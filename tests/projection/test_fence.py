@@ -16,14 +16,6 @@ from nexus_cutover.scenario import TenantScenario
 from tests.support import make_cutover_ready, table_checksum
 
 
-@pytest.fixture
-def engine(tenant_url):
-    eng = make_engine(tenant_url)
-    make_cutover_ready(eng)
-    yield eng
-    eng.dispose()
-
-
 def _fences(engine):
     with engine.connect() as conn:
         return [dict(r._mapping) for r in conn.execute(select(catalog.AdmissionFence).order_by("FenceId"))]

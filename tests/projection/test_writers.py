@@ -15,14 +15,6 @@ from tests.support import make_cutover_ready
 STALE = dt.timedelta(seconds=60)
 
 
-@pytest.fixture
-def engine(tenant_url):
-    eng = make_engine(tenant_url)
-    make_cutover_ready(eng)
-    yield eng
-    eng.dispose()
-
-
 def test_evidence_classifies_every_old_writer(engine):
     now = utcnow()
     sc = TenantScenario(namespace="acme", now=now)
