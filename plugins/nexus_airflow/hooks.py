@@ -15,6 +15,7 @@ from functools import cached_property
 
 from airflow.sdk import BaseHook
 from sqlalchemy import Engine
+from sqlalchemy.pool import NullPool
 
 from nexus_cutover.db import make_engine, mask_dsn, parse_dsn
 from nexus_cutover.errors import BadInput
@@ -54,9 +55,14 @@ class NexusTenantHook(BaseHook):
     def masked_dsn(self) -> str:
         return mask_dsn(self._dsn)
 
-    def get_engine(self, *, connect_timeout: float = 10.0) -> Engine:
-        """A new engine; the caller disposes of it."""
-        return make_engine(self._dsn, connect_timeout=connect_timeout)
+    def get_engine(self, *, connect_timeout: float = 10.0, pooled: bool = True) -> Engine:
+        """A new engine; the caller disposes of it.
+
+        ``pooled=False`` opens a connection per use and keeps none idle: for
+        long waits (one per waiting tenant on a triggerer) that poll rarely.
+        """
+        kwargs = {} if pooled else {"poolclass": NullPool}
+        return make_engine(self._dsn, connect_timeout=connect_timeout, **kwargs)
 
     def dsn_for_child_process(self) -> str:
         """The DSN, only to be placed in a child process's environment (``NEXUS_TENANT_DSN``); never log it."""

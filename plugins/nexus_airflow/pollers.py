@@ -32,7 +32,8 @@ class _EnginePoller:
         self.namespace = namespace
         self.deadline = _parse(deadline)
         self.stale = dt.timedelta(seconds=float(stale_heartbeat_s))
-        self.engine = NexusTenantHook(conn_id).get_engine()
+        # no idle connection between polls: a triggerer may hold thousands of waiting tenants
+        self.engine = NexusTenantHook(conn_id).get_engine(pooled=False)
 
     def close(self) -> None:
         self.engine.dispose()
