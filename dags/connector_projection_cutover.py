@@ -9,6 +9,7 @@ from __future__ import annotations
 from airflow.sdk import DAG, AssetAlias, TriggerRule
 
 from nexus_airflow.hitl import ConfirmWritersStoppedOperator, StartNewHostOperator
+from nexus_airflow.notify import CutoverNotifier
 from nexus_airflow.operators import (
     ASSET_ALIAS,
     ApplySchemaOperator,
@@ -53,7 +54,7 @@ with DAG(
     max_active_runs=16,
     params=cutover_params(),
     doc_md=DAG_DOC,
-    default_args={"retries": 0},
+    default_args={"retries": 0, "on_failure_callback": [CutoverNotifier()]},
     tags=["nexus", "cutover", "connector-projection"],
     render_template_as_native_obj=False,
 ) as dag:

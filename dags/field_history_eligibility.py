@@ -16,6 +16,7 @@ from nexus_airflow.field_history import (
     Stage3Operator,
     field_history_params,
 )
+from nexus_airflow.notify import CutoverNotifier
 
 DAG_DOC = """
 # Field History eligibility (per tenant)
@@ -50,7 +51,7 @@ with DAG(
     max_active_runs=16,
     params=field_history_params(),
     doc_md=DAG_DOC,
-    default_args={"retries": 0},
+    default_args={"retries": 0, "on_failure_callback": [CutoverNotifier()]},
     tags=["nexus", "field-history"],
 ) as dag:
     stage_1 = Stage1Operator(

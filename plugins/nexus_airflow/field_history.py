@@ -23,7 +23,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from nexus_airflow.base import domain_errors, stop, tenant_engine
-from nexus_airflow.params import CONN_ID_PATTERN, TENANT_PATTERN, conn_id_for
+from nexus_airflow.params import CONN_ID_PATTERN, TENANT_PATTERN, conn_id_for, notify_conn_param
 from nexus_airflow.pollers import WAITING, _EnginePoller, deadline_in
 from nexus_airflow.sensors import StatusPollSensor
 
@@ -76,6 +76,7 @@ def field_history_params() -> dict[str, Any]:
             30, type="integer", minimum=1, maximum=3600, title="Poll interval (s)",
             description="How often the drain sensor looks at the outbox.",
         ),
+        "notify_conn_id": notify_conn_param(),
     }
 
 

@@ -19,6 +19,7 @@ from airflow.providers.standard.operators.hitl import HITLOperator
 
 from nexus_airflow.base import domain_errors, params_of, plan, stop, tenant_engine
 from nexus_airflow.faults import fault_point
+from nexus_airflow.notify import notify_needs_confirmation
 
 NOT_PERFORMED = "cutover not performed"
 
@@ -38,6 +39,8 @@ class _StrictHITL(HITLOperator):
         p = params_of(context)
         self.body = body
         self.response_timeout = dt.timedelta(seconds=p.confirm_timeout)
+        # Sent once, when the step parks; execute_complete (the answer) does not come back here.
+        notify_needs_confirmation(context, f"{self.subject} (answer within {p.confirm_timeout} s)")
         super().execute(context)
 
     def execute_complete(self, context, event: dict[str, Any]) -> Any:

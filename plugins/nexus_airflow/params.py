@@ -26,6 +26,18 @@ def conn_id_for(tenant: str) -> str:
     return f"nexus_tenant_{tenant}"
 
 
+def notify_conn_param():
+    """The optional notification connection of a run (see :mod:`nexus_airflow.notify`)."""
+    from airflow.sdk import Param
+
+    return Param(
+        "", type="string", pattern=CONN_ID_PATTERN, title="Notification connection id",
+        description="Where failures and needs-confirmation events are sent: an smtp connection (extra 'to') or "
+        "a Slack webhook connection (needs the Slack provider). Empty: the Variable nexus_notify_conn_id, else "
+        "the task log only.",
+    )
+
+
 def cutover_params() -> dict[str, Any]:
     """The ``params`` of the cutover DAG."""
     from airflow.sdk import Param
@@ -94,6 +106,7 @@ def cutover_params() -> dict[str, Any]:
             1800, type="integer", minimum=1, maximum=86400, title="Readiness timeout (s)",
             description="How long verify_readiness waits for the new host to activate.",
         ),
+        "notify_conn_id": notify_conn_param(),
     }
 
 
