@@ -23,7 +23,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from nexus_airflow.base import domain_errors, stop, tenant_engine
-from nexus_airflow.params import CONN_ID_PATTERN, TENANT_PATTERN, conn_id_for, notify_conn_param
+from nexus_airflow.params import conn_id_for, notify_conn_param, tenant_params
 from nexus_airflow.pollers import WAITING, _EnginePoller, deadline_in
 from nexus_airflow.sensors import StatusPollSensor
 
@@ -36,14 +36,7 @@ def field_history_params() -> dict[str, Any]:
     from airflow.sdk import Param
 
     return {
-        "tenant": Param(
-            type="string", pattern=TENANT_PATTERN, title="Tenant (namespace)",
-            description="The tenant's namespace, e.g. acme. Lower-case letters, digits, _ and -.",
-        ),
-        "conn_id": Param(
-            "", type="string", pattern=CONN_ID_PATTERN, title="Tenant DB connection id",
-            description="Airflow connection of the tenant database. Empty: nexus_tenant_<tenant>.",
-        ),
+        **tenant_params(),
         "target_stage": Param(
             1, type="integer", enum=[1, 2, 3], title="Target stage",
             description="Run the gates up to this stage; earlier stages are re-verified, not redone.",

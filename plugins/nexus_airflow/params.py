@@ -38,8 +38,8 @@ def notify_conn_param():
     )
 
 
-def cutover_params() -> dict[str, Any]:
-    """The ``params`` of the cutover DAG."""
+def tenant_params() -> dict[str, Any]:
+    """``tenant`` (required, pattern-checked) and ``conn_id``: the first fields of every per-tenant form."""
     from airflow.sdk import Param
 
     return {
@@ -57,6 +57,15 @@ def cutover_params() -> dict[str, Any]:
             description="Airflow connection of the tenant database (mysql for MySQL/TiDB, sqlite for the embedded "
             "demo). Empty: nexus_tenant_<tenant>.",
         ),
+    }
+
+
+def cutover_params() -> dict[str, Any]:
+    """The ``params`` of the cutover DAG."""
+    from airflow.sdk import Param
+
+    return {
+        **tenant_params(),
         "pack_install_ids": Param(
             [],
             type="array",
