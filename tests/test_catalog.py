@@ -12,9 +12,8 @@ from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
 from nexus_cutover.schema import apply_steps, create_legacy_schema, field_history_steps, projection_steps
 
-CONTRACT = Path(__file__).resolve().parents[1].parent / "shared" / "contract" / "tenant_catalog.sql"
-if not CONTRACT.exists():  # CI clones beside a copy of shared/
-    CONTRACT = Path(__file__).resolve().parents[2] / "shared" / "contract" / "tenant_catalog.sql"
+# shared/ lies beside the checkout (here, and in CI's fresh clone)
+CONTRACT = Path(__file__).resolve().parents[2] / "shared" / "contract" / "tenant_catalog.sql"
 
 
 def parse_contract(sql: str):
