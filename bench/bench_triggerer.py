@@ -74,7 +74,7 @@ class ServerStatus:
 
     def read(self) -> dict[str, int]:
         with self.engine.connect() as conn:
-            rows = conn.execute(text("SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Threads_connected')")).all()
+            rows = conn.execute(text("SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Threads_connected', 'Connections')")).all()
         return {name: int(value) for name, value in rows}
 
     def close(self) -> None:
@@ -103,10 +103,11 @@ async def child_main(args) -> dict:
             fired.append(event.payload)
 
     async def connected_at_least(n: int, limit_s: float) -> float:
+        """Until ``n`` connections were opened since the start (pollers keep none open between polls)."""
         started = time.monotonic()
-        while status.read()["Threads_connected"] < n:
+        while status.read()["Connections"] - base_opened < n:
             if time.monotonic() - started > limit_s:
-                raise TimeoutError(f"only {status.read()['Threads_connected']} of {n} connections after {limit_s} s")
+                raise TimeoutError(f"only {status.read()['Connections'] - base_opened} of {n} connections after {limit_s} s")
             await asyncio.sleep(0.5)
         return time.monotonic() - started
 
@@ -124,14 +125,15 @@ async def child_main(args) -> dict:
     await asyncio.to_thread(probe.close)
     if probe_result["state"] != "waiting":
         raise RuntimeError(f"the bench tenant is not draining: {probe_result['message']}")
+    base_opened = status.read()["Connections"]
 
     tasks = [asyncio.create_task(run_trigger(make_trigger(i))) for i in range(args.baseline)]
-    await connected_at_least(base_connections + args.baseline, 120)
+    await connected_at_least(args.baseline, 120)
     await asyncio.sleep(args.poll_interval + 1)
     rss_baseline = rss_mb()
 
     tasks += [asyncio.create_task(run_trigger(make_trigger(i))) for i in range(args.baseline, args.tenants)]
-    ramp_s = await connected_at_least(base_connections + args.tenants, args.ramp_limit)
+    ramp_s = await connected_at_least(args.tenants, args.ramp_limit)
     await asyncio.sleep(args.poll_interval + 1)  # every trigger is past its first poke: steady state
     s0, c0, t0 = status.read(), cpu_s(), time.monotonic()
     await asyncio.sleep(args.window)
