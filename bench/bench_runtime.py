@@ -29,12 +29,12 @@ from sqlalchemy.engine import make_url
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "include"))
 
 from nexus_cutover import catalog  # noqa: E402
+from nexus_cutover.clock import utcnow  # noqa: E402
 from nexus_cutover.db import make_engine  # noqa: E402
 from nexus_cutover.runtime.admission import admit_batch  # noqa: E402
 from nexus_cutover.runtime.model import Input  # noqa: E402
 from nexus_cutover.runtime.payload import load_payloads  # noqa: E402
 from nexus_cutover.scenario import TenantScenario  # noqa: E402
-from nexus_cutover.scenario.builder import utcnow  # noqa: E402
 from nexus_cutover.schema import apply_steps, create_legacy_schema, projection_steps  # noqa: E402
 
 

@@ -17,13 +17,10 @@ from typing import Any
 from sqlalchemy import Engine, func, select
 
 from nexus_cutover import catalog
+from nexus_cutover.clock import utcnow
 from nexus_cutover.db import make_engine
 
 STALE_HEARTBEAT = dt.timedelta(seconds=120)
-
-
-def _utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 def _section(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -37,7 +34,7 @@ def _fence(engine: Engine, ns: str) -> dict[str, Any]:
     from nexus_cutover.projection.fence import fences_in_force
 
     with engine.connect() as conn:
-        fences = fences_in_force(conn, ns, _utcnow())
+        fences = fences_in_force(conn, ns, utcnow())
     cutover = [f for f in fences if f["Scope"] == catalog.FENCE_SCOPE_ALL and f["ExpiresAt"] is None]
     if cutover:
         f = cutover[0]
@@ -52,7 +49,7 @@ def _fence(engine: Engine, ns: str) -> dict[str, Any]:
 def _drain(engine: Engine, ns: str) -> dict[str, Any]:
     from nexus_cutover.projection.drain import drain_report
 
-    r = drain_report(engine, ns, deadline=_utcnow() + dt.timedelta(hours=1), stale_heartbeat=STALE_HEARTBEAT,
+    r = drain_report(engine, ns, deadline=utcnow() + dt.timedelta(hours=1), stale_heartbeat=STALE_HEARTBEAT,
                      sample_limit=5)
     return {"remaining": r.remaining, "counts": dict(r.counts), "state": r.state, "text": r.counts_text(),
             "live_old_workers": list(r.live_old_workers),
@@ -135,7 +132,7 @@ def read_tenant_state(bind: Engine | str, tenant: str) -> dict[str, Any]:
     """The tenant's state; ``bind`` is an engine (kept open) or a DSN (an engine made and disposed of here)."""
     engine = make_engine(bind, connect_timeout=5.0) if isinstance(bind, str) else bind
     try:
-        state: dict[str, Any] = {"tenant": tenant, "checked_at": _utcnow().isoformat(timespec="seconds") + "Z"}
+        state: dict[str, Any] = {"tenant": tenant, "checked_at": utcnow().isoformat(timespec="seconds") + "Z"}
         state["fence"] = _section(lambda: _fence(engine, tenant))
         state["drain"] = _section(lambda: _drain(engine, tenant))
         packs = _section(lambda: {"packs": _packs(engine, tenant)})

@@ -15,12 +15,12 @@ Invariants:
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import asdict, dataclass
 
 from sqlalchemy import Connection, func, select
 
 from .. import catalog
+from ..clock import utcnow
 from .versions import older_than
 
 Process = catalog.ProcessRegistry
@@ -30,10 +30,6 @@ PRODUCER_ROLES = (catalog.ROLE_RUNTIME_API, catalog.ROLE_SERVICE_MANAGER, catalo
 OUTBOX_OPEN = ("pending", "processing")
 OUTBOX_FAILED = "failed"
 DEFAULT_HEARTBEAT_WINDOW_S = 120.0
-
-
-def _utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 @dataclass(frozen=True)
@@ -70,7 +66,7 @@ def producer_processes(conn: Connection, namespace: str | None = None) -> list[P
     stmt = stmt.where(Process.c.Role.in_(PRODUCER_ROLES)).order_by(Process.c.Role, Process.c.ProcessId)
     if namespace is not None:
         stmt = stmt.where(Process.c.Namespace == namespace)
-    now = _utcnow()
+    now = utcnow()
     return [
         ProducerProcess(pid, role, version, stopped is not None, max(0.0, (now - beat).total_seconds()))
         for pid, role, version, stopped, beat in conn.execute(stmt)

@@ -39,6 +39,7 @@ from sqlalchemy import Connection, Engine, func, insert, select, update
 from sqlalchemy import exc as sa_exc
 
 from .. import catalog
+from ..clock import utcnow
 from ..db import is_retryable_conflict
 
 Audit = catalog.AuditFieldChange
@@ -46,10 +47,6 @@ Sequence = catalog.FieldHistorySequence
 ELIGIBLE = catalog.FIELD_HISTORY_ELIGIBLE.column_name
 KIND_UPDATE = "update"
 PSEUDO_KINDS = ("create", "delete")
-
-
-def _utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 @dataclass(frozen=True)
@@ -143,7 +140,7 @@ def _emit(conn: Connection, rows: list[dict[str, Any]], target: AuditTarget, via
             Status="pending",
             Attempts=0,
             Payload=encode_payload(rows),
-            CreatedAt=_utcnow(),
+            CreatedAt=utcnow(),
         )
     )
     return via_outbox
@@ -161,7 +158,7 @@ def record_audit_field_changes(
 ) -> AuditWrite:
     """The single producer (see the module invariants); runs inside the mutation's transaction."""
     ids = iter(change_ids)
-    now = _utcnow()
+    now = utcnow()
     rows = []
     for diff in diffs:
         row = _base_row(next(ids), target, diff, now)
@@ -187,7 +184,7 @@ def record_legacy_audit_field_changes(
 ) -> AuditWrite:
     """A pre-cutover binary: sequences for every stable diff, no eligibility key at all."""
     ids = iter(change_ids)
-    now = _utcnow()
+    now = utcnow()
     rows = [_base_row(next(ids), target, d, now) for d in diffs]
     sequences = reserve_sequences(conn, [d.field_id for d in diffs if d.history_addressable])
     for row, diff in zip(rows, diffs, strict=True):

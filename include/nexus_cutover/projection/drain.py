@@ -30,6 +30,7 @@ from sqlalchemy import Connection, Engine, and_, func, or_, select
 
 from .. import catalog
 from ..catalog import ProcessRegistry, WorkItem
+from ..clock import utcnow
 from ..db import translate_errors
 from ..schema import has_column
 
@@ -47,10 +48,6 @@ CAUSE_HELP = {
     CAUSE_NO_LIVE_OLD_WORKER: "pending items while no live old-protocol projection_worker heartbeats",
     CAUSE_TIMED_OUT: "items still live when the drain timeout passed",
 }
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 @dataclass

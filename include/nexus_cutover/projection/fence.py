@@ -29,6 +29,7 @@ from sqlalchemy import Connection, Engine, insert, select, update
 
 from .. import catalog
 from ..catalog import AdmissionFence, AdmissionFenceOverride, ConnectorProjectionProtocol
+from ..clock import utcnow
 from ..db import Deadline, translate_errors
 from ..errors import BadInput, Refused
 from ..fencing import fence_in_force, override_active
@@ -37,10 +38,6 @@ from ..protocol_row import read_protocol_row
 from ..schema import has_table
 
 FENCE_REASON = "connector projection range cutover"
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 def _iso(value: Any) -> Any:

@@ -25,13 +25,10 @@ from sqlalchemy import Connection, Engine, or_, select
 
 from .. import catalog
 from ..catalog import ProcessRegistry
+from ..clock import utcnow
 from ..db import translate_errors
 
 PROCESS_CAP = 1000
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 def _process(row, now: dt.datetime, stale: dt.timedelta) -> dict[str, Any]:

@@ -31,10 +31,10 @@ from typing import Any
 from sqlalchemy import Connection, Engine, insert
 
 from ..catalog import Event
+from ..clock import utcnow
 from ..db import Deadline
 from ..errors import BadInput
 from ..identity import ProjectionIdentity
-from ..scenario.builder import utcnow
 from .duplicates import COVERED, existing_events, verify_duplicates
 from .generations import create_generations, extend_many, generation_row, latest_generations
 from .model import AdmissionResult, Admitted, Duplicate, Input

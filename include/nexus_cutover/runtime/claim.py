@@ -27,9 +27,9 @@ from sqlalchemy import Connection, Engine, Select, and_, case, func, or_, select
 
 from .. import catalog
 from ..catalog import Event, WorkItem
+from ..clock import utcnow
 from ..db import Deadline
 from ..identity import columns, of_row
-from ..scenario.builder import utcnow
 from .generations import previous_generation
 from .model import ClaimedWork
 from .tx import run_transaction

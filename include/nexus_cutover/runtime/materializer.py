@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from sqlalchemy import Connection, Engine, and_, or_, select, update
 
 from ..catalog import IngressReceipt
+from ..clock import utcnow
 from ..db import Deadline, translate_errors
-from ..scenario.builder import utcnow
 from .admission import admit_batch
 from .errors import MissingCoverage
 from .model import AdmissionResult, Input, Routing

@@ -43,9 +43,9 @@ from sqlalchemy import Connection, Engine, and_, func, insert, or_, select, upda
 
 from .. import catalog
 from ..catalog import Event, IngressReceipt, WorkItem
+from ..clock import utcnow
 from ..db import Deadline, translate_errors
 from ..identity import ProjectionIdentity, matches
-from ..scenario.builder import utcnow
 from ..schema import has_column
 from .activation import active_packs
 from .fences import FenceView, fences_in_force

@@ -21,8 +21,8 @@ import uuid
 from sqlalchemy import Engine, insert, select, update
 
 from ..catalog import ProcessRegistry
+from ..clock import utcnow
 from ..db import translate_errors
-from ..scenario.builder import utcnow
 
 log = logging.getLogger(__name__)
 

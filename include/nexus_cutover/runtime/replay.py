@@ -22,10 +22,10 @@ from sqlalchemy import Connection, Engine, insert, select
 
 from .. import catalog
 from ..catalog import Event, WorkItem
+from ..clock import utcnow
 from ..db import Deadline, translate_errors
 from ..errors import BadInput
 from ..identity import columns, of_row
-from ..scenario.builder import utcnow
 from .errors import ReplayRefused
 from .generations import create_generation
 from .packs import pack_context

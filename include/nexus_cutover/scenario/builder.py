@@ -19,14 +19,11 @@ from typing import Any
 from sqlalchemy import Engine, Table, insert
 
 from .. import catalog
+from ..clock import utcnow
 from ..identity import ProjectionIdentity
 
 BASE_TIME = dt.datetime(2026, 1, 1, 0, 0, 0)
 BATCH_ROWS = 1000
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 @dataclass
