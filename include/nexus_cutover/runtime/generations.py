@@ -229,31 +229,3 @@ def generation_row(
         "UpdatedAt": now,
     }
 
-
-def create_generation(
-    conn: Connection,
-    *,
-    work_id: int,
-    namespace: str,
-    identity: ProjectionIdentity,
-    input_start_ordinal: int,
-    lane_ordinal: int,
-    selected_event_id: int,
-    now: dt.datetime,
-    replay_of_work_id: int | None = None,
-) -> None:
-    """A new queued generation ``[input_start_ordinal, lane_ordinal]`` (pending, attempt zero)."""
-    conn.execute(
-        insert(WorkItem).values(
-            generation_row(
-                work_id=work_id,
-                namespace=namespace,
-                identity=identity,
-                input_start_ordinal=input_start_ordinal,
-                lane_ordinal=lane_ordinal,
-                selected_event_id=selected_event_id,
-                now=now,
-                replay_of_work_id=replay_of_work_id,
-            )
-        )
-    )

@@ -27,7 +27,7 @@ from ..db import Deadline, translate_errors
 from ..errors import BadInput
 from ..identity import columns, of_row
 from .errors import ReplayRefused
-from .generations import create_generation
+from .generations import create_generations, generation_row
 from .packs import pack_context
 from .tx import allocate_ids, allocate_ordinals, run_in_pack_transaction
 
@@ -79,8 +79,7 @@ def replay(engine: Engine, work_id: int, *, payload: str | None = None, deadline
             )
         )
         new_work_id = allocate_ids(conn, WorkItem.c.WorkId, 1)
-        create_generation(
-            conn,
+        create_generations(conn, [generation_row(
             work_id=new_work_id,
             namespace=ctx.namespace,
             identity=identity,
@@ -89,7 +88,7 @@ def replay(engine: Engine, work_id: int, *, payload: str | None = None, deadline
             selected_event_id=event_id,
             now=now,
             replay_of_work_id=work_id,
-        )
+        )])
         return ReplayResult(work_id, new_work_id, event_id, ordinal)
 
     return run_in_pack_transaction(engine, pack_install_id, body, what=f"replaying WorkItem {work_id}", deadline=deadline)
