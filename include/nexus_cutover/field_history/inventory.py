@@ -5,8 +5,10 @@ Invariants:
 * A *deployed* process is one with ``StoppedAt IS NULL``, whatever its heartbeat
   age: a silent process may come back, so a gate counts it until it is marked
   stopped (the report shows the heartbeat so an operator can tell).
-* A process is *live* while deployed and its heartbeat is at most
-  ``heartbeat_window_s`` old (used only to tell whether outbox work can progress).
+* A process is *live* by the one rule of :mod:`nexus_cutover.liveness` (not
+  stopped and a heartbeat at most ``heartbeat_window_s`` old, boundary
+  inclusive), evaluated at the time of the read that measured
+  ``heartbeat_age_s``; used only to tell whether outbox work can progress.
 * *Pre-cutover* means a BinaryVersion / ProducerVersion older than the release
   named by the caller (:func:`.versions.older_than`; an unreadable version is older).
 * Outbox work is *open* while ``pending`` or ``processing``; ``failed`` work is
@@ -15,12 +17,14 @@ Invariants:
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import asdict, dataclass
 
 from sqlalchemy import Connection, func, select
 
 from .. import catalog
 from ..clock import utcnow
+from ..liveness import DEFAULT_STALE_HEARTBEAT_S, LIVE, process_state
 from .versions import older_than
 
 Process = catalog.ProcessRegistry
@@ -29,7 +33,10 @@ Outbox = catalog.AuditOutbox
 PRODUCER_ROLES = (catalog.ROLE_RUNTIME_API, catalog.ROLE_SERVICE_MANAGER, catalog.ROLE_AUDIT_OUTBOX_WORKER)
 OUTBOX_OPEN = ("pending", "processing")
 OUTBOX_FAILED = "failed"
-DEFAULT_HEARTBEAT_WINDOW_S = 120.0
+#: Any fixed instant: a process's state depends only on its heartbeat age at the read.
+_AGE_ORIGIN = dt.datetime(2000, 1, 1)
+#: The stale-heartbeat window default (kept under this name for :mod:`.gates`): the liveness default.
+DEFAULT_HEARTBEAT_WINDOW_S = DEFAULT_STALE_HEARTBEAT_S
 
 
 @dataclass(frozen=True)
@@ -43,8 +50,18 @@ class ProducerProcess:
     def deployed(self) -> bool:
         return not self.stopped
 
+    def state(self, heartbeat_window_s: float = DEFAULT_HEARTBEAT_WINDOW_S) -> str:
+        """``live`` / ``silent`` / ``stopped`` (:func:`nexus_cutover.liveness.process_state`) as of the read.
+
+        ``heartbeat_age_s`` is ``now - LastHeartbeatAt`` of that read, so the rule is
+        evaluated on a clock whose "now" is the read time.
+        """
+        read_at = _AGE_ORIGIN
+        beat = read_at - dt.timedelta(seconds=self.heartbeat_age_s)
+        return process_state(read_at if self.stopped else None, beat, read_at, heartbeat_window_s)
+
     def live(self, heartbeat_window_s: float = DEFAULT_HEARTBEAT_WINDOW_S) -> bool:
-        return not self.stopped and self.heartbeat_age_s <= heartbeat_window_s
+        return self.state(heartbeat_window_s) == LIVE
 
     def as_dict(self) -> dict:
         return {**asdict(self), "heartbeat_age_s": round(self.heartbeat_age_s, 1)}

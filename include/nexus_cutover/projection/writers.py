@@ -7,7 +7,8 @@ Invariants:
   receipt_materializer, projection_worker, dependency_resolver).
 * A process is *live* while ``StoppedAt IS NULL`` and its heartbeat is within
   the stale-heartbeat window; *silent* when not stopped but its heartbeat is
-  older; *stopped* when ``StoppedAt`` is set. The database cannot prove an old
+  older; *stopped* when ``StoppedAt`` is set: the one rule of
+  :mod:`nexus_cutover.liveness` (boundary inclusive). The database cannot prove an old
   binary will never resume (seed 000, step 3): this is evidence for the human
   confirmation, not a substitute for it.
 * Readiness = a registered ``ProjectionProtocol = 1`` ``integration_host`` with
@@ -27,18 +28,14 @@ from .. import catalog
 from ..catalog import ProcessRegistry
 from ..clock import utcnow
 from ..db import translate_errors
+from ..liveness import process_state
 
 PROCESS_CAP = 1000
 
 
 def _process(row, now: dt.datetime, stale: dt.timedelta) -> dict[str, Any]:
     m = row._mapping
-    if m["StoppedAt"] is not None:
-        state = "stopped"
-    elif m["LastHeartbeatAt"] >= now - stale:
-        state = "live"
-    else:
-        state = "silent"
+    state = process_state(m["StoppedAt"], m["LastHeartbeatAt"], now, stale)
     return {
         "process_id": m["ProcessId"],
         "role": m["Role"],
