@@ -80,7 +80,9 @@ with DAG(
         doc_md="Deferrable: waits until no old projection WorkItem is pending, blocked, retry or processing, "
         "logging the remaining counts and trend each poll. **Stops and reports** (XCom `report`, log) as soon "
         "as the drain provably cannot finish within `drain_timeout` -- retry not due before the deadline, "
-        "blocked on an external dependency, expired lease, no live old worker -- or at the timeout. It never "
+        "blocked on an external dependency while no live old dependency_resolver heartbeats (with one, blocked "
+        "items are progressing), "
+        "expired lease, no live old worker -- or at the timeout, reporting everything still remaining. It never "
         "changes a WorkItem. Resolve the blockers with the old runtime, then clear.",
     )
     check_old_writers = OldWritersSensor(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
 from sqlalchemy import text
 
 from nexus_cutover import catalog
@@ -75,6 +76,76 @@ def test_each_stuck_cause_is_reported_with_its_items(engine):
     text_report = rep.report_text()
     assert "external dependency" in text_report and "Do not change WorkItem status" in text_report
     assert history_checksum(engine) == before  # read only
+
+
+def _blocked_tenant(now, *resolvers: dict):
+    """A drained history plus one item blocked on an external dependency, a live old worker and ``resolvers``."""
+    sc = _scenario(now=now)
+    _, blocked = sc.packs[0].lane("live").generation(1, status="blocked", blocked_on="erp://accounts/42")
+    sc.process(catalog.ROLE_PROJECTION_WORKER, process_id="w1")
+    for kw in resolvers:
+        sc.process(catalog.ROLE_DEPENDENCY_RESOLVER, **kw)
+    return sc, blocked
+
+
+def test_blocked_with_a_live_resolver_is_draining(engine):
+    now = utcnow()
+    sc, _ = _blocked_tenant(now, {"process_id": "dr-1", "heartbeat_age_s": 30}, {"process_id": "dr-stopped", "stopped": True})
+    sc.write(engine)
+    rep = _report(engine, now=now)
+    assert rep.counts["blocked"] == 1
+    assert rep.state == "draining" and not rep.stuck, rep.report_text()
+    assert rep.live_old_resolvers == ["dr-1"]
+    assert rep.as_json()["live_old_resolvers"] == ["dr-1"] and rep.as_json()["blockers"] == {}
+    assert "blocked items are progressing" in rep.report_text() and "dr-1" in rep.report_text()
+
+
+@pytest.mark.parametrize(
+    "resolver",
+    [
+        None,
+        {"process_id": "dr-silent", "heartbeat_age_s": 61},  # just outside the 60 s window
+        {"process_id": "dr-stopped", "stopped": True},
+        {"process_id": "dr-new", "protocol": catalog.PROTOCOL_RANGES},  # not an old-protocol resolver
+        {"process_id": "dr-other-ns", "namespace": "other"},
+    ],
+    ids=["none", "stale", "stopped", "new-protocol", "other-namespace"],
+)
+def test_blocked_without_a_live_old_resolver_is_stuck(engine, resolver):
+    now = utcnow()
+    resolver = dict(resolver or {})
+    namespace = resolver.pop("namespace", None)
+    sc, blocked = _blocked_tenant(now, *([resolver] if resolver and not namespace else []))
+    sc.write(engine)
+    if namespace:
+        other = TenantScenario(namespace=namespace, now=now)
+        other.process(catalog.ROLE_DEPENDENCY_RESOLVER, **resolver)
+        other.write(engine)
+    rep = _report(engine, now=now)
+    assert rep.live_old_resolvers == []
+    assert rep.state == "stuck"
+    assert list(rep.as_json()["blockers"]) == [drain.CAUSE_BLOCKED_EXTERNAL]
+    assert [i["work_id"] for i in rep.blockers[drain.CAUSE_BLOCKED_EXTERNAL]] == [blocked["WorkId"]]
+    assert "dependency_resolver" in rep.report_text()
+
+
+def test_resolver_heartbeat_exactly_one_window_old_is_live(engine):
+    now = utcnow()
+    sc, _ = _blocked_tenant(now, {"process_id": "dr-edge", "heartbeat_age_s": STALE.total_seconds()})
+    sc.write(engine)
+    rep = _report(engine, now=now)
+    assert rep.live_old_resolvers == ["dr-edge"] and rep.state == "draining"
+
+
+def test_still_blocked_at_the_deadline_is_reported_despite_a_live_resolver(engine):
+    now = utcnow()
+    sc, blocked = _blocked_tenant(now, {"process_id": "dr-1"})
+    sc.write(engine)
+    rep = _report(engine, now=now, deadline_in=dt.timedelta(0))
+    assert rep.timed_out and rep.state == "stuck"
+    assert drain.CAUSE_BLOCKED_EXTERNAL not in rep.as_json()["blockers"]  # not stuck on its own: the deadline passed
+    assert [i["work_id"] for i in rep.blockers[drain.CAUSE_TIMED_OUT]] == [blocked["WorkId"]]
+    assert rep.blockers[drain.CAUSE_TIMED_OUT][0]["blocked_on"] == "erp://accounts/42"
 
 
 def test_pending_without_live_old_worker_is_stuck(engine):

@@ -9,10 +9,19 @@ Invariants (contract, "Drain"):
 * A drain is *stuck* when what remains provably cannot finish on its own before
   the deadline. Causes, each reported with the offending WorkIds:
   - ``retry_not_due``: a retry item whose ``NextAttemptAt`` is after the deadline;
-  - ``blocked_external``: a blocked item waiting on an external dependency (``BlockedOn`` set);
+  - ``blocked_external``: blocked items waiting on an external dependency
+    (``BlockedOn`` set) while no live old-protocol ``dependency_resolver`` of the
+    namespace heartbeats. With a live resolver, blocked items are progressing
+    (the resolver releases them) and are not a blocker; whatever is still blocked
+    at the deadline is reported with the rest (``still_live_at_timeout``). A
+    blocked item without ``BlockedOn`` names no dependency a resolver could be
+    missing for: it is not a blocker before the deadline either;
   - ``expired_lease``: a processing item whose lease has expired (nobody will finish it);
   - ``no_live_old_worker``: pending (or due retry) items while no live old-protocol
-    ``projection_worker`` heartbeats within the stale-heartbeat window.
+    ``projection_worker`` heartbeats.
+* *Live* is the one rule of :mod:`nexus_cutover.liveness` (``StoppedAt IS NULL``
+  and a heartbeat within the stale-heartbeat window, boundary inclusive); the
+  live old workers and resolvers are listed in the report.
 * Read only: nothing here writes; a WorkItem's status is never changed and
   nothing like ``RunUntilDrained`` is invoked.
 * Every query is an equality prefix of ``ix_WorkItem_State`` (Namespace,
@@ -32,6 +41,7 @@ from .. import catalog
 from ..catalog import ProcessRegistry, WorkItem
 from ..clock import utcnow
 from ..db import translate_errors
+from ..liveness import live_clause
 from ..schema import has_column
 
 CAUSE_RETRY_NOT_DUE = "retry_not_due"
@@ -43,7 +53,7 @@ CAUSE_TIMED_OUT = "still_live_at_timeout"
 
 CAUSE_HELP = {
     CAUSE_RETRY_NOT_DUE: "retry items not due before the drain deadline",
-    CAUSE_BLOCKED_EXTERNAL: "items blocked on an external dependency",
+    CAUSE_BLOCKED_EXTERNAL: "items blocked on an external dependency while no live old-protocol dependency_resolver heartbeats",
     CAUSE_EXPIRED_LEASE: "processing items whose lease expired (their worker is gone)",
     CAUSE_NO_LIVE_OLD_WORKER: "pending items while no live old-protocol projection_worker heartbeats",
     CAUSE_TIMED_OUT: "items still live when the drain timeout passed",
@@ -59,6 +69,7 @@ class DrainReport:
     deadline: dt.datetime
     counts: dict[str, int]
     live_old_workers: list[str]
+    live_old_resolvers: list[str] = field(default_factory=list)
     blockers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     blocker_totals: dict[str, int] = field(default_factory=dict)
     timed_out: bool = False
@@ -89,6 +100,10 @@ class DrainReport:
         lines = [f"namespace {self.namespace!r}: {self.counts_text()}"]
         if self.drained:
             return lines[0] + "; drained"
+        if self.counts.get("blocked") and self.live_old_resolvers:
+            lines.append(
+                f"- blocked items are progressing: live old-protocol dependency_resolver(s) {', '.join(self.live_old_resolvers)}"
+            )
         for cause, total in self.blocker_totals.items():
             if not total:
                 continue
@@ -115,6 +130,7 @@ class DrainReport:
             "remaining": self.remaining,
             "counts": dict(self.counts),
             "live_old_workers": list(self.live_old_workers),
+            "live_old_resolvers": list(self.live_old_resolvers),
             "timed_out": self.timed_out,
             "blocker_totals": {k: v for k, v in self.blocker_totals.items() if v},
             "blockers": {k: v for k, v in self.blockers.items() if v},
@@ -133,23 +149,30 @@ def _old_work(namespace: str, status: str, range_column: bool):
     return clause
 
 
-def live_old_projection_workers(
-    conn: Connection, namespace: str, *, stale_heartbeat: dt.timedelta, now: dt.datetime
-) -> list[str]:
-    """ProcessIds of old-protocol projection_workers not stopped and heartbeating within the window."""
+def live_old_processes(conn: Connection, namespace: str, role: str, *, stale_heartbeat: dt.timedelta, now: dt.datetime) -> list[str]:
+    """ProcessIds of the namespace's live (:func:`~nexus_cutover.liveness.live_clause`) old-protocol ``role`` processes."""
     rows = conn.execute(
         select(ProcessRegistry.c.ProcessId)
         .where(
             ProcessRegistry.c.Namespace == namespace,
-            ProcessRegistry.c.Role == catalog.ROLE_PROJECTION_WORKER,
-            ProcessRegistry.c.StoppedAt.is_(None),
+            ProcessRegistry.c.Role == role,
             ProcessRegistry.c.ProjectionProtocol == catalog.PROTOCOL_OLD,
-            ProcessRegistry.c.LastHeartbeatAt >= now - stale_heartbeat,
+            live_clause(now, stale_heartbeat),
         )
         .order_by(ProcessRegistry.c.ProcessId)
         .limit(1000)
     ).all()
     return [r[0] for r in rows]
+
+
+def live_old_projection_workers(conn: Connection, namespace: str, *, stale_heartbeat: dt.timedelta, now: dt.datetime) -> list[str]:
+    """ProcessIds of live old-protocol projection_workers of the namespace."""
+    return live_old_processes(conn, namespace, catalog.ROLE_PROJECTION_WORKER, stale_heartbeat=stale_heartbeat, now=now)
+
+
+def live_old_dependency_resolvers(conn: Connection, namespace: str, *, stale_heartbeat: dt.timedelta, now: dt.datetime) -> list[str]:
+    """ProcessIds of live old-protocol dependency_resolvers of the namespace."""
+    return live_old_processes(conn, namespace, catalog.ROLE_DEPENDENCY_RESOLVER, stale_heartbeat=stale_heartbeat, now=now)
 
 
 def _item(row) -> dict[str, Any]:
@@ -227,7 +250,8 @@ def drain_report(
                 ).scalar_one()
             )
         workers = live_old_projection_workers(conn, namespace, stale_heartbeat=stale_heartbeat, now=now)
-        report = DrainReport(namespace, now, deadline, counts, workers)
+        resolvers = live_old_dependency_resolvers(conn, namespace, stale_heartbeat=stale_heartbeat, now=now)
+        report = DrainReport(namespace, now, deadline, counts, workers, resolvers)
         report.timed_out = now >= deadline and not report.drained
 
         def classify(cause: str, where) -> None:
@@ -238,10 +262,8 @@ def drain_report(
         retry_not_due = WorkItem.c.NextAttemptAt > deadline
         if counts["retry"]:
             classify(CAUSE_RETRY_NOT_DUE, and_(_old_work(namespace, "retry", range_column), retry_not_due))
-        if counts["blocked"]:
-            classify(
-                CAUSE_BLOCKED_EXTERNAL, and_(_old_work(namespace, "blocked", range_column), WorkItem.c.BlockedOn.isnot(None))
-            )
+        if counts["blocked"] and not resolvers:  # with a live resolver, blocked items are progressing
+            classify(CAUSE_BLOCKED_EXTERNAL, and_(_old_work(namespace, "blocked", range_column), WorkItem.c.BlockedOn.isnot(None)))
         if counts["processing"]:
             expired = and_(WorkItem.c.LeaseExpiresAt.isnot(None), WorkItem.c.LeaseExpiresAt < now)
             classify(CAUSE_EXPIRED_LEASE, and_(_old_work(namespace, "processing", range_column), expired))
