@@ -15,7 +15,8 @@ Invariants:
   expired lease raise it, so a generation that was ever claimed is never again
   "unclaimed attempt zero".
 * :func:`claim_next` keeps per-identity order: a generation is offered only
-  when the generation just below it (one index row) is terminal.
+  when the generation just below it (one index row) is terminal or absent,
+  tested in the candidate query itself so its ``LIMIT`` counts claimable rows only.
 * Lease and retry times schedule work; they never decide membership.
 """
 
@@ -29,8 +30,7 @@ from .. import catalog
 from ..catalog import Event, WorkItem
 from ..clock import utcnow
 from ..db import Deadline
-from ..identity import columns, of_row
-from .generations import previous_generation
+from ..identity import ProjectionIdentity, columns, matches, of_row
 from .model import ClaimedWork
 from .tx import run_transaction
 
@@ -104,8 +104,43 @@ def claim_work(
     )
 
 
+def _predecessor_status():
+    """Status of the generation just below the outer row of the same identity (NULL when there is none).
+
+    A correlated scalar subquery: an equality prefix of ``ix_WorkItem_ProjectionOrder``
+    on the six identity columns, ``LaneOrdinal <`` the outer row's, ``ORDER BY
+    LaneOrdinal DESC LIMIT 1``. MariaDB reads it as a ``ref`` on the identity,
+    backward from its top, and stops at the first row below the candidate: it
+    passes the generations queued above the candidate (normally none or one:
+    admission extends the latest pending generation) and never reads the
+    retained history below, whatever its depth.
+    """
+    prev = WorkItem.alias("prev")
+    return (
+        select(prev.c.Status)
+        .where(matches(prev, ProjectionIdentity(*columns(WorkItem))), prev.c.LaneOrdinal < WorkItem.c.LaneOrdinal)
+        .order_by(prev.c.LaneOrdinal.desc())
+        .limit(1)
+        .correlate(WorkItem)
+        .scalar_subquery()
+    )
+
+
+#: What :func:`_predecessor_status` reads as when the identity has no generation below (never a Status).
+_NO_PREDECESSOR = "-"
+
+
 def claim_candidates_query(namespace: str, now: dt.datetime | None = None, limit: int = 50) -> Select:
-    """Claimable range generations of ``namespace`` (a range on ``ix_WorkItem_State``)."""
+    """Claimable range generations of ``namespace`` whose predecessor is terminal or absent, at most ``limit``.
+
+    The outer read is a range on ``ix_WorkItem_State``; the predecessor test is in
+    the SQL (:func:`_predecessor_status`), so ``LIMIT`` counts only generations
+    that can be claimed now: queued successors behind live predecessors never
+    crowd out other identities. Normally one generation per identity qualifies
+    at most (its lowest live one). Oldest generation first; ``WorkId`` only breaks ties
+    deterministically (ids carry no order across TiDB servers).
+    """
+    ready = func.coalesce(_predecessor_status(), _NO_PREDECESSOR).in_((_NO_PREDECESSOR, *catalog.WORK_TERMINAL_STATUSES))
     return (
         select(WorkItem.c.WorkId, WorkItem.c.LaneOrdinal, *columns(WorkItem))
         .where(
@@ -114,21 +149,16 @@ def claim_candidates_query(namespace: str, now: dt.datetime | None = None, limit
             WorkItem.c.Status.in_(("pending", "retry", "processing")),
             WorkItem.c.InputStartOrdinal.is_not(None),
             _claimable(now or utcnow()),
+            ready,
         )
-        .order_by(WorkItem.c.WorkId)
+        .order_by(WorkItem.c.CreatedAt, WorkItem.c.WorkId)
         .limit(limit)
     )
 
 
 def claim_candidates(conn: Connection, namespace: str, limit: int = 50) -> list[int]:
-    """Live range generations of ``namespace`` whose predecessor is terminal."""
-    rows = conn.execute(claim_candidates_query(namespace, limit=limit)).all()
-    ready = []
-    for row in rows:
-        prev = previous_generation(conn, of_row(row), row.LaneOrdinal)
-        if prev is None or prev.status in catalog.WORK_TERMINAL_STATUSES:
-            ready.append(row.WorkId)
-    return ready
+    """WorkIds of claimable range generations of ``namespace`` whose predecessor is terminal or absent (one statement)."""
+    return [row.WorkId for row in conn.execute(claim_candidates_query(namespace, limit=limit))]
 
 
 def claim_next(
