@@ -10,7 +10,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -18,11 +21,26 @@ from sqlalchemy.engine import make_url
 
 from nexus_cutover.db import make_engine
 from nexus_cutover.schema import create_legacy_schema
+from tests import tidb_semantics
 from tests.support import prepared_engine
 
 DB_REQUIRED = os.environ.get("NEXUS_DB_REQUIRED") == "1"
+TIDB_SEMANTICS = tidb_semantics.enabled_by_env()
 
 _mysql_tests_run = 0
+_tidb_dir: str | None = None
+_tidb_failed_tests: list[tuple[str, int]] = []  # (test, violations) failed by _tidb_transaction_limits
+
+if TIDB_SEMANTICS:
+    # Every engine of this process, and (via tests/tidb_site/sitecustomize.py) of its Python children.
+    tidb_semantics.install()
+    _tidb_dir = tempfile.mkdtemp(prefix="nexus-tidb-semantics-")
+    os.environ[tidb_semantics.ENV_VIOLATIONS_FILE] = os.path.join(_tidb_dir, "violations.jsonl")
+    os.environ[tidb_semantics.ENV_STATS_FILE] = os.path.join(_tidb_dir, "stats.jsonl")
+    _repo = Path(__file__).resolve().parents[1]
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(_repo / "tests" / "tidb_site"), str(_repo)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -40,6 +58,61 @@ def pytest_runtest_makereport(item, call):
 
 def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(f"MySQL-protocol database tests executed: {_mysql_tests_run}")
+    if not TIDB_SEMANTICS:
+        return
+    own = tidb_semantics.stats
+    children = [s for s in tidb_semantics.read_lines(os.environ.get(tidb_semantics.ENV_STATS_FILE))[0] if s["pid"] != os.getpid()]
+    child_violations = _child_violations(0)[0]
+    total = own.transactions + sum(s["transactions"] for s in children)
+    terminalreporter.write_line(
+        f"TiDB-semantics mode was ON (snapshot at BEGIN; limits {tidb_semantics.MAX_STATEMENTS} statements / "
+        f"{tidb_semantics.MAX_ROWS_WRITTEN} rows written per transaction): {total} transactions checked "
+        f"({own.transactions} in this process, {total - own.transactions} in {len(children)} child processes), "
+        f"{own.snapshots + sum(s['snapshots'] for s in children)} snapshots fixed at BEGIN, "
+        f"{own.violations + len(child_violations)} limit violations recorded "
+        f"({sum(n for _, n in _tidb_failed_tests)} of them failed {len(_tidb_failed_tests)} tests; "
+        "the harness's own tests cause some on purpose)"
+    )
+    for nodeid, n in _tidb_failed_tests:
+        terminalreporter.write_line(f"TiDB-semantics mode: {n} violation(s) in {nodeid}")
+    terminalreporter.write_line(
+        f"TiDB-semantics mode: largest transaction {max([own.max_statements] + [s['max_statements'] for s in children])} "
+        f"statements / {max([own.max_rows_written] + [s['max_rows_written'] for s in children])} rows written; "
+        f"{own.over_recommended + sum(s['over_recommended'] for s in children)} above TiDB's recommended "
+        f"{tidb_semantics.RECOMMENDED_STATEMENTS} statements"
+    )
+    if own.snapshot_errors + sum(s["snapshot_errors"] for s in children):
+        terminalreporter.write_line(
+            f"TiDB-semantics mode: {own.snapshot_errors + sum(s['snapshot_errors'] for s in children)} "
+            "START TRANSACTION WITH CONSISTENT SNAPSHOT statements failed"
+        )
+
+
+def pytest_unconfigure(config):
+    if _tidb_dir is not None:
+        shutil.rmtree(_tidb_dir, ignore_errors=True)
+
+
+def _child_violations(offset: int) -> tuple[list[dict], int]:
+    """Violations child processes appended to the file since ``offset`` (this process's own are in the list)."""
+    lines, offset = tidb_semantics.read_lines(os.environ.get(tidb_semantics.ENV_VIOLATIONS_FILE), offset)
+    return [v for v in lines if v["pid"] != os.getpid()], offset
+
+
+@pytest.fixture(autouse=True)
+def _tidb_transaction_limits(request):
+    """Under NEXUS_TIDB_SEMANTICS=1: fail the test (at teardown) if any transaction broke TiDB's limits during it."""
+    if not TIDB_SEMANTICS:
+        yield
+        return
+    start = len(tidb_semantics.violations)
+    _, offset = _child_violations(0)
+    yield
+    found = tidb_semantics.violations[start:] + _child_violations(offset)[0]
+    if found:
+        _tidb_failed_tests.append((request.node.nodeid, len(found)))
+        details = "\n".join(f"  - {tidb_semantics.describe(v)}" for v in found)
+        pytest.fail(f"{len(found)} transaction(s) broke TiDB's limits during this test:\n{details}", pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -76,9 +149,10 @@ def sqlite_url(tmp_path):
     return f"sqlite:///{path}"
 
 
-@pytest.fixture(params=["mysql", "sqlite"])
+@pytest.fixture(params=["mysql"] if TIDB_SEMANTICS else ["mysql", "sqlite"])
 def tenant_url(request):
-    """One test, both backends: the MySQL-protocol server and the embedded SQLite default."""
+    """One test, both backends: the MySQL-protocol server and the embedded SQLite default
+    (MySQL only under NEXUS_TIDB_SEMANTICS=1: TiDB semantics do not touch SQLite)."""
     return request.getfixturevalue(f"{request.param}_url")
 
 
