@@ -37,6 +37,7 @@ def build(engine: Engine, *, lanes: int = 400, generations: int = 100, inputs: i
     sc = TenantScenario(namespace=NAMESPACE)
     sc.pack(PACK, name="walking")
     sc.packs[0].last_ordinal = lanes * generations * inputs
+    sc.fence()  # cutover step 1 done: the checkpoint's fence precondition holds
     sc.write(engine)
     ev, wi = catalog.Event.name, catalog.WorkItem.name
     per_lane = generations * inputs

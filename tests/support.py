@@ -46,3 +46,18 @@ def prepared_engine(url: str, prepare: Callable[[Engine], None]) -> Iterator[Eng
         yield engine
     finally:
         engine.dispose()
+
+
+def fence_pack_namespace(engine: Engine, pack_install_id: str, armed_by: str = "test") -> None:
+    """Arm the cutover fence (cutover step 1) of ``pack_install_id``'s namespace, as the checkpoint's precondition needs.
+
+    Does nothing for an unknown pack (the checkpoint's own error is what such a test checks).
+    """
+    from nexus_cutover.projection.fence import arm_fence
+
+    with engine.connect() as conn:
+        namespace = conn.execute(
+            select(catalog.PackInstall.c.Namespace).where(catalog.PackInstall.c.PackInstallId == pack_install_id)
+        ).scalar()
+    if namespace is not None:
+        arm_fence(engine, namespace, armed_by=armed_by, timeout_s=30)

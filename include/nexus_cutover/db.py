@@ -33,9 +33,11 @@ DSN_ENV_TENANT = "NEXUS_TENANT_DSN"
 _MYSQL_DRIVERS = {"mysql", "mysql+pymysql", "mysql+mysqldb", "mariadb+pymysql", "mariadb+mysqldb"}
 _SQLITE_DRIVERS = {"sqlite", "sqlite+pysqlite"}
 
-# MySQL/MariaDB/TiDB error numbers we classify.
+# MySQL/MariaDB/TiDB error numbers we classify: the only place the project spells them.
 _LOCK_WAIT_TIMEOUT = 1205
 _DEADLOCK = 1213
+_DUPLICATE_KEY = 1062
+_DDL_ALREADY_DONE = {1050, 1060, 1061}  # table exists / duplicate column / duplicate key name
 _QUERY_INTERRUPTED = {1317, 1969, 3024}  # killed / max_statement_time / max_execution_time
 _CONNECTION_ERRORS = {2002, 2003, 2005, 2006, 2013, 2055}
 _ACCESS_DENIED = {1044, 1045}
@@ -245,6 +247,32 @@ def translate_errors(what: str) -> Iterator[None]:
         raise classify(exc, what) from exc
 
 
-def is_retryable_conflict(exc: BaseException) -> bool:
-    """A deadlock or lock-wait victim that a caller may retry from the start."""
-    return isinstance(exc, sa_exc.DBAPIError) and driver_error_code(exc) in (_DEADLOCK,)
+def _message(exc: BaseException) -> str:
+    return str(getattr(exc, "orig", exc)).lower()
+
+
+def is_deadlock(exc: BaseException) -> bool:
+    """The server chose this transaction as a deadlock victim and rolled it back: retry it from the start."""
+    return isinstance(exc, sa_exc.DBAPIError) and driver_error_code(exc) == _DEADLOCK
+
+
+def is_lock_wait_timeout(exc: BaseException) -> bool:
+    """A row-lock wait ran out (MySQL protocol) or SQLite stayed busy past its busy timeout."""
+    if not isinstance(exc, sa_exc.DBAPIError):
+        return False
+    return driver_error_code(exc) == _LOCK_WAIT_TIMEOUT or "database is locked" in _message(exc)
+
+
+def is_duplicate_key(exc: BaseException) -> bool:
+    """An INSERT lost a race for a primary or unique key (MySQL 1062, SQLite UNIQUE constraint)."""
+    if not isinstance(exc, sa_exc.IntegrityError):
+        return False
+    return driver_error_code(exc) == _DUPLICATE_KEY or "unique constraint failed" in _message(exc)
+
+
+def is_ddl_already_done(exc: BaseException) -> bool:
+    """An additive DDL statement failed because the object it adds exists (a concurrent identical DDL)."""
+    if not isinstance(exc, sa_exc.DBAPIError):
+        return False
+    text = _message(exc)
+    return driver_error_code(exc) in _DDL_ALREADY_DONE or "duplicate column" in text or "already exists" in text

@@ -17,10 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, inspect
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.schema import CreateTable
 
 from . import catalog
 from .catalog import AddedColumn
+from .db import classify, is_ddl_already_done
 from .errors import MissingSchema
 
 
@@ -89,13 +91,22 @@ def field_history_steps(bind: Engine | Connection) -> list[DdlStep]:
 
 
 def apply_steps(engine: Engine, steps: list[DdlStep]) -> list[str]:
-    """Run the DDL of absent steps, one statement each; returns the labels created."""
+    """Run the DDL of absent steps, one statement each; returns the labels this call created.
+
+    A concurrent identical DDL (another run adding the same object first) is
+    not an error: the object exists, which is all the step promises.
+    """
     created = []
     for step in steps:
         if step.present:
             continue
-        with engine.begin() as conn:
-            conn.exec_driver_sql(step.ddl)
+        try:
+            with engine.begin() as conn:
+                conn.exec_driver_sql(step.ddl)
+        except sa_exc.DBAPIError as exc:
+            if not is_ddl_already_done(exc):
+                raise classify(exc, f"adding {step.label}") from exc
+            continue
         created.append(step.label)
     return created
 

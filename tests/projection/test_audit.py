@@ -13,10 +13,13 @@ from nexus_cutover.projection import audit
 from nexus_cutover.projection.checkpoint import ALREADY_WRITTEN, REFUSED, WOULD_WRITE, WRITTEN, run_checkpoint
 from nexus_cutover.protocol_row import WrongProtocolVersion, read_protocol_row
 from nexus_cutover.scenario import TenantScenario, drained_pack_history, insert_rows
-from tests.support import history_checksum
+from tests.support import fence_pack_namespace, history_checksum
 
 
-def checkpoint(engine, pack="pk-1", **kw):
+def checkpoint(engine, pack="pk-1", *, fenced=True, **kw):
+    """The checkpoint after cutover step 1 armed the namespace's fence (``fenced``), as the contract requires."""
+    if fenced:
+        fence_pack_namespace(engine, pack)
     return run_checkpoint(engine, pack, timeout_s=kw.pop("timeout_s", 30), written_by="test", **kw)
 
 
@@ -290,14 +293,15 @@ def test_a_row_with_another_protocol_version_is_an_error(engine):
 def test_dry_run_reports_the_cutoff_and_writes_nothing(engine):
     sc = TenantScenario()
     sc.pack("pk-1").lane("a").generation(3)
+    sc.fence()  # armed without a lock row of ours
     sc.write(engine)
-    result = checkpoint(engine, dry_run=True)
+    result = checkpoint(engine, dry_run=True, fenced=False)
     assert (result.outcome, result.legacy_max_ordinal) == (WOULD_WRITE, 3)
     assert protocol_rows(engine) == []
     with engine.connect() as conn:  # a dry run takes no lock and so creates no lock row either
         assert conn.execute(select(catalog.Lock)).all() == []
-    assert checkpoint(engine).outcome == WRITTEN
-    assert checkpoint(engine, dry_run=True).outcome == ALREADY_WRITTEN
+    assert checkpoint(engine, fenced=False).outcome == WRITTEN
+    assert checkpoint(engine, dry_run=True, fenced=False).outcome == ALREADY_WRITTEN
 
 
 def test_the_audit_never_changes_history_even_when_statuses_would_tempt_it(engine):

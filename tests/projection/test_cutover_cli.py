@@ -39,6 +39,7 @@ def seeded(url, *, refused=False):
     lane.generation(3)
     if refused:
         lane.event(status="pending")  # an input nobody owns
+    sc.fence()  # cutover step 1: the non-expiring '*' fence the checkpoint requires
     sc.write(engine)
     return engine
 

@@ -65,6 +65,7 @@ def _mariadb_tenant_cut_over(url: str) -> tuple[dict, int]:
         drained_pack_history(sc.pack("pk-acme"), random.Random(3), lanes=3, generations=4)
         sc.write(engine)
         apply_steps(engine, projection_steps(engine))
+        arm_fence(engine, "acme", armed_by="status-view-test", timeout_s=30)
         result = run_checkpoint(engine, "pk-acme", timeout_s=30, written_by="status-view-test")
         assert result.outcome == "written", result.as_json()
         u = make_url(url)

@@ -16,8 +16,10 @@ Invariants (seed 003 "Cutover", contract "Field History eligibility"):
 * Resumable: the result is a function of each row's own facts only, so a run
   interrupted between batches and run again finishes the same rows with the same
   values; a run after a complete one finds nothing and changes nothing.
-* Lock waits are bounded; a lock-wait timeout or deadlock retries the batch
-  (everything before it stays committed) until the call's deadline.
+* Each batch is a transaction of the policy (:func:`nexus_cutover.tx.run`,
+  READ COMMITTED): its lock waits are bounded, and a lock-wait timeout or a
+  deadlock retries the batch (everything before it stays committed) until the
+  call's deadline.
 """
 
 from __future__ import annotations
@@ -27,12 +29,11 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from sqlalchemy import Engine, func, select, update
-from sqlalchemy import exc as sa_exc
+from sqlalchemy import Connection, Engine, func, select, update
 from sqlalchemy.sql import Select, Update
 
-from .. import catalog
-from ..db import Deadline, bounded_session, classify, driver_error_code, is_sqlite
+from .. import catalog, tx
+from ..db import Deadline
 from ..errors import LockTimeout
 from . import readers
 from .prerequisites import require_eligibility_column
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 DEFAULT_BATCH_SIZE = 2000
 MAX_BATCH_SIZE = 10_000  # TiDB: keep every transaction to a few thousand rows
 BATCH_LOCK_WAIT_S = 20.0  # one batch never waits longer than this for a row lock
-_RETRYABLE_CODES = {1205, 1213}  # lock wait timeout, deadlock
+BATCH_RETRY = tx.Retry.DEADLOCK | tx.Retry.LOCK_WAIT
 
 Audit = catalog.AuditFieldChange
 
@@ -109,25 +110,21 @@ def count_materializable(engine: Engine) -> int:
         return conn.scalar(select(func.count()).select_from(Audit).where(readers.materializable())) or 0
 
 
-def _is_retryable(exc: sa_exc.DBAPIError) -> bool:
-    if driver_error_code(exc) in _RETRYABLE_CODES:
-        return True
-    return "database is locked" in str(getattr(exc, "orig", exc)).lower()
-
-
 def _run_batch(engine: Engine, lo: int | None, batch_size: int, deadline: Deadline) -> tuple[int | None, int, int]:
     """One short transaction: find the batch's upper bound, stamp TRUE then FALSE. Returns (hi, true, false)."""
-    batch_deadline = Deadline(min(BATCH_LOCK_WAIT_S, max(0.1, deadline.remaining())))
-    with engine.connect() as conn:
-        if is_sqlite(conn):
-            conn = conn.execution_options(sqlite_begin="IMMEDIATE")
-        with bounded_session(conn, batch_deadline), conn.begin():
-            hi = conn.scalar(batch_upper_bound(lo, batch_size))
-            if hi is None:
-                return None, 0, 0
-            set_true = conn.execute(stamp_statement(True, lo, hi)).rowcount
-            set_false = conn.execute(stamp_statement(False, lo, hi)).rowcount
-            return hi, set_true, set_false
+
+    def body(conn: Connection) -> tuple[int | None, int, int]:
+        hi = conn.scalar(batch_upper_bound(lo, batch_size))
+        if hi is None:
+            return None, 0, 0
+        set_true = conn.execute(stamp_statement(True, lo, hi)).rowcount
+        set_false = conn.execute(stamp_statement(False, lo, hi)).rowcount
+        return hi, set_true, set_false
+
+    return tx.run(
+        engine, body, what=f"materializing the batch after ChangeId {lo}", deadline=deadline,
+        retry=BATCH_RETRY, lock_wait_s=BATCH_LOCK_WAIT_S,
+    )
 
 
 def materialize(
@@ -153,7 +150,7 @@ def materialize(
     started = time.monotonic()
     last_log = started
     lo: int | None = None
-    set_true = set_false = batches = attempts = 0
+    set_true = set_false = batches = 0
 
     def timed_out() -> LockTimeout:
         return LockTimeout(
@@ -166,18 +163,12 @@ def materialize(
             raise timed_out()
         try:
             hi, t, f = _run_batch(engine, lo, batch_size, deadline)
-        except sa_exc.DBAPIError as exc:
-            if not _is_retryable(exc):
-                raise classify(exc, f"materializing the batch after ChangeId {lo}") from exc
+        except LockTimeout as exc:
             if deadline.expired():
                 raise timed_out() from exc
-            attempts += 1
-            log.warning("batch after ChangeId %s waited too long for a row lock; retrying (%d)", lo, attempts)
-            time.sleep(min(0.05 * attempts, 1.0))
-            continue
+            raise
         if hi is None:
             break
-        attempts = 0
         lo, batches = hi, batches + 1
         set_true, set_false = set_true + t, set_false + f
         now = time.monotonic()

@@ -11,14 +11,13 @@ Invariants (contract, ``_System_RuntimeSetting``):
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, insert, select, update
-from sqlalchemy import exc as sa_exc
 
-from .. import catalog
-from ..db import Deadline, bounded_session, classify, is_sqlite
+from .. import catalog, tx
+from ..clock import utcnow
+from ..db import Deadline
 
 Setting = catalog.RuntimeSetting
 NAMES = (catalog.SETTING_READ_MODE, catalog.SETTING_SEQUENCE_RESERVATION)
@@ -58,31 +57,31 @@ def read_settings(conn: Connection) -> FieldHistorySettings:
     return FieldHistorySettings(rows.get(catalog.SETTING_READ_MODE), rows.get(catalog.SETTING_SEQUENCE_RESERVATION))
 
 
+def write_final_settings_in(conn: Connection, updated_by: str) -> list[str]:
+    """Inside the caller's transaction: set both switches to their stage-3 values; returns the names changed.
+
+    Each row is read FOR UPDATE first (a current read, whatever the snapshot); a
+    concurrent writer's insert of a missing row surfaces as a duplicate key,
+    which the caller's transaction policy retries from the start.
+    """
+    now = utcnow()
+    changed = []
+    for name, value in FINAL_VALUES.items():
+        current = conn.execute(select(Setting.c.Value).where(Setting.c.Name == name).with_for_update()).first()
+        if current is not None and current[0] == value:
+            continue
+        values = {"Value": value, "UpdatedBy": updated_by[:128], "UpdatedAt": now}
+        if current is None:
+            conn.execute(insert(Setting).values(Name=name, **values))
+        else:
+            conn.execute(update(Setting).where(Setting.c.Name == name).values(**values))
+        changed.append(name)
+    return changed
+
+
 def write_final_settings(engine: Engine, updated_by: str, deadline: Deadline) -> list[str]:
-    """Set both switches to their stage-3 values in one transaction; returns the names changed."""
-    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-    for attempt in range(3):
-        try:
-            with engine.connect() as conn:
-                if is_sqlite(conn):
-                    conn = conn.execution_options(sqlite_begin="IMMEDIATE")
-                with bounded_session(conn, deadline), conn.begin():
-                    changed = []
-                    for name, value in FINAL_VALUES.items():
-                        current = conn.execute(select(Setting.c.Value).where(Setting.c.Name == name).with_for_update()).first()
-                        if current is not None and current[0] == value:
-                            continue
-                        values = {"Value": value, "UpdatedBy": updated_by[:128], "UpdatedAt": now}
-                        if current is None:
-                            conn.execute(insert(Setting).values(Name=name, **values))
-                        else:
-                            conn.execute(update(Setting).where(Setting.c.Name == name).values(**values))
-                        changed.append(name)
-                    return changed
-        except sa_exc.IntegrityError:
-            if attempt == 2:
-                raise
-            continue  # a concurrent writer inserted the row first: read it again
-        except sa_exc.DBAPIError as exc:
-            raise classify(exc, "writing the Field History runtime settings") from exc
-    raise AssertionError("unreachable")
+    """:func:`write_final_settings_in` in a transaction of its own."""
+    return tx.run(
+        engine, lambda conn: write_final_settings_in(conn, updated_by),
+        what="writing the Field History runtime settings", deadline=deadline, retry=tx.Retry.DEADLOCK | tx.Retry.DUPLICATE_KEY,
+    )

@@ -4,6 +4,7 @@ For one pack incarnation, evaluated inside the caller's locked transaction:
 
 | finding | rule |
 |---|---|
+| ``fence_not_in_force`` / ``fence_override_active`` | the precondition, checked by the caller (:mod:`.checkpoint`) |
 | ``live_work`` | a projection WorkItem of the pack, or any WorkItem selecting one of its Events, is live |
 | ``native_work_before_checkpoint`` | a projection WorkItem of the pack has ``InputStartOrdinal`` while no protocol row exists |
 | ``mixed_history_indirect`` | an Event without a direct task whose identity has both ordinal-0 and positive-ordinal Events |
@@ -46,15 +47,29 @@ from ..identity import ProjectionIdentity
 
 log = logging.getLogger(__name__)
 
+FENCE_NOT_IN_FORCE = "fence_not_in_force"
+FENCE_OVERRIDE_ACTIVE = "fence_override_active"
 LIVE_WORK = "live_work"
 NATIVE_WORK_BEFORE_CHECKPOINT = "native_work_before_checkpoint"
 MIXED_HISTORY_INDIRECT = "mixed_history_indirect"
 BEYOND_COMPLETED_BOUNDARY = "beyond_completed_boundary"
 MISSING_OWNER = "missing_owner"
 
-REFUSALS = (LIVE_WORK, NATIVE_WORK_BEFORE_CHECKPOINT, MIXED_HISTORY_INDIRECT, BEYOND_COMPLETED_BOUNDARY, MISSING_OWNER)
+REFUSALS = (
+    FENCE_NOT_IN_FORCE,
+    FENCE_OVERRIDE_ACTIVE,
+    LIVE_WORK,
+    NATIVE_WORK_BEFORE_CHECKPOINT,
+    MIXED_HISTORY_INDIRECT,
+    BEYOND_COMPLETED_BOUNDARY,
+    MISSING_OWNER,
+)
 
 _EXPLANATIONS = {
+    FENCE_NOT_IN_FORCE: "the pack has history but its namespace has no non-expiring '*' admission fence in force: "
+    "arm it (cutover step 1) and let the drain finish before the checkpoint",
+    FENCE_OVERRIDE_ACTIVE: "an active admission fence override lets sources through the fence: have L2 revoke it "
+    "(this tool revokes nothing), then rerun",
     LIVE_WORK: "projection work is still pending/blocked/retry/processing: let the old runtime drain it (cutover step 2)",
     NATIVE_WORK_BEFORE_CHECKPOINT: "range-protocol WorkItems exist although no checkpoint was written: a new writer ran early",
     MIXED_HISTORY_INDIRECT: "coalesced input in an identity mixing pre-ordinal (0) and ordinal history: ownership is ambiguous",
@@ -73,15 +88,20 @@ class Finding:
     identity: ProjectionIdentity | None
     event_ids: list[int] = field(default_factory=list)
     work_ids: list[int] = field(default_factory=list)
+    override_ids: list[int] = field(default_factory=list)
+    fence_ids: list[int] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "finding": self.finding,
             "identity": self.identity._asdict() if self.identity else None,
             "event_ids": self.event_ids,
             "work_ids": self.work_ids,
             "explanation": _EXPLANATIONS[self.finding],
         }
+        if self.finding in (FENCE_NOT_IN_FORCE, FENCE_OVERRIDE_ACTIVE):
+            out.update(override_ids=self.override_ids, fence_ids=self.fence_ids)
+        return out
 
     def describe(self) -> str:
         where = self.identity.label() if self.identity else "pack-wide"
@@ -90,6 +110,10 @@ class Finding:
             parts.append(f"WorkIds {self.work_ids}")
         if self.event_ids:
             parts.append(f"EventIds {self.event_ids}")
+        if self.override_ids:
+            parts.append(f"OverrideIds {self.override_ids}")
+        if self.fence_ids:
+            parts.append(f"FenceIds {self.fence_ids}")
         return f"{self.finding} [{where}]: {'; '.join(parts)} -- {_EXPLANATIONS[self.finding]}"
 
 

@@ -5,12 +5,18 @@
 
 Invariants:
 
-* The check and the write happen in one transaction holding the namespace lock
-  then the pack lock (``_System_Lock`` point locks; BEGIN IMMEDIATE on SQLite),
-  so concurrent or repeated calls can never write two different cutoffs.
-* The protocol row is read with a locking read *after* the locks are granted:
-  it sees what a previous holder committed, even where the transaction's
-  snapshot was taken while waiting (TiDB takes it at the first statement).
+* The check and the write happen in one transaction of the policy
+  (:func:`nexus_cutover.tx.run`) holding the namespace lock then the pack lock
+  (``_System_Lock`` point locks; BEGIN IMMEDIATE on SQLite), so concurrent or
+  repeated calls can never write two different cutoffs.
+* Every read of that transaction sees what a previous lock holder committed:
+  it runs at READ COMMITTED (TiDB fixes a REPEATABLE READ snapshot at the first
+  statement, before the lock wait), and the protocol row is a locking read.
+* Fence precondition (contract, "Audit"), checked in the same transaction
+  before the audit rows: a pack with any Event or WorkItem is checkpointed only
+  while its namespace has a non-expiring ``*`` fence in force and no active
+  override (``fence_not_in_force`` / ``fence_override_active``). A greenfield
+  pack needs no fence; an existing protocol row is returned whatever the fence.
 * An existing version-1 row is returned unchanged without re-auditing; a row
   with another version is an error; a refusal writes nothing; there is no
   option that skips a refusal.
@@ -25,17 +31,18 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Engine, select
-from sqlalchemy import exc as sa_exc
+from sqlalchemy import Connection, Engine, exists, select
 
-from .. import catalog
-from ..catalog import PackInstall
-from ..db import Deadline, bounded_session, classify, translate_errors
+from .. import catalog, tx
+from ..catalog import Event, PackInstall, WorkItem
+from ..clock import utcnow
+from ..db import Deadline
 from ..errors import BadInput
-from ..locks import lifecycle_lock_names, locked_transaction
+from ..locks import lifecycle_lock_names
 from ..protocol_row import ProtocolRow, insert_protocol_row, read_protocol_row, require_version_1
 from ..schema import require_projection_schema
-from .audit import AuditReport, Finding, audit_pack
+from .audit import FENCE_NOT_IN_FORCE, FENCE_OVERRIDE_ACTIVE, AuditReport, Finding, audit_pack
+from .fence import active_overrides, cutover_fence_in_force, fences_in_force
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +81,7 @@ class CheckpointResult:
         if self.outcome == REFUSED:
             counts: dict[str, int] = {}
             for f in self.findings:
-                counts[f.finding] = counts.get(f.finding, 0) + len(f.event_ids) + len(f.work_ids)
+                counts[f.finding] = counts.get(f.finding, 0) + max(1, len(f.event_ids) + len(f.work_ids) + len(f.override_ids))
             detail = ", ".join(f"{k}: {v}" for k, v in counts.items())
             return f"pack {self.pack_install_id}: REFUSED, nothing written ({detail})"
         verb = {WRITTEN: "written", ALREADY_WRITTEN: "already present, unchanged", WOULD_WRITE: "would be written"}
@@ -111,10 +118,38 @@ def _already_written(existing: ProtocolRow, namespace: str) -> CheckpointResult:
     )
 
 
-def _audit_under(conn: Connection, pack_install_id: str, namespace: str, deadline: Deadline, batch_size: int) -> AuditReport:
+def is_greenfield(conn: Connection, pack_install_id: str) -> bool:
+    """The pack has no Event and no WorkItem (two index probes: ux_Event_Receipt, ix_WorkItem_ProjectionOrder)."""
+    has_event = conn.execute(select(exists().where(Event.c.PackInstallId == pack_install_id))).scalar()
+    has_work = conn.execute(select(exists().where(WorkItem.c.PackInstallId == pack_install_id))).scalar()
+    return not has_event and not has_work
+
+
+def fence_findings(conn: Connection, namespace: str) -> list[Finding]:
+    """The contract's fence precondition: a cutover fence in force and no active override (empty when it holds)."""
+    now = utcnow()
+    findings = []
+    if cutover_fence_in_force(conn, namespace) is None:
+        others = [f["FenceId"] for f in fences_in_force(conn, namespace, now)]
+        findings.append(Finding(FENCE_NOT_IN_FORCE, None, fence_ids=others))
+    overrides = active_overrides(conn, namespace, now)
+    if overrides:
+        findings.append(Finding(FENCE_OVERRIDE_ACTIVE, None, override_ids=[o["OverrideId"] for o in overrides],
+                                fence_ids=sorted({o["FenceId"] for o in overrides})))
+    return findings
+
+
+def _audit_under(
+    conn: Connection, pack_install_id: str, namespace: str, deadline: Deadline, batch_size: int, *, check_fence: bool = True
+) -> AuditReport:
     pack = read_pack(conn, pack_install_id)  # re-read inside the transaction
     if pack.namespace != namespace:
         raise BadInput(f"pack {pack_install_id!r} moved to namespace {pack.namespace!r} while waiting; rerun")
+    if check_fence and not is_greenfield(conn, pack_install_id):
+        precondition = fence_findings(conn, namespace)
+        if precondition:
+            log.info("pack %s: fence precondition not met: %s", pack_install_id, [f.describe() for f in precondition])
+            return AuditReport(pack_install_id, precondition, 0, 0, 0)
     report = audit_pack(conn, pack_install_id, namespace, deadline, batch_size=batch_size)
     log.info(
         "pack %s: audited %d identities, probed %d inputs, %d finding groups",
@@ -123,21 +158,34 @@ def _audit_under(conn: Connection, pack_install_id: str, namespace: str, deadlin
     return report
 
 
+def _decide(conn: Connection, pack_install_id: str, namespace: str, deadline: Deadline, batch_size: int,
+            *, for_update: bool, check_fence: bool = True) -> tuple[ProtocolRow | None, AuditReport | None]:
+    """(the existing protocol row, None) or (None, the audit report) -- the reads of both runs."""
+    existing = read_protocol_row(conn, pack_install_id, for_update=for_update)
+    if existing is not None:
+        return existing, None
+    return None, _audit_under(conn, pack_install_id, namespace, deadline, batch_size, check_fence=check_fence)
+
+
 def _preview(
-    engine: Engine, pack_install_id: str, namespace: str, deadline: Deadline, written_by: str, batch_size: int
+    engine: Engine, pack_install_id: str, namespace: str, deadline: Deadline, written_by: str, batch_size: int,
+    fence_planned: bool,
 ) -> CheckpointResult:
     """The dry run: the same reads in one read-only transaction, taking no lock and creating no lock row.
 
     Without the locks a concurrent lifecycle writer may change the answer; the
-    real run re-decides everything under the locks.
+    real run re-decides everything under the locks. ``fence_planned``: the
+    caller's plan arms the fence first, so the fence precondition is not
+    previewed (the real run checks it).
     """
-    with translate_errors(f"previewing pack {pack_install_id!r}"), engine.connect() as conn:
-        with bounded_session(conn, deadline, statements=True), conn.begin():
-            existing = read_protocol_row(conn, pack_install_id)
-            if existing is not None:
-                return _already_written(existing, namespace)
-            report = _audit_under(conn, pack_install_id, namespace, deadline, batch_size)
-            conn.rollback()
+    existing, report = tx.read(
+        engine,
+        lambda conn: _decide(conn, pack_install_id, namespace, deadline, batch_size, for_update=False,
+                             check_fence=not fence_planned),
+        what=f"previewing pack {pack_install_id!r}", deadline=deadline,
+    )
+    if existing is not None:
+        return _already_written(existing, namespace)
     if report.refused:
         return CheckpointResult(pack_install_id, namespace, REFUSED, None, report.findings)
     return CheckpointResult(
@@ -154,11 +202,13 @@ def run_checkpoint(
     written_by: str,
     dry_run: bool = False,
     batch_size: int = 5000,
+    fence_planned: bool = False,
 ) -> CheckpointResult:
     """Audit ``pack_install_id`` and write its one-time checkpoint (see the module invariants).
 
     Returns ``written``/``already_written`` (or ``would_write`` on a dry run,
-    which takes no lock and writes nothing, not even a lock row) or
+    which takes no lock and writes nothing, not even a lock row; with
+    ``fence_planned`` it assumes the plan's fence) or
     ``refused`` with every finding. Raises :class:`~nexus_cutover.errors.BadInput`
     (unknown pack, missing schema), :class:`~nexus_cutover.errors.LockTimeout`
     or another :class:`~nexus_cutover.errors.CutoverError`; nothing is written then.
@@ -166,27 +216,32 @@ def run_checkpoint(
     if not pack_install_id:
         raise BadInput("a pack install id is required (-pack-install-id)")
     deadline = Deadline(timeout_s)
-    with translate_errors("checking the prerequisite schema"), engine.connect() as conn:
+
+    def prerequisites(conn: Connection) -> str:
         require_projection_schema(conn)
-        namespace = read_pack(conn, pack_install_id).namespace
+        return read_pack(conn, pack_install_id).namespace
+
+    namespace = tx.read(engine, prerequisites, what="checking the prerequisite schema", deadline=deadline)
     if dry_run:
-        return _preview(engine, pack_install_id, namespace, deadline, written_by, batch_size)
+        return _preview(engine, pack_install_id, namespace, deadline, written_by, batch_size, fence_planned)
     names = lifecycle_lock_names(namespace, [pack_install_id])
     log.info("pack %s: taking locks %s (timeout %.0fs)", pack_install_id, names, timeout_s)
-    with locked_transaction(engine, names, deadline) as conn:
-        try:
-            existing = read_protocol_row(conn, pack_install_id, for_update=True)
-            if existing is not None:
-                return _already_written(existing, namespace)
-            report = _audit_under(conn, pack_install_id, namespace, deadline, batch_size)
-            if report.refused:
-                return CheckpointResult(pack_install_id, namespace, REFUSED, None, report.findings)
-            deadline.check("writing the checkpoint")
-            row = insert_protocol_row(conn, pack_install_id, report.legacy_max_ordinal, written_by)
-        except sa_exc.DBAPIError as exc:
-            raise classify(exc, f"auditing pack {pack_install_id!r}") from exc
-    log.info("pack %s: checkpoint written (LegacyMaxOrdinal=%d)", pack_install_id, row.legacy_max_ordinal)
-    return CheckpointResult(
-        pack_install_id, namespace, WRITTEN, row.legacy_max_ordinal,
-        protocol_version=row.protocol_version, written_by=row.written_by,
+
+    def decide_and_write(conn: Connection) -> CheckpointResult:
+        existing, report = _decide(conn, pack_install_id, namespace, deadline, batch_size, for_update=True)
+        if existing is not None:
+            return _already_written(existing, namespace)
+        if report.refused:
+            return CheckpointResult(pack_install_id, namespace, REFUSED, None, report.findings)
+        deadline.check("writing the checkpoint")
+        row = insert_protocol_row(conn, pack_install_id, report.legacy_max_ordinal, written_by)
+        log.info("pack %s: checkpoint written (LegacyMaxOrdinal=%d)", pack_install_id, row.legacy_max_ordinal)
+        return CheckpointResult(
+            pack_install_id, namespace, WRITTEN, row.legacy_max_ordinal,
+            protocol_version=row.protocol_version, written_by=row.written_by,
+        )
+
+    return tx.run(
+        engine, decide_and_write, what=f"auditing pack {pack_install_id!r}", deadline=deadline, locks=names,
+        bound_statements=True,
     )

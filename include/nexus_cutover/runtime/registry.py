@@ -18,11 +18,11 @@ import socket
 import threading
 import uuid
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Connection, Engine, insert, select, update
 
+from .. import tx
 from ..catalog import ProcessRegistry
 from ..clock import utcnow
-from ..db import translate_errors
 
 log = logging.getLogger(__name__)
 
@@ -55,17 +55,23 @@ def register(
         "ActivatedAt": None,
         "StoppedAt": None,
     }
-    with translate_errors(f"registering process {process_id!r}"), engine.begin() as conn:
-        exists = conn.execute(select(t.c.ProcessId).where(t.c.ProcessId == process_id)).first()
+
+    def upsert(conn: Connection) -> None:
+        exists = conn.execute(select(t.c.ProcessId).where(t.c.ProcessId == process_id).with_for_update()).first()
         if exists is None:
             conn.execute(insert(t).values(ProcessId=process_id, **values))
         else:
             conn.execute(update(t).where(t.c.ProcessId == process_id).values(**values))
 
+    tx.run(engine, upsert, what=f"registering process {process_id!r}", retry=tx.Retry.DEADLOCK | tx.Retry.DUPLICATE_KEY)
+
 
 def _set(engine: Engine, process_id: str, what: str, **values) -> None:
-    with translate_errors(f"{what} for process {process_id!r}"), engine.begin() as conn:
-        conn.execute(update(ProcessRegistry).where(ProcessRegistry.c.ProcessId == process_id).values(**values))
+    tx.run(
+        engine,
+        lambda conn: conn.execute(update(ProcessRegistry).where(ProcessRegistry.c.ProcessId == process_id).values(**values)),
+        what=f"{what} for process {process_id!r}",
+    )
 
 
 def heartbeat(engine: Engine, process_id: str) -> None:
