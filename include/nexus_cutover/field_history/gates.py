@@ -20,12 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine, func, select
-from sqlalchemy import exc as sa_exc
 
-from .. import catalog
+from .. import catalog, tx
 from ..db import Deadline, translate_errors
+from ..locks import lifecycle_lock_names
 from ..schema import apply_steps, field_history_steps
-from . import readers
+from . import provenance
 from .inventory import (
     DEFAULT_HEARTBEAT_WINDOW_S,
     OUTBOX_FAILED,
@@ -39,7 +39,7 @@ from .inventory import (
 )
 from .materialize import DEFAULT_BATCH_SIZE, materialize
 from .prerequisites import require_eligibility_column, require_tables
-from .settings import FINAL_VALUES, read_settings, write_final_settings
+from .settings import FINAL_VALUES, read_settings, write_final_settings_in
 from .status import eligible_null_count, row_counts
 from .versions import older_than, parse_version
 
@@ -108,12 +108,7 @@ def stage_1(engine: Engine, *, stage1_release: str, namespace: str | None = None
     parse_version(stage1_release)
     with translate_errors("checking Field History stage 1"):
         require_tables(engine)
-        try:
-            created = apply_steps(engine, field_history_steps(engine))
-        except sa_exc.DBAPIError:
-            if not field_history_steps(engine)[0].present:
-                raise
-            created = []  # a concurrent run added the column first
+        created = apply_steps(engine, field_history_steps(engine))  # a concurrent identical DDL is tolerated
         with engine.connect() as conn:
             findings = _lagging_findings(conn, STAGE_1_ROLES, stage1_release, namespace)
     actions = [f"added column {label}" for label in created]
@@ -143,11 +138,9 @@ def stage_1(engine: Engine, *, stage1_release: str, namespace: str | None = None
 
 
 def unstamped_by_new_producers(conn: Connection, producer_release: str) -> tuple[int, list[dict]]:
-    """NULL rows with a stable FieldId whose ProducerVersion is at or above the release: (count, examples)."""
+    """Unstamped rows (:func:`.provenance.unstamped_row`) whose ProducerVersion is at or above the release: (count, examples)."""
     by_version = conn.execute(
-        select(Audit.c.ProducerVersion, func.count())
-        .where(readers.is_null(), Audit.c.FieldId.isnot(None))
-        .group_by(Audit.c.ProducerVersion)
+        select(Audit.c.ProducerVersion, func.count()).where(provenance.unstamped_row()).group_by(Audit.c.ProducerVersion)
     ).all()
     versions = sorted(v for v, _ in by_version if not older_than(v, producer_release))
     if not versions:
@@ -155,7 +148,7 @@ def unstamped_by_new_producers(conn: Connection, producer_release: str) -> tuple
     total = sum(n for v, n in by_version if v in versions)
     rows = conn.execute(
         select(Audit.c.ChangeId, Audit.c.FieldId, Audit.c.ProducerVersion, Audit.c.HistorySequence)
-        .where(readers.is_null(), Audit.c.FieldId.isnot(None), Audit.c.ProducerVersion.in_(versions))
+        .where(provenance.unstamped_row(), Audit.c.ProducerVersion.in_(versions))
         .order_by(Audit.c.ChangeId)
         .limit(EXAMPLES)
     ).all()
@@ -180,8 +173,9 @@ def stage_2_producers(engine: Engine, *, producer_release: str, namespace: str |
         )
     if unstamped:
         problems.append(
-            f"{unstamped} row(s) with a stable FieldId written by producers at or above {producer_release} are NULL: "
-            "a producer is not stamping FieldHistoryEligible; fix it before materializing"
+            f"{unstamped} row(s) of a resolved field (in _System_Field) written by producers at or above "
+            f"{producer_release} are NULL without a HistorySequence: a producer is not stamping "
+            "FieldHistoryEligible; fix it before materializing"
         )
     if problems:
         return GateReport(2, False, "; ".join(problems), findings, counts)
@@ -285,17 +279,33 @@ def stage_3(
     namespace: str | None = None,
     deadline: Deadline | None = None,
 ) -> GateReport:
-    """Every producer upgraded, no pre-cutover outbox work, zero eligible NULL rows; then the final switches."""
+    """Every producer upgraded, no pre-cutover outbox work, zero eligible NULL rows; then the final switches.
+
+    The check and the switch are one transaction of the policy (READ COMMITTED,
+    holding the namespace lock when ``namespace`` is given, the setting rows read
+    FOR UPDATE): the preconditions are verified where the switch relies on them.
+    A refusal switches nothing.
+    """
     parse_version(producer_release)
     deadline = deadline or Deadline(60.0)
     with translate_errors("checking Field History stage 3"):
         require_eligibility_column(engine)
-        with engine.connect() as conn, conn.begin():
-            findings = _lagging_findings(conn, PRODUCER_ROLES, producer_release, namespace)
-            outbox = pre_cutover_outbox(outbox_counts(conn), producer_release, OUTBOX_OPEN + (OUTBOX_FAILED,))
-            eligible_null = eligible_null_count(conn)
-            settings = read_settings(conn)
-            examples = outbox_examples(conn, producer_release, OUTBOX_OPEN + (OUTBOX_FAILED,), EXAMPLES) if outbox else []
+    return tx.run(
+        engine,
+        lambda conn: _stage_3_in(conn, producer_release, updated_by, namespace),
+        what="checking and switching Field History stage 3",
+        deadline=deadline,
+        locks=lifecycle_lock_names(namespace) if namespace else (),
+        retry=tx.Retry.DEADLOCK | tx.Retry.DUPLICATE_KEY,
+    )
+
+
+def _stage_3_in(conn: Connection, producer_release: str, updated_by: str, namespace: str | None) -> GateReport:
+    findings = _lagging_findings(conn, PRODUCER_ROLES, producer_release, namespace)
+    outbox = pre_cutover_outbox(outbox_counts(conn), producer_release, OUTBOX_OPEN + (OUTBOX_FAILED,))
+    eligible_null = eligible_null_count(conn)
+    settings = read_settings(conn)
+    examples = outbox_examples(conn, producer_release, OUTBOX_OPEN + (OUTBOX_FAILED,), EXAMPLES) if outbox else []
     findings += [{"finding": "pre_cutover_outbox", **e} for e in examples]
     counts = {
         "lagging_processes": sum(f["finding"] == "lagging_process" for f in findings),
@@ -322,8 +332,7 @@ def stage_3(
             already_done=True,
             removable=list(REMOVABLE_MACHINERY),
         )
-    with translate_errors("switching the Field History runtime settings"):
-        changed = write_final_settings(engine, updated_by, deadline)
+    changed = write_final_settings_in(conn, updated_by)
     actions = [f"set {name} = {FINAL_VALUES[name]}" for name in changed]
     return GateReport(
         3,

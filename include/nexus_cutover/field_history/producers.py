@@ -36,11 +36,11 @@ from types import MappingProxyType
 from typing import Any
 
 from sqlalchemy import Connection, Engine, func, insert, select, update
-from sqlalchemy import exc as sa_exc
 
-from .. import catalog
+from .. import catalog, tx
 from ..clock import utcnow
-from ..db import is_retryable_conflict
+from ..db import Deadline
+from . import provenance
 
 Audit = catalog.AuditFieldChange
 Sequence = catalog.FieldHistorySequence
@@ -162,10 +162,10 @@ def record_audit_field_changes(
     rows = []
     for diff in diffs:
         row = _base_row(next(ids), target, diff, now)
-        row[ELIGIBLE] = admitted.decision(diff.field_id) if diff.history_addressable else None
+        row[ELIGIBLE] = provenance.eligibility(diff.history_addressable, admitted.decision(diff.field_id))
         rows.append(row)
-    lacking = [d.field_id for d in diffs if d.history_addressable and admitted.decision(d.field_id) is None]
-    reserved = bool(lacking) and reservation_enabled
+    decisions = [admitted.decision(d.field_id) for d in diffs if d.history_addressable]
+    reserved = provenance.reserves_sequences(decisions, reservation_enabled=reservation_enabled)
     if reserved:
         sequences = reserve_sequences(conn, [d.field_id for d in diffs if d.history_addressable])
         for row in rows:
@@ -224,32 +224,30 @@ def run_mutation(
     """Admit once, then try up to ``attempts`` times with the same schema and ids.
 
     ``before_attempt`` / ``inside_attempt`` are test seams (publish a revision,
-    fail an attempt after its writes); a :class:`RetryableConflict` or a
-    deadlock rolls the attempt back and retries.
+    fail an attempt after its writes); a :class:`RetryableConflict` rolls the
+    attempt back and retries (a deadlock victim is retried by the transaction policy).
     """
     ids = list(change_ids)
     stable = [d.field_id for d in diffs if d.field_id is not None]
     with engine.connect() as conn:
         admitted = capture_schema(conn, stable)  # once, before the retry loop
-    last: BaseException | None = None
-    for attempt in range(1, attempts + 1):
+    what = f"recording audit {target.audit_id}"
+    attempt_loop = tx.attempts(what, deadline=Deadline(60.0), retry=tx.Retry.NONE, also=(RetryableConflict,), max_attempts=attempts)
+    for attempt in attempt_loop:
         if before_attempt is not None:
-            before_attempt(attempt)
-        try:
-            with engine.begin() as conn:
+            before_attempt(attempt.number)
+        with attempt:
+
+            def body(conn: Connection, number: int = attempt.number) -> AuditWrite:
                 written = record_audit_field_changes(
                     conn, admitted, diffs, ids, target, reservation_enabled=reservation_enabled, via_outbox=via_outbox
                 )
                 if inside_attempt is not None:
-                    inside_attempt(conn, attempt)
+                    inside_attempt(conn, number)
                 return written
-        except RetryableConflict as exc:
-            last = exc
-        except sa_exc.DBAPIError as exc:
-            if not is_retryable_conflict(exc):
-                raise
-            last = exc
-    raise RuntimeError(f"mutation failed after {attempts} attempts") from last
+
+            return tx.run(engine, body, what=what)  # a deadlock victim is re-run by the policy itself
+    raise AssertionError("attempts() returns or raises")  # pragma: no cover
 
 
 def id_block(start: int) -> Iterator[int]:
