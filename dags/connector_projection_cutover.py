@@ -71,9 +71,10 @@ with DAG(
     )
     arm_fence = ArmFenceOperator(
         task_id="arm_fence",
-        doc_md="Arms one non-expiring namespace-wide `*` admission fence, or reuses the identical one in force. "
-        "**Stops** while any fence override is active and lists them in XCom `report` (it revokes nothing): "
-        "have L2 revoke them, then clear. Keep the old workers and dependency resolvers running.",
+        doc_md="Arms one non-expiring namespace-wide `*` admission fence held by this run (`ArmedBy`), reuses it on "
+        "rerun, or adopts the one a failed/finished run left. **Stops** at once, writing nothing, while another "
+        "unfinished run holds the tenant (named in XCom `report`), and while any fence override is active (listed; "
+        "it revokes nothing): have L2 revoke them, then clear. Keep the old workers and dependency resolvers running.",
     )
     wait_for_drain = DrainSensor(
         task_id="wait_for_drain",
@@ -93,14 +94,16 @@ with DAG(
     )
     confirm_writers_stopped = ConfirmWritersStoppedOperator(
         task_id="confirm_writers_stopped",
-        doc_md="Human in the loop: shows the process evidence and asks the engineer to confirm that no old writer "
-        "will resume. No default: **Reject or no answer** ends the run FAILED, cutover not performed, fence "
-        "still armed, no checkpoint written.",
+        doc_md="Human in the loop: shows the process evidence (and when it was taken) and asks the engineer to "
+        "confirm that no old writer will resume. The registry is read again when the answer arrives: a writer that "
+        "is live, or started or heartbeated since the evidence, fails the run. No default: **Reject or no answer** "
+        "ends the run FAILED, cutover not performed, fence still armed, no checkpoint written.",
     )
     audit_and_checkpoint = AuditCheckpointOperator.partial(
         task_id="audit_and_checkpoint",
         doc_md="One per pack: the Controlplane lifecycle entrypoint (same as `connector-projection-cutover`) with "
-        "a bounded `checkpoint_timeout`. Audits retained responsibility under the namespace/pack locks and "
+        "a bounded `checkpoint_timeout`. Under the namespace/pack locks it verifies the fence is in force with no "
+        "active override, audits retained responsibility and "
         "writes only `LegacyMaxOrdinal`; an existing checkpoint is returned unchanged. **Refusals** fail with "
         "every finding in the log and XCom `report`: they need a separately reviewed recovery decision.",
     ).expand(pack_install_id=resolve_packs.output)
@@ -118,8 +121,8 @@ with DAG(
     )
     resume_admission = ResumeAdmissionOperator(
         task_id="resume_admission",
-        doc_md="Re-checks readiness, then releases the fence armed by arm_fence (sets ReleasedAt): admission "
-        "resumes through L2 and the new host. Already released: no-op success.",
+        doc_md="Re-checks readiness, then releases the fence this run holds (sets ReleasedAt): admission "
+        "resumes through L2 and the new host. Already released: no-op success; held by another run: stops.",
     )
     final_old_writer_check = FinalOldWriterCheckOperator(
         task_id="final_old_writer_check",

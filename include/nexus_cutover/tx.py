@@ -41,6 +41,7 @@ Rules:
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import random
@@ -255,12 +256,15 @@ def _once(engine, body, what, deadline, locks, bound_statements, lock_wait_s, re
 
 
 def read(engine: Engine, body: Callable[[Connection], T], *, what: str, deadline: Deadline | None = None) -> T:
-    """Run ``body(conn)`` in one read-only transaction (one snapshot where the server gives one); rolled back."""
-    deadline = deadline or Deadline(DEFAULT_TIMEOUT_S)
-    deadline.check(what)
+    """Run ``body(conn)`` in one read-only transaction (one snapshot where the server gives one); rolled back.
+
+    With a ``deadline``, lock waits and each statement's run time are bounded by it.
+    """
+    if deadline is not None:
+        deadline.check(what)
     conn = _connect(engine, what)
     try:
-        with bounded_session(conn, deadline, statements=True):
+        with bounded_session(conn, deadline, statements=True) if deadline is not None else contextlib.nullcontext():
             try:
                 with conn.begin() as transaction:
                     result = body(conn)

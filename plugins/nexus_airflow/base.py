@@ -66,6 +66,41 @@ def domain_errors(context, log) -> Iterator[None]:
         raise
 
 
+RUN_HOLDER_PREFIX = "airflow"
+#: DagRun states in which a run still holds its tenant (contract, "One cutover per tenant at a time").
+HOLDING_RUN_STATES = ("queued", "running")
+
+
+def run_holder(context) -> str:
+    """This run's holder name, as written to ``ArmedBy`` / ``ReleasedBy`` / ``WrittenBy``."""
+    return f"{RUN_HOLDER_PREFIX}:{context['dag'].dag_id}:{context['run_id']}"[:128]
+
+
+def holder_is_active_run(context, log):
+    """``holder -> bool``: whether ``holder`` names an Airflow run that has not finished.
+
+    A holder that is not a run of this Airflow (e.g. a fence armed by hand or by
+    the CLI) holds nothing of a run's and may be adopted; so may a run that
+    cannot be found (deleted) or that ended.
+    """
+
+    def active(holder: str) -> bool:
+        prefix, _, rest = holder.partition(":")
+        dag_id, _, run_id = rest.partition(":")
+        if prefix != RUN_HOLDER_PREFIX or not dag_id or not run_id:
+            return False
+        try:
+            state = str(context["ti"].get_dagrun_state(dag_id=dag_id, run_id=run_id))
+        except Exception as exc:  # noqa: BLE001 - an unknown run holds nothing
+            log.warning("could not read the state of run %s of %s (%s): treating it as finished", run_id, dag_id, exc)
+            return False
+        state = state.rsplit(".", 1)[-1].lower()  # an enum's repr, or its value
+        log.info("the fence's holder %s is %s", holder, state)
+        return state in HOLDING_RUN_STATES
+
+    return active
+
+
 def plan(log, lines: list[str]) -> list[str]:
     """Log a dry-run plan of writes, one ``PLAN:`` line each; returns it for XCom."""
     for line in lines or ["(no write)"]:

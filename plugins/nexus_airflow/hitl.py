@@ -7,6 +7,11 @@ Invariants:
   ends FAILED, never green with skipped tasks -- and the fence stays armed.
 * The confirmation body is built at run time from a fresh read of
   ``_System_ProcessRegistry`` (and refuses to ask while an old writer is live).
+* Evidence shown to a person is re-checked when the answer comes: a confirmed
+  writer-stop is accepted only if the registry, read again then, shows no live
+  old writer and none that started or heartbeated since the evidence was taken;
+  otherwise the run fails ("cutover not performed"), nothing is confirmed and
+  the fence stays armed. The answer's log and XCom say how old the evidence was.
 * On a dry run nothing is asked: the step logs what it would ask.
 """
 
@@ -52,8 +57,13 @@ class _StrictHITL(HITLOperator):
         if chosen != [self.approve_option]:
             stop(context, self.log, f"{NOT_PERFORMED}: {result.get('responded_by_user')} chose {chosen}. {self.on_reject}")
         self.log.info("confirmed by %s", result.get("responded_by_user"))
-        return {"chosen_options": chosen, "responded_by": result.get("responded_by_user"),
-                "responded_at": str(result.get("responded_at"))}
+        answer = {"chosen_options": chosen, "responded_by": result.get("responded_by_user"),
+                  "responded_at": str(result.get("responded_at"))}
+        return self.recheck(context, answer)
+
+    def recheck(self, context, answer: dict[str, Any]) -> dict[str, Any]:
+        """Re-verify, when the answer arrives, what the question showed; the default trusts nothing shown."""
+        return answer
 
 
 class ConfirmWritersStoppedOperator(_StrictHITL):
@@ -89,9 +99,40 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
             + "\nThe database cannot prove that an old binary will never resume. Confirm only if every old "
             "ingress_writer, receipt_materializer, projection_worker and dependency_resolver of this tenant "
             "is stopped and will not be restarted. The admission fence stays armed either way.\n\n"
+            f"When you answer, the registry is read again: an old writer that is live, or that started or "
+            f"heartbeated after this evidence was taken ({ev.checked_at.isoformat()}Z), fails the run.\n\n"
             "**Reject** (or no answer in time) ends the run failed: cutover not performed."
         )
         self._ask(context, body)
+
+    def recheck(self, context, answer: dict[str, Any]) -> dict[str, Any]:
+        """The answer confirms the evidence only if the registry, read now, still agrees with it."""
+        from nexus_cutover.clock import utcnow
+        from nexus_cutover.projection.writers import old_processes_since, old_writer_evidence
+
+        p = params_of(context)
+        shown = context["ti"].xcom_pull(task_ids=self.task_id, key="evidence") or {}
+        if not shown.get("checked_at"):
+            stop(context, self.log, f"{NOT_PERFORMED}: the evidence shown with the question is missing from XCom; "
+                 "clear check_old_writers to gather it again.")
+        taken_at = dt.datetime.fromisoformat(shown["checked_at"])
+        with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
+            now = utcnow()
+            ev = old_writer_evidence(engine, p.tenant, stale_heartbeat=dt.timedelta(seconds=p.stale_heartbeat), now=now)
+            since = old_processes_since(engine, p.tenant, taken_at, now=now)
+        age_s = round((now - taken_at).total_seconds(), 1)
+        came_back = sorted({x["process_id"] for x in ev.live} | {x["process_id"] for x in since})
+        recheck = {"evidence_taken_at": shown["checked_at"], "evidence_age_s": age_s, "rechecked_at": now.isoformat(),
+                   "came_back": came_back, "live": [x["process_id"] for x in ev.live], "active_since_evidence": since}
+        context["ti"].xcom_push(key="recheck", value=recheck)
+        if came_back:
+            stop(context, self.log,
+                 f"{NOT_PERFORMED}: {answer['responded_by']} confirmed evidence taken {age_s:g} s earlier, but old "
+                 f"writer(s) {', '.join(came_back)} are live or heartbeated since it was taken. Nothing was confirmed; "
+                 "the fence stays armed. Stop them, then clear check_old_writers.", recheck)
+        self.log.info("re-checked at the answer: evidence taken %s s earlier still holds (no old writer live or active "
+                      "since)", age_s)
+        return {**answer, "evidence_taken_at": shown["checked_at"], "evidence_age_s": age_s}
 
 
 class StartNewHostOperator(_StrictHITL):

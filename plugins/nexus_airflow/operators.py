@@ -22,7 +22,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from nexus_airflow.base import domain_errors, params_of, plan, stop, tenant_engine
+from nexus_airflow.base import domain_errors, holder_is_active_run, params_of, plan, run_holder, stop, tenant_engine
 from nexus_airflow.faults import fault_point
 
 ASSET_ALIAS = "nexus-connector-projection-ranges"
@@ -33,7 +33,7 @@ def asset_uri(tenant: str) -> str:
 
 
 def _who(context) -> str:
-    return f"airflow:{context['dag'].dag_id}:{context['run_id']}"[:128]
+    return run_holder(context)
 
 
 class ResolvePacksOperator(BaseOperator):
@@ -76,30 +76,38 @@ class ApplySchemaOperator(BaseOperator):
 
 
 class ArmFenceOperator(BaseOperator):
-    """One non-expiring namespace-wide ``*`` fence, reused on rerun; stops on active overrides (revokes nothing)."""
+    """One non-expiring namespace-wide ``*`` fence held by this run.
+
+    Reused on rerun, adopted from a finished run; stops at once when another
+    unfinished run holds the tenant (naming it) or on active overrides (revokes nothing).
+    """
 
     def execute(self, context) -> dict[str, Any]:
-        from nexus_cutover.projection.fence import ActiveOverrides, arm_fence
+        from nexus_cutover.projection.fence import ActiveOverrides, FenceHeld, arm_fence
 
         p = params_of(context)
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
             try:
                 packs = context["ti"].xcom_pull(task_ids="resolve_packs") or []
                 result = arm_fence(engine, p.tenant, armed_by=_who(context), timeout_s=p.checkpoint_timeout,
-                                   dry_run=p.dry_run, packs=packs)
+                                   dry_run=p.dry_run, packs=packs, holder_active=holder_is_active_run(context, self.log))
             except ActiveOverrides as exc:
                 stop(context, self.log, str(exc), {"active_overrides": exc.overrides})
+            except FenceHeld as exc:
+                stop(context, self.log, str(exc), {"held_by": exc.holder, "fence": exc.fence})
         out = result.as_json()
         if p.dry_run:
-            what = "arm a new non-expiring '*' fence" if result.outcome == "would_arm" else (
-                f"reuse fence {result.fence_id}")
+            what = {"would_arm": "arm a new non-expiring '*' fence",
+                    "would_adopt": f"adopt fence {result.fence_id} left by {result.previous_holder}"}.get(
+                result.outcome, f"reuse fence {result.fence_id}")
             out["plan"] = plan(self.log, [f"_System_AdmissionFence: {what} on namespace {p.tenant!r}"])
             return out
         if result.outcome == "not_needed":
             self.log.info("every pack of %s is already cut over and no cutover fence is in force: not fencing again "
                           "(last released cutover fence: %s)", p.tenant, result.fence_id)
             return out
-        self.log.info("fence %s %s on namespace %s", result.fence_id, result.outcome, p.tenant)
+        self.log.info("fence %s %s on namespace %s%s", result.fence_id, result.outcome, p.tenant,
+                      f" (left by the finished {result.previous_holder})" if result.previous_holder else "")
         if result.other_fences_in_force:
             self.log.warning("other fences in force (left as they are): %s", result.other_fences_in_force)
         fault_point("arm_fence.after_write")
@@ -127,8 +135,9 @@ class AuditCheckpointOperator(BaseOperator):
                 return {"pack_install_id": self.pack_install_id, "outcome": "not_audited", "missing_schema": missing,
                         "plan": plan(self.log, [f"audit pack {self.pack_install_id} and write its checkpoint once "
                                                 f"apply_schema has created {', '.join(missing)}"])}
+            planned = (context["ti"].xcom_pull(task_ids="arm_fence") or {}).get("outcome") in ("would_arm", "would_adopt")
             result = run_checkpoint(engine, self.pack_install_id, timeout_s=p.checkpoint_timeout,
-                                    written_by=_who(context), dry_run=p.dry_run)
+                                    written_by=_who(context), dry_run=p.dry_run, fence_planned=p.dry_run and planned)
         out = result.as_json()
         if result.outcome == "refused":
             context["ti"].xcom_push(key="findings", value=out["findings"])

@@ -9,7 +9,7 @@ import signal
 import time
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.engine import make_url
 
 from nexus_cutover import catalog
@@ -343,10 +343,20 @@ def test_audit_refusal_fails_with_findings_and_writes_nothing(dag, tenant):
 def test_old_writer_seen_after_the_release_fails_the_final_check(dag, tenant, tenant_connection):
     engine, conn_id = tenant
     sc = drained_tenant()
-    # a stopped old writer whose last heartbeat is later than the release: it ran after admission resumed
-    sc.process(catalog.ROLE_INGRESS_WRITER, process_id="old-writer-restarted", stopped=True, heartbeat_age_s=-3600)
+    sc.process(catalog.ROLE_INGRESS_WRITER, process_id="old-writer-restarted", stopped=True)
     sc.write(engine)
-    with Deployer(engine) as deployer, HitlAnswerer(DAG_ID, {"confirm_writers_stopped": CONFIRM}):
+
+    class WriterReturnsWithTheNewHost(Deployer):
+        """When the new host is started (after the confirmation passed its re-check and the checkpoints were
+        written), the old writer heartbeats again -- stamped an hour ahead, so certainly after the release."""
+
+        def start_host(self, tenant: str) -> None:
+            with engine.begin() as conn:
+                conn.execute(update(catalog.ProcessRegistry).where(catalog.ProcessRegistry.c.ProcessId == "old-writer-restarted")
+                             .values(LastHeartbeatAt=utcnow() + dt.timedelta(hours=1)))
+            super().start_host(tenant)
+
+    with WriterReturnsWithTheNewHost(engine) as deployer, HitlAnswerer(DAG_ID, {"confirm_writers_stopped": CONFIRM}):
         tenant_connection("nexus_deployer_test", raw_json=deployer.connection_json)
         events_before = len(asset_events(f"nexus://{NS}/connector-projection-ranges"))
         result = run_dag(dag, base_conf(conn_id))

@@ -130,9 +130,10 @@ def test_confirmation_never_passes_on_timeout_or_reject(airflow_db, event, needl
 
 
 def test_confirmation_passes_only_on_confirm(airflow_db):
-    from nexus_airflow.hitl import ConfirmWritersStoppedOperator
+    """The approve option is the only pass (the writer-stop step then re-checks its evidence: test_cutover_dag_guards)."""
+    from nexus_airflow.hitl import StartNewHostOperator
 
-    op = ConfirmWritersStoppedOperator(task_id="confirm_writers_stopped")
+    op = StartNewHostOperator(task_id="start_new_host")
     out = op.execute_complete({}, {"chosen_options": [op.approve_option], "params_input": {},
                                    "responded_at": dt.datetime(2026, 1, 1), "responded_by_user": {"id": "u", "name": "e"}})
     assert out["chosen_options"] == [op.approve_option]

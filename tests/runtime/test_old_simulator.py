@@ -51,7 +51,9 @@ def test_runs_on_the_legacy_schema_and_coalesces_old_style(legacy_engine):
     procs = _rows(
         legacy_engine, ProcessRegistry, cols=[ProcessRegistry.c.Role, ProcessRegistry.c.ProjectionProtocol, ProcessRegistry.c.StoppedAt]
     )
-    assert sorted((r.Role, r.ProjectionProtocol) for r in procs) == [(catalog.ROLE_INGRESS_WRITER, 0), (catalog.ROLE_PROJECTION_WORKER, 0)]
+    assert sorted((r.Role, r.ProjectionProtocol) for r in procs) == [
+        (catalog.ROLE_DEPENDENCY_RESOLVER, 0), (catalog.ROLE_INGRESS_WRITER, 0), (catalog.ROLE_PROJECTION_WORKER, 0)
+    ]
     assert all(r.StoppedAt is not None for r in procs)
 
 
@@ -187,7 +189,7 @@ def test_simulator_command_exits_when_drained_and_marks_itself_stopped(sqlite_ur
         assert done.returncode == 0, done.stderr
         assert {r.Status for r in _rows(engine, WorkItem, cols=[WorkItem.c.Status])} == {"completed"}
         procs = _rows(engine, ProcessRegistry, cols=[ProcessRegistry.c.ProcessId, ProcessRegistry.c.StoppedAt])
-        assert sorted(p.ProcessId for p in procs) == ["sim/ingress_writer", "sim/projection_worker"]
+        assert sorted(p.ProcessId for p in procs) == ["sim/dependency_resolver", "sim/ingress_writer", "sim/projection_worker"]
         assert all(p.StoppedAt is not None for p in procs)
     finally:
         engine.dispose()

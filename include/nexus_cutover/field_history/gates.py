@@ -160,9 +160,12 @@ def stage_2_producers(engine: Engine, *, producer_release: str, namespace: str |
     parse_version(producer_release)
     with translate_errors("checking Field History stage 2 producers"):
         require_eligibility_column(engine)
-        with engine.connect() as conn, conn.begin():
-            findings = _lagging_findings(conn, STAGE_2_ROLES, producer_release, namespace)
-            unstamped, examples = unstamped_by_new_producers(conn, producer_release)
+
+    def evidence(conn: Connection) -> tuple[list[dict], int, list[dict]]:
+        return (_lagging_findings(conn, STAGE_2_ROLES, producer_release, namespace),
+                *unstamped_by_new_producers(conn, producer_release))
+
+    findings, unstamped, examples = tx.read(engine, evidence, what="checking Field History stage 2 producers")
     findings += [{"finding": "unstamped_row", **e} for e in examples]
     counts = {"lagging_processes": sum(f["finding"] == "lagging_process" for f in findings), "unstamped_rows": unstamped}
     problems = []
@@ -234,17 +237,20 @@ def outbox_drain_state(
     parse_version(producer_release)
     with translate_errors("reading the Audit V2 outbox drain"):
         require_tables(engine)
-        with engine.connect() as conn, conn.begin():
-            counts = outbox_counts(conn)
-            open_rows: dict[str, int] = {}
-            for c in pre_cutover_outbox(counts, producer_release, OUTBOX_OPEN):
-                open_rows[c.status] = open_rows.get(c.status, 0) + c.rows
-            failed = sum(c.rows for c in pre_cutover_outbox(counts, producer_release, (OUTBOX_FAILED,)))
-            workers = [
-                p for p in producer_processes(conn, namespace) if p.role == catalog.ROLE_AUDIT_OUTBOX_WORKER and p.live(heartbeat_window_s)
-            ]
-            examples = outbox_examples(conn, producer_release, OUTBOX_OPEN + (OUTBOX_FAILED,), EXAMPLES)
-    return DrainState(open_rows, failed, len(workers), examples)
+
+    def state(conn: Connection) -> DrainState:
+        counts = outbox_counts(conn)
+        open_rows: dict[str, int] = {}
+        for c in pre_cutover_outbox(counts, producer_release, OUTBOX_OPEN):
+            open_rows[c.status] = open_rows.get(c.status, 0) + c.rows
+        failed = sum(c.rows for c in pre_cutover_outbox(counts, producer_release, (OUTBOX_FAILED,)))
+        workers = [
+            p for p in producer_processes(conn, namespace) if p.role == catalog.ROLE_AUDIT_OUTBOX_WORKER and p.live(heartbeat_window_s)
+        ]
+        examples = outbox_examples(conn, producer_release, OUTBOX_OPEN + (OUTBOX_FAILED,), EXAMPLES)
+        return DrainState(open_rows, failed, len(workers), examples)
+
+    return tx.read(engine, state, what="reading the Audit V2 outbox drain")
 
 
 def stage_2_materialize(engine: Engine, *, batch_size: int = DEFAULT_BATCH_SIZE, deadline: Deadline | None = None) -> GateReport:

@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Connection, Engine, insert, select, update
 
-from .. import catalog
+from .. import catalog, tx
 from .producers import decode_payload
 
 Outbox = catalog.AuditOutbox
@@ -52,7 +52,8 @@ def _insert_if_absent(conn, rows: list[dict]) -> tuple[int, int]:
 def claim(engine: Engine, limit: int, *, recover: bool) -> list[int]:
     """Move up to ``limit`` pending rows (and, with ``recover``, stranded processing rows) to processing."""
     statuses = ("pending", "processing") if recover else ("pending",)
-    with engine.begin() as conn:
+
+    def body(conn: Connection) -> list[int]:
         ids = list(
             conn.scalars(
                 select(Outbox.c.OutboxId).where(Outbox.c.Status.in_(statuses)).order_by(Outbox.c.OutboxId).limit(limit).with_for_update()
@@ -60,25 +61,32 @@ def claim(engine: Engine, limit: int, *, recover: bool) -> list[int]:
         )
         if ids:
             conn.execute(update(Outbox).where(Outbox.c.OutboxId.in_(ids)).values(Status="processing", Attempts=Outbox.c.Attempts + 1))
-    return ids
+        return ids
+
+    return tx.run(engine, body, what="claiming outbox work")
 
 
 def deliver(engine: Engine, outbox_id: int, result: DeliveryResult) -> None:
-    with engine.begin() as conn:
+    def body(conn: Connection) -> tuple[str, int, int]:
         row = conn.execute(select(Outbox.c.Payload, Outbox.c.Status).where(Outbox.c.OutboxId == outbox_id).with_for_update()).first()
         if row is None or row.Status != "processing":
-            return  # another worker finished it meanwhile
+            return "gone", 0, 0  # another worker finished it meanwhile
         try:
             rows = decode_payload(row.Payload)
         except (ValueError, KeyError, TypeError):
             conn.execute(update(Outbox).where(Outbox.c.OutboxId == outbox_id).values(Status="failed"))
-            result.failed.append(outbox_id)
-            return
+            return "failed", 0, 0
         inserted, present = _insert_if_absent(conn, rows)
         conn.execute(update(Outbox).where(Outbox.c.OutboxId == outbox_id).values(Status="delivered"))
-    result.delivered.append(outbox_id)
-    result.rows_inserted += inserted
-    result.rows_already_present += present
+        return "delivered", inserted, present
+
+    outcome, inserted, present = tx.run(engine, body, what=f"delivering outbox row {outbox_id}")
+    if outcome == "failed":
+        result.failed.append(outbox_id)
+    elif outcome == "delivered":
+        result.delivered.append(outbox_id)
+        result.rows_inserted += inserted
+        result.rows_already_present += present
 
 
 def run_once(
@@ -101,9 +109,12 @@ def run_once(
 def redeliver(engine: Engine, outbox_id: int) -> DeliveryResult:
     """Deliver one row's payload again regardless of status (duplicate delivery, as a broker may do)."""
     result = DeliveryResult()
-    with engine.begin() as conn:
+
+    def body(conn: Connection) -> tuple[int, int]:
         payload = conn.scalar(select(Outbox.c.Payload).where(Outbox.c.OutboxId == outbox_id))
-        inserted, present = _insert_if_absent(conn, decode_payload(payload))
+        return _insert_if_absent(conn, decode_payload(payload))
+
+    inserted, present = tx.run(engine, body, what=f"redelivering outbox row {outbox_id}")
     result.rows_inserted, result.rows_already_present = inserted, present
     result.delivered.append(outbox_id)
     return result

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine, case, func, select
 
-from .. import catalog
+from .. import catalog, tx
 from ..db import translate_errors
 from . import readers
 from .inventory import OutboxCount, ProducerProcess, outbox_counts, producer_processes
@@ -93,5 +93,8 @@ def read_status(engine: Engine, namespace: str | None = None) -> FieldHistorySta
     """Counts, switches and producer inventory, read in one snapshot where the backend gives one."""
     with translate_errors("reading the Field History status"):
         require_eligibility_column(engine)
-        with engine.connect() as conn, conn.begin():
-            return FieldHistoryStatus(row_counts(conn), read_settings(conn), producer_processes(conn, namespace), outbox_counts(conn))
+    return tx.read(
+        engine,
+        lambda conn: FieldHistoryStatus(row_counts(conn), read_settings(conn), producer_processes(conn, namespace), outbox_counts(conn)),
+        what="reading the Field History status",
+    )

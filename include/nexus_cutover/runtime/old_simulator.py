@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Connection, Engine, and_, func, insert, or_, select, update
 
 from .. import catalog
+from .. import tx as policy
 from ..catalog import Event, IngressReceipt, WorkItem
 from ..clock import utcnow
 from ..db import Deadline, translate_errors
@@ -113,6 +114,7 @@ class OldRuntimeSimulator:
             setattr(self.config, key, value)
         self.writer_id = (writer_id or f"{self.process_id}/{catalog.ROLE_INGRESS_WRITER}")[:128]
         self.worker_id = (worker_id or f"{self.process_id}/{catalog.ROLE_PROJECTION_WORKER}")[:128]
+        self.resolver_id = f"{self.process_id}/{catalog.ROLE_DEPENDENCY_RESOLVER}"[:128]
         self._run_tag = uuid.uuid4().hex[:8]
         self._synthetic = 0
         self._blocked_since: dict[int, int] = {}
@@ -123,8 +125,15 @@ class OldRuntimeSimulator:
 
     # -- registry ---------------------------------------------------------
 
+    def _processes(self) -> list[tuple[str, str]]:
+        """(ProcessId, role) of every old process this simulator stands for (a resolver when it resolves)."""
+        procs = [(self.writer_id, catalog.ROLE_INGRESS_WRITER), (self.worker_id, catalog.ROLE_PROJECTION_WORKER)]
+        if self.config.resolve_dependencies:
+            procs.append((self.resolver_id, catalog.ROLE_DEPENDENCY_RESOLVER))
+        return procs
+
     def register(self) -> None:
-        for pid, role in ((self.writer_id, catalog.ROLE_INGRESS_WRITER), (self.worker_id, catalog.ROLE_PROJECTION_WORKER)):
+        for pid, role in self._processes():
             register(self.engine, pid, self.namespace, role, catalog.PROTOCOL_OLD, binary_version=OLD_BINARY_VERSION)
         self._registered = True
         self._last_beat = utcnow()
@@ -132,14 +141,14 @@ class OldRuntimeSimulator:
     def _heartbeat_if_due(self) -> None:
         now = utcnow()
         if self._last_beat is None or (now - self._last_beat).total_seconds() >= self.config.heartbeat_s:
-            heartbeat(self.engine, self.writer_id)
-            heartbeat(self.engine, self.worker_id)
+            for pid, _ in self._processes():
+                heartbeat(self.engine, pid)
             self._last_beat = now
 
     def stop(self) -> None:
         if self._registered:
-            mark_stopped(self.engine, self.writer_id)
-            mark_stopped(self.engine, self.worker_id)
+            for pid, _ in self._processes():
+                mark_stopped(self.engine, pid)
 
     # -- one step ---------------------------------------------------------
 
@@ -208,13 +217,16 @@ class OldRuntimeSimulator:
             since = self._blocked_since.setdefault(work_id, self._steps)
             if self._steps - since < self.config.block_steps:
                 continue
-            with translate_errors(f"resolving the dependency of WorkItem {work_id}"), self.engine.begin() as conn:
-                now = utcnow()
-                released += conn.execute(
+            now = utcnow()
+            released += policy.run(
+                self.engine,
+                lambda conn, work_id=work_id, now=now: conn.execute(
                     update(WorkItem)
                     .where(WorkItem.c.WorkId == work_id, WorkItem.c.Status == "blocked")
                     .values(Status="retry", BlockedOn=None, NextAttemptAt=now, UpdatedAt=now)
-                ).rowcount
+                ).rowcount,
+                what=f"resolving the dependency of WorkItem {work_id}",
+            )
             self._blocked_since.pop(work_id, None)
         return released
 
@@ -239,7 +251,7 @@ class OldRuntimeSimulator:
 
     def _work_one(self, work_id: int, ranged: bool) -> str | None:
         cfg = self.config
-        with translate_errors(f"working old WorkItem {work_id}"), self.engine.begin() as conn:
+        def body(conn: Connection) -> str | None:
             now = utcnow()
             claimed = conn.execute(
                 update(WorkItem)
@@ -284,6 +296,8 @@ class OldRuntimeSimulator:
             if row.SelectedEventId is not None:
                 conn.execute(update(Event).where(Event.c.EventId == row.SelectedEventId).values(Status="processed"))
             return "completed"
+
+        return policy.run(self.engine, body, what=f"working old WorkItem {work_id}")
 
     # -- drain and run ----------------------------------------------------
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import Engine, Table, insert
 
-from .. import catalog
+from .. import catalog, tx
 from ..clock import utcnow
 from ..identity import ProjectionIdentity
 
@@ -407,5 +407,5 @@ def insert_rows(engine: Engine, table: Table, rows: list[dict[str, Any]], batch:
         groups.setdefault(frozenset(row), []).append(row)
     for group in groups.values():
         for start in range(0, len(group), batch):
-            with engine.begin() as conn:
-                conn.execute(insert(table), group[start : start + batch])
+            chunk = group[start : start + batch]
+            tx.run(engine, lambda conn, chunk=chunk: conn.execute(insert(table), chunk), what=f"writing {table.name} rows")

@@ -1,0 +1,142 @@
+"""Guards re-checked where they are relied on: the writer evidence at the answer, one cutover per tenant (real runs)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from sqlalchemy import select, update
+
+from nexus_cutover import catalog
+from nexus_cutover.db import make_engine
+from nexus_cutover.schema import create_legacy_schema
+from tests.dags.conftest import HitlAnswerer, collect, load_dag, next_logical_date, run_dag
+from tests.dags.cutover_support import DAG_ID, NS, PACKS, Deployer, base_conf, drained_tenant, history_bytes, max_ordinal, snapshot
+
+CONFIRM = "Confirm: all old writers stopped"
+Registry = catalog.ProcessRegistry
+
+
+@pytest.fixture
+def dag(airflow_db):
+    return load_dag(DAG_ID)
+
+
+@pytest.fixture
+def tenant(mysql_url, tenant_connection):
+    engine = make_engine(mysql_url)
+    create_legacy_schema(engine)
+    conn_id = tenant_connection("nexus_tenant_acme_guards", mysql_url)
+    yield engine, conn_id
+    engine.dispose()
+
+
+def _heartbeat_now(engine, process_id: str) -> None:
+    with engine.begin() as conn:
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        conn.execute(update(Registry).where(Registry.c.ProcessId == process_id).values(LastHeartbeatAt=now))
+
+
+def test_a_writer_that_comes_back_before_the_answer_fails_the_run_and_nothing_is_written(dag, tenant):
+    """The engineer confirms evidence that was true when shown; the writer heartbeats before the answer arrives."""
+    engine, conn_id = tenant
+    sc = drained_tenant()
+    sc.process(catalog.ROLE_PROJECTION_WORKER, process_id="old-worker-silent", heartbeat_age_s=3600)  # silent, not stopped
+    sc.write(engine)
+    before = history_bytes(engine)
+
+    def writer_returns_then_confirm(detail):
+        assert "old-worker-silent" in detail["body"] and "read again" in detail["body"]
+        _heartbeat_now(engine, "old-worker-silent")  # the old binary resumed
+        return CONFIRM
+
+    with HitlAnswerer(DAG_ID, {"confirm_writers_stopped": writer_returns_then_confirm}) as hitl:
+        result = run_dag(dag, base_conf(conn_id))
+    assert not hitl.errors and [c for c, _ in hitl.responses] == [200]
+    assert result.state == "failed" and result.state_of("confirm_writers_stopped") == "failed"
+    recheck = result.xcom("confirm_writers_stopped", key="recheck")
+    assert recheck["came_back"] == ["old-worker-silent"] and recheck["evidence_age_s"] >= 0
+    assert "evidence_taken_at" in recheck
+    snap = snapshot(engine)
+    assert snap["protocol_rows"] == [] and snap["fences"] == [("*", True, False)]  # nothing confirmed, fence armed
+    assert history_bytes(engine) == before
+
+
+def test_an_answer_on_unchanged_evidence_records_its_age(dag, tenant, tenant_connection):
+    engine, conn_id = tenant
+    drained_tenant().write(engine)
+    with Deployer(engine) as deployer, HitlAnswerer(DAG_ID, {"confirm_writers_stopped": CONFIRM}) as hitl:
+        tenant_connection("nexus_deployer_test", raw_json=deployer.connection_json)
+        result = run_dag(dag, base_conf(conn_id))
+    assert not hitl.errors
+    assert result.state == "success", result.task_states
+    answer = result.xcom("confirm_writers_stopped")
+    assert answer["chosen_options"] == [CONFIRM] and answer["evidence_age_s"] >= 0
+    assert result.xcom("confirm_writers_stopped", key="recheck")["came_back"] == []
+
+
+def test_a_second_run_for_the_same_tenant_stops_at_once_naming_the_holder_and_the_first_completes(
+    dag, tenant, tenant_connection, airflow_db
+):
+    """Run 1 waits for its writer-stop confirmation; run 2 (a separate `airflow dags test` process) stops at arm_fence."""
+    engine, conn_id = tenant
+    drained_tenant().write(engine)
+    conf = base_conf(conn_id)
+    second_date = next_logical_date()
+    second: dict = {}
+
+    def run_second_then_confirm(detail):
+        fences_before = snapshot(engine)["fences"]
+        proc = subprocess.run(
+            [os.path.join(os.path.dirname(sys.executable), "airflow"), "dags", "test", DAG_ID, second_date.isoformat(),
+             "-c", json.dumps(conf)],
+            env=dict(os.environ), capture_output=True, text=True, timeout=300,
+        )
+        second.update(returncode=proc.returncode, output=proc.stdout + proc.stderr, fences_before=fences_before,
+                      fences_after=snapshot(engine)["fences"])
+        return CONFIRM
+
+    with Deployer(engine) as deployer, HitlAnswerer(DAG_ID, {"confirm_writers_stopped": run_second_then_confirm},
+                                                   timeout=600) as hitl:
+        tenant_connection("nexus_deployer_test", raw_json=deployer.connection_json)
+        first = run_dag(dag, conf)
+    assert not hitl.errors, hitl.errors
+    assert first.state == "success", first.task_states
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        run_id = session.scalar(select(DagRun.run_id).where(DagRun.dag_id == DAG_ID, DagRun.logical_date == second_date))
+    assert run_id is not None, second["output"][-3000:]
+    other = collect(DAG_ID, run_id)
+    assert other.state == "failed" and other.state_of("arm_fence") == "failed", other.task_states
+    held = other.xcom("arm_fence", key="report")
+    assert held["held_by"] == f"airflow:{DAG_ID}:{first.run_id}"
+    assert all(state == "upstream_failed" for task, state in other.task_states.items()
+               if task.startswith(("wait_for_drain", "confirm_writers_stopped", "audit_and_checkpoint"))), other.task_states
+    assert second["fences_after"] == second["fences_before"] == [("*", True, False)]  # the second run wrote nothing
+    snap = snapshot(engine)
+    assert snap["protocol_rows"] == [(p, 1, max_ordinal(engine, p)) for p in PACKS]
+    assert snap["fences"] == [("*", True, True)]
+    with engine.connect() as conn:
+        released_by = conn.execute(select(catalog.AdmissionFence.c.ReleasedBy).where(catalog.AdmissionFence.c.Namespace == NS)).scalar()
+    assert released_by == f"airflow:{DAG_ID}:{first.run_id}"
+
+
+def test_a_later_run_adopts_the_fence_a_failed_run_left(dag, tenant, tenant_connection):
+    engine, conn_id = tenant
+    drained_tenant().write(engine)
+    with HitlAnswerer(DAG_ID, {"confirm_writers_stopped": "Reject"}):
+        rejected = run_dag(dag, base_conf(conn_id))
+    assert rejected.state == "failed"
+    with Deployer(engine) as deployer, HitlAnswerer(DAG_ID, {"confirm_writers_stopped": CONFIRM}):
+        tenant_connection("nexus_deployer_test", raw_json=deployer.connection_json)
+        later = run_dag(dag, base_conf(conn_id))
+    assert later.state == "success", later.task_states
+    armed = later.xcom("arm_fence")
+    assert armed["outcome"] == "adopted" and armed["previous_holder"] == f"airflow:{DAG_ID}:{rejected.run_id}"
+    assert snapshot(engine)["fences"] == [("*", True, True)]
