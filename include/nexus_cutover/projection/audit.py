@@ -54,6 +54,8 @@ NATIVE_WORK_BEFORE_CHECKPOINT = "native_work_before_checkpoint"
 MIXED_HISTORY_INDIRECT = "mixed_history_indirect"
 BEYOND_COMPLETED_BOUNDARY = "beyond_completed_boundary"
 MISSING_OWNER = "missing_owner"
+#: Refusal of greenfield activation (:mod:`.greenfield`), not of the audit: the pack has history.
+NOT_GREENFIELD = "not_greenfield"
 
 REFUSALS = (
     FENCE_NOT_IN_FORCE,
@@ -75,6 +77,8 @@ _EXPLANATIONS = {
     MIXED_HISTORY_INDIRECT: "coalesced input in an identity mixing pre-ordinal (0) and ordinal history: ownership is ambiguous",
     BEYOND_COMPLETED_BOUNDARY: "input above the last completed generation is owned only by failed/cancelled work",
     MISSING_OWNER: "no retained WorkItem of the identity reaches this input",
+    NOT_GREENFIELD: "the pack has Events or WorkItems, so it is not greenfield: activate it through the cutover "
+    "(drain, then `connector-projection-cutover -pack-install-id <id>`), which audits that history",
 }
 
 DEFAULT_BATCH = 5000

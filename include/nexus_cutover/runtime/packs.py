@@ -26,8 +26,9 @@ class PackContext:
 
 def no_protocol_row_reason(pack_install_id: str) -> str:
     return (
-        f"pack {pack_install_id!r} has no connector projection protocol row: run "
-        f"`connector-projection-cutover -pack-install-id {pack_install_id}` (or activate the greenfield pack) first"
+        f"pack {pack_install_id!r} has no connector projection protocol row: a pack installed with no history is "
+        f"activated with `nexus-cutover activate-pack -pack-install-id {pack_install_id}`; one with history goes "
+        f"through the cutover (`connector-projection-cutover -pack-install-id {pack_install_id}` after the drain)"
     )
 
 
