@@ -40,8 +40,8 @@ import workload  # noqa: E402
 from nexus_cutover import catalog  # noqa: E402
 from nexus_cutover.db import make_engine  # noqa: E402
 from nexus_cutover.projection import drain  # noqa: E402
-from nexus_cutover.scenario import TenantScenario  # noqa: E402
-from nexus_cutover.scenario.builder import PackBuilder  # noqa: E402
+from nexus_sim.scenario import TenantScenario  # noqa: E402
+from nexus_sim.scenario.builder import PackBuilder  # noqa: E402
 
 #: Far enough that no retry is "not due" and no heartbeat goes stale while the bench runs.
 WINDOW = dt.timedelta(days=1)

@@ -34,8 +34,8 @@ from nexus_cutover.db import make_engine  # noqa: E402
 from nexus_cutover.runtime.admission import admit_batch  # noqa: E402
 from nexus_cutover.runtime.model import Input  # noqa: E402
 from nexus_cutover.runtime.payload import load_payloads  # noqa: E402
-from nexus_cutover.scenario import TenantScenario  # noqa: E402
 from nexus_cutover.schema import apply_steps, create_legacy_schema, projection_steps  # noqa: E402
+from nexus_sim.scenario import TenantScenario  # noqa: E402
 
 
 def _database():

@@ -18,8 +18,8 @@ import time
 from sqlalchemy import Engine, text
 
 from nexus_cutover import catalog
-from nexus_cutover.scenario import TenantScenario
 from nexus_cutover.schema import apply_steps, create_legacy_schema, projection_steps
+from nexus_sim.scenario import TenantScenario
 
 PACK = "pk-walk"
 NAMESPACE = "bench"

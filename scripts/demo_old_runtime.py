@@ -2,7 +2,7 @@
 
 ``NEXUS_TENANT_DSN=... python scripts/demo_old_runtime.py --namespace demo [--pace 0.5]``
 
-It is :class:`nexus_cutover.runtime.old_simulator.OldRuntimeSimulator` (ingress
+It is :class:`nexus_sim.old_runtime.OldRuntimeSimulator` (ingress
 writer + projection worker + in-process dependency resolver), stepped every
 ``--pace`` seconds with a small ``work_per_step`` and one failed first attempt
 per item, so old work drains over tens of seconds instead of instantly. It keeps
@@ -22,7 +22,7 @@ import signal
 import threading
 
 from nexus_cutover.db import DSN_ENV_TENANT, dsn_from_env, make_engine
-from nexus_cutover.runtime.old_simulator import OldRuntimeSimulator
+from nexus_sim.old_runtime import OldRuntimeSimulator
 
 
 def main() -> int:

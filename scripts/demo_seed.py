@@ -2,7 +2,7 @@
 
 ``python scripts/demo_seed.py <path.db> [--namespace demo]`` (re)creates the file.
 
-What the tenant holds (deterministic, built with :mod:`nexus_cutover.scenario`):
+What the tenant holds (deterministic, built with :mod:`nexus_sim.scenario`):
 
 * two active packs with several lanes of drained old-protocol history (one lane
   entirely pre-ordinal), plus per pack a backlog of old projection work still in
@@ -26,8 +26,8 @@ import random
 
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
-from nexus_cutover.scenario import TenantScenario, drained_pack_history
 from nexus_cutover.schema import apply_steps, create_legacy_schema, field_history_steps
+from nexus_sim.scenario import TenantScenario, drained_pack_history
 
 PACKS = (("pk-crm-sync", 4, 1), ("pk-billing", 3, 0))
 OLD_PRODUCER_VERSION = "4.11.0"

@@ -10,7 +10,7 @@ from sqlalchemy import select
 from nexus_cutover import catalog, liveness
 from nexus_cutover.field_history import inventory
 from nexus_cutover.projection import drain, writers
-from nexus_cutover.scenario import TenantScenario
+from nexus_sim.scenario import TenantScenario
 from tests.support import make_cutover_ready, prepared_engine
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0)

@@ -17,7 +17,7 @@ from sqlalchemy import event, text
 
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
-from nexus_cutover.scenario import TenantScenario
+from nexus_sim.scenario import TenantScenario
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import bench_drain  # noqa: E402

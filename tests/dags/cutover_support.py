@@ -13,8 +13,8 @@ from typing import Any
 from sqlalchemy import Engine, func, select
 
 from nexus_cutover import catalog
-from nexus_cutover.scenario import TenantScenario, drained_pack_history
 from nexus_cutover.schema import existing_columns
+from nexus_sim.scenario import TenantScenario, drained_pack_history
 from tests.support import history_checksum, table_checksum
 
 DAG_ID = "connector_projection_cutover"
@@ -169,7 +169,7 @@ class Deployer:
 def old_runtime(engine: Engine, *, stop_when_drained_and_fenced: bool = True, **config):
     """The old-protocol runtime in a thread; stopped (StoppedAt set) once the fence is armed and its work drained."""
     from nexus_cutover.projection.fence import cutover_fence_in_force
-    from nexus_cutover.runtime.old_simulator import OldRuntimeSimulator
+    from nexus_sim.old_runtime import OldRuntimeSimulator
 
     sim = OldRuntimeSimulator(engine, NS, process_id="old-rt", **config)
     stop = threading.Event()

@@ -17,8 +17,8 @@ from sqlalchemy.engine import make_url
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
 from nexus_cutover.projection import drain
-from nexus_cutover.scenario import utcnow
 from nexus_cutover.schema import create_legacy_schema
+from nexus_sim.scenario import utcnow
 from tests.dags.conftest import HitlAnswerer, load_dag, run_dag
 from tests.dags.cutover_support import DAG_ID, NS, base_conf, drained_tenant, old_runtime
 

@@ -10,7 +10,7 @@ import pytest
 
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
-from nexus_cutover.scenario import TenantScenario, utcnow
+from nexus_sim.scenario import TenantScenario, utcnow
 from tests.support import make_cutover_ready
 
 NS = "acme"

@@ -11,8 +11,8 @@ from nexus_cutover.field_history import gates
 from nexus_cutover.projection.checkpoint import run_checkpoint
 from nexus_cutover.projection.drain import drain_report
 from nexus_cutover.projection.fence import arm_fence
-from nexus_cutover.runtime.old_simulator import OldRuntimeSimulator
 from nexus_cutover.schema import apply_steps, create_legacy_schema, field_history_steps, projection_steps
+from nexus_sim.old_runtime import OldRuntimeSimulator
 from scripts.demo import upgrade_producers
 from scripts.demo_seed import NEW_PRODUCER_VERSION, STAGE1_RELEASE, demo_scenario
 

@@ -6,7 +6,7 @@ from sqlalchemy import Engine, select
 
 from nexus_cutover import catalog
 from nexus_cutover.field_history import readers
-from nexus_cutover.scenario import TenantScenario
+from nexus_sim.scenario import TenantScenario
 
 Audit = catalog.AuditFieldChange
 ELIGIBLE = catalog.FIELD_HISTORY_ELIGIBLE.column_name

@@ -14,8 +14,8 @@ import threading
 from sqlalchemy import insert, update
 
 from nexus_cutover.db import make_engine
-from nexus_cutover.scenario import TenantScenario
 from nexus_cutover.schema import create_legacy_schema
+from nexus_sim.scenario import TenantScenario
 
 from .conftest import make_stage1
 from .helpers import ELIGIBLE, Audit, audit_table, compat_set, mixed_history

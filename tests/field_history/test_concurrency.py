@@ -9,7 +9,7 @@ import time
 from sqlalchemy import insert, text, update
 
 from nexus_cutover.field_history.materialize import materialize
-from nexus_cutover.scenario import TenantScenario
+from nexus_sim.scenario import TenantScenario
 
 from .helpers import ELIGIBLE, Audit, audit_table
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import text
 
 from nexus_cutover.field_history.materialize import batch_upper_bound, stamp_statement
-from nexus_cutover.scenario import TenantScenario
+from nexus_sim.scenario import TenantScenario
 
 AUDIT = "_System_AuditFieldChange"
 INTERVAL = "_System_FieldHistoryTrackingInterval"

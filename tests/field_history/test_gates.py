@@ -8,8 +8,8 @@ from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
 from nexus_cutover.field_history import gates
 from nexus_cutover.field_history.status import read_status
-from nexus_cutover.scenario import TenantScenario
 from nexus_cutover.schema import create_legacy_schema
+from nexus_sim.scenario import TenantScenario
 from tests.support import history_checksum
 
 from .helpers import mixed_history

@@ -6,8 +6,8 @@ import pytest
 from sqlalchemy import select, update
 
 from nexus_cutover import catalog
-from nexus_cutover.field_history import outbox_worker
-from nexus_cutover.field_history.producers import (
+from nexus_sim import outbox_worker
+from nexus_sim.producers import (
     AuditTarget,
     FieldDiff,
     RetryableConflict,
@@ -16,7 +16,7 @@ from nexus_cutover.field_history.producers import (
     record_legacy_audit_field_changes,
     run_mutation,
 )
-from nexus_cutover.scenario import TenantScenario
+from nexus_sim.scenario import TenantScenario
 
 from .helpers import ELIGIBLE, audit_table
 

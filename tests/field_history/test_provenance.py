@@ -5,8 +5,8 @@ from __future__ import annotations
 from nexus_cutover import catalog
 from nexus_cutover.field_history import gates, provenance
 from nexus_cutover.field_history.materialize import materialize
-from nexus_cutover.field_history.producers import AuditTarget, FieldDiff, run_mutation
-from nexus_cutover.scenario import TenantScenario
+from nexus_sim.producers import AuditTarget, FieldDiff, run_mutation
+from nexus_sim.scenario import TenantScenario
 
 from .helpers import audit_table, boolean_set, compat_set
 

@@ -11,7 +11,7 @@ from sqlalchemy.engine import make_url
 from nexus_cutover import catalog, tx
 from nexus_cutover.db import Deadline, make_engine
 from nexus_cutover.field_history import gates
-from nexus_cutover.scenario import TenantScenario
+from nexus_sim.scenario import TenantScenario
 
 RELEASE = "4.13.0"
 

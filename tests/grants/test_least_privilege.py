@@ -32,8 +32,8 @@ from nexus_cutover.projection.checkpoint import run_checkpoint
 from nexus_cutover.projection.drain import drain_report
 from nexus_cutover.projection.fence import arm_fence, release_fence
 from nexus_cutover.projection.writers import old_writer_evidence, readiness
-from nexus_cutover.scenario import TenantScenario, drained_pack_history
 from nexus_cutover.schema import apply_steps, create_legacy_schema, projection_steps, require_v2_prerequisite
+from nexus_sim.scenario import TenantScenario, drained_pack_history
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 RUNBOOK = REPO / "docs" / "runbook.md"

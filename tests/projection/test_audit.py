@@ -12,7 +12,7 @@ from nexus_cutover import catalog
 from nexus_cutover.projection import audit
 from nexus_cutover.projection.checkpoint import ALREADY_WRITTEN, REFUSED, WOULD_WRITE, WRITTEN, run_checkpoint
 from nexus_cutover.protocol_row import WrongProtocolVersion, read_protocol_row
-from nexus_cutover.scenario import TenantScenario, drained_pack_history, insert_rows
+from nexus_sim.scenario import TenantScenario, drained_pack_history, insert_rows
 from tests.support import fence_pack_namespace, history_checksum
 
 

@@ -10,7 +10,7 @@ from sqlalchemy import text
 from nexus_cutover.db import make_engine
 from nexus_cutover.identity import ProjectionIdentity
 from nexus_cutover.projection import audit
-from nexus_cutover.scenario import TenantScenario, drained_pack_history
+from nexus_sim.scenario import TenantScenario, drained_pack_history
 from tests.support import make_cutover_ready
 
 IDENT = ProjectionIdentity("pk-1", "contact.changed", 1, "1.0.0", "project", "lane-003")

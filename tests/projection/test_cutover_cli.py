@@ -16,8 +16,8 @@ from sqlalchemy import select, text
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
 from nexus_cutover.projection.checkpoint import run_checkpoint
-from nexus_cutover.scenario import TenantScenario
 from nexus_cutover.schema import create_legacy_schema
+from nexus_sim.scenario import TenantScenario
 from tests.support import history_checksum, make_cutover_ready
 
 

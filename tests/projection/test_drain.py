@@ -10,7 +10,7 @@ from sqlalchemy import text
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
 from nexus_cutover.projection import drain
-from nexus_cutover.scenario import TenantScenario, drained_pack_history, utcnow
+from nexus_sim.scenario import TenantScenario, drained_pack_history, utcnow
 from tests.support import history_checksum, make_cutover_ready
 
 STALE = dt.timedelta(seconds=60)

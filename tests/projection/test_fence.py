@@ -12,7 +12,7 @@ from nexus_cutover.db import make_engine
 from nexus_cutover.errors import BadInput
 from nexus_cutover.fencing import fence_in_force
 from nexus_cutover.projection import fence
-from nexus_cutover.scenario import TenantScenario
+from nexus_sim.scenario import TenantScenario
 from tests.support import make_cutover_ready, table_checksum
 
 

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from nexus_cutover import catalog
 from nexus_cutover.projection import fence
 from nexus_cutover.projection.checkpoint import ALREADY_WRITTEN, REFUSED, WRITTEN, run_checkpoint
-from nexus_cutover.scenario import TenantScenario
+from nexus_sim.scenario import TenantScenario
 from tests.support import history_checksum, table_checksum
 
 FUTURE = dt.datetime(2999, 1, 1)

@@ -30,7 +30,7 @@ from nexus_cutover.errors import Refused
 from nexus_cutover.fencing import fence_in_force
 from nexus_cutover.projection.checkpoint import REFUSED, run_checkpoint
 from nexus_cutover.projection.fence import arm_fence
-from nexus_cutover.scenario import TenantScenario, drained_pack_history, utcnow
+from nexus_sim.scenario import TenantScenario, drained_pack_history, utcnow
 from tests import tidb_semantics
 from tests.support import make_cutover_ready
 

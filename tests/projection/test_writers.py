@@ -9,7 +9,7 @@ import pytest
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
 from nexus_cutover.projection import writers
-from nexus_cutover.scenario import TenantScenario, utcnow
+from nexus_sim.scenario import TenantScenario, utcnow
 from tests.support import make_cutover_ready
 
 STALE = dt.timedelta(seconds=60)

@@ -17,8 +17,8 @@ from sqlalchemy.engine import make_url
 
 from nexus_cutover.db import make_engine
 from nexus_cutover.protocol_row import read_protocol_row
-from nexus_cutover.scenario import TenantScenario, drained_pack_history
 from nexus_cutover.schema import create_legacy_schema
+from nexus_sim.scenario import TenantScenario, drained_pack_history
 from scripts.demo import stop_pid_if_ours
 from scripts.demo_airflow import AirflowStack
 

@@ -12,7 +12,7 @@ from nexus_cutover.catalog import Event, WorkItem
 from nexus_cutover.identity import columns, of_row
 from nexus_cutover.runtime.model import Input
 from nexus_cutover.runtime.payload import load_payloads
-from nexus_cutover.scenario import TenantScenario
+from nexus_sim.scenario import TenantScenario
 
 NS = "acme"
 PACK = "pk-1"

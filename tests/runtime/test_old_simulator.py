@@ -11,8 +11,8 @@ from nexus_cutover import catalog
 from nexus_cutover.catalog import Event, IngressReceipt, ProcessRegistry, WorkItem
 from nexus_cutover.runtime.admission import admit_batch
 from nexus_cutover.runtime.host import run_host
-from nexus_cutover.runtime.old_simulator import OldRuntimeSimulator
-from nexus_cutover.scenario import TenantScenario
+from nexus_sim.old_runtime import OldRuntimeSimulator
+from nexus_sim.scenario import TenantScenario
 
 from .support import NS, PACK, assert_membership, inp, range_generations, range_tenant
 
@@ -170,7 +170,7 @@ def test_simulator_command_exits_when_drained_and_marks_itself_stopped(sqlite_ur
             [
                 sys.executable,
                 "-m",
-                "nexus_cutover.runtime.old_simulator",
+                "nexus_sim.old_runtime",
                 "--namespace",
                 NS,
                 "--process-id",
@@ -198,7 +198,7 @@ def test_simulator_command_exits_when_drained_and_marks_itself_stopped(sqlite_ur
 def test_demo_tenant_old_work_drains_through_the_stand_in_worker_then_cuts_over(range_engine):
     """The demo's in-flight old work (one item leased to old-worker-1) finishes when the simulator stands in for it."""
     from nexus_cutover.projection.checkpoint import run_checkpoint
-    from nexus_cutover.scenario import demo_tenant
+    from nexus_sim.scenario import demo_tenant
 
     sc = demo_tenant(NS)
     sc.fence(expires_at=None)  # cutover step 1: the '*' fence is armed

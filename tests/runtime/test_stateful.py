@@ -24,7 +24,7 @@ from nexus_cutover.runtime.claim import claim_work, complete, retry_or_fail
 from nexus_cutover.runtime.payload import load_payloads
 from nexus_cutover.runtime.replay import replay
 from nexus_cutover.runtime.tx import allocate_ids
-from nexus_cutover.scenario.builder import BASE_TIME
+from nexus_sim.scenario.builder import BASE_TIME
 
 from .support import NS, assert_membership, inp
 

@@ -1,4 +1,4 @@
-"""Field History eligibility (seed 003): readers, materialization, status, stage gates, reference producers.
+"""Field History eligibility (seed 003): readers, materialization, status, stage gates.
 
 Modules, one role each:
 
@@ -9,8 +9,11 @@ Modules, one role each:
 * :mod:`.gates` -- the three stage gates, each returning a report.
 * :mod:`.inventory`, :mod:`.settings`, :mod:`.versions`, :mod:`.prerequisites` --
   producers/outbox, the two runtime switches, dotted versions, required schema.
-* :mod:`.producers`, :mod:`.outbox_worker` -- reference producers (the single
-  stamping producer, a pre-cutover binary) and the Audit V2 outbox worker.
+* :mod:`.provenance` -- the one provenance rule shared by producers and the stage-2 gate.
+
+The reference producers (the single stamping producer, a pre-cutover binary)
+and the Audit V2 outbox worker are :mod:`nexus_sim.producers` and
+:mod:`nexus_sim.outbox_worker`, outside the product.
 
 Nothing here UPDATEs or DELETEs ``_System_Event`` / ``_System_WorkItem`` rows,
 and nothing imports Airflow.

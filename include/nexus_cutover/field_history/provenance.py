@@ -1,6 +1,6 @@
 """The one rule of Field History provenance: what a producer stamps, and which NULL is legitimate (seed 003, "Authority").
 
-Used by the reference producer (:mod:`.producers`), the stage-2 gate
+Used by the reference producer (:mod:`nexus_sim.producers`), the stage-2 gate
 (:mod:`.gates`) and the tests, so that the three can never disagree.
 
 * A *history-addressable* diff is a real Update diff with a stable FieldId.

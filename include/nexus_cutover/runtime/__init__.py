@@ -17,8 +17,10 @@ One role per module:
 * :mod:`.registry` - ``_System_ProcessRegistry`` registration, heartbeat, activation, stop;
 * :mod:`.materializer` - durable ingress receipts -> range admission -> confirmation;
 * :mod:`.worker` - the projection worker (gate-checked, process-wide or standalone);
-* :mod:`.host` - :func:`.host.run_host`, behind the ``nexus-host`` command;
-* :mod:`.old_simulator` - the old-protocol runtime (protocol 0), for demos and tests.
+* :mod:`.host` - :func:`.host.run_host`, behind the ``nexus-host`` command.
+
+The old-protocol runtime (protocol 0) simulated for demos and tests is
+:mod:`nexus_sim.old_runtime`, outside the product.
 
 Nothing here imports Airflow. The runtime, being the runtime, changes the
 status of the work it claims and completes; it never UPDATEs any other column of

@@ -18,9 +18,9 @@ from typing import Any
 
 from sqlalchemy import Engine, Table, insert
 
-from .. import catalog, tx
-from ..clock import utcnow
-from ..identity import ProjectionIdentity
+from nexus_cutover import catalog, tx
+from nexus_cutover.clock import utcnow
+from nexus_cutover.identity import ProjectionIdentity
 
 BASE_TIME = dt.datetime(2026, 1, 1, 0, 0, 0)
 BATCH_ROWS = 1000

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 
-from .. import catalog
+from nexus_cutover import catalog
+
 from .builder import PackBuilder, TenantScenario
 
 

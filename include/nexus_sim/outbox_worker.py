@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine, insert, select, update
 
-from .. import catalog, tx
+from nexus_cutover import catalog, tx
+
 from .producers import decode_payload
 
 Outbox = catalog.AuditOutbox

@@ -1,6 +1,6 @@
 """The old-protocol runtime (``ProjectionProtocol = 0``), simulated for demos and tests.
 
-``python -m nexus_cutover.runtime.old_simulator --namespace <ns> [--process-id <id>] [--exit-when-drained]``
+``python -m nexus_sim.old_runtime --namespace <ns> [--process-id <id>] [--exit-when-drained]``
 reads ``NEXUS_TENANT_DSN``.
 
 What it does, each :meth:`OldRuntimeSimulator.step`:
@@ -8,7 +8,7 @@ What it does, each :meth:`OldRuntimeSimulator.step`:
 * **ingress_writer**: admits old-style inputs - unmaterialized ``_System_IngressReceipt``
   rows of active packs and, if configured, synthetic inputs - but only for
   sources no admission fence in force covers (overrides let their scopes
-  through; see :mod:`.fences`). Admission holds the pack lock, allocates
+  through; see :mod:`nexus_cutover.runtime.fences`). Admission holds the pack lock, allocates
   ordinals from ``_System_EnqueueOrdinal``, inserts the Event and coalesces by
   identity the old way: the latest old WorkItem of the identity, if still
   pending and attempt zero, moves its ``SelectedEventId``/``LaneOrdinal`` to the
@@ -41,18 +41,19 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine, and_, func, insert, or_, select, update
 
-from .. import catalog
-from .. import tx as policy
-from ..catalog import Event, IngressReceipt, WorkItem
-from ..clock import utcnow
-from ..db import Deadline, translate_errors
-from ..identity import ProjectionIdentity, matches
-from ..schema import has_column
-from .activation import active_packs
-from .fences import FenceView, fences_in_force
-from .model import Input, Routing
-from .registry import default_process_id, heartbeat, mark_stopped, register
-from .tx import allocate_ids, allocate_ordinals, run_in_pack_transaction
+from nexus_cutover import catalog
+from nexus_cutover import tx as policy
+from nexus_cutover.catalog import Event, IngressReceipt, WorkItem
+from nexus_cutover.cli.common import configure_logging, flag, run_command
+from nexus_cutover.clock import utcnow
+from nexus_cutover.db import DSN_ENV_TENANT, Deadline, dsn_from_env, make_engine, translate_errors
+from nexus_cutover.identity import ProjectionIdentity, matches
+from nexus_cutover.runtime.activation import active_packs
+from nexus_cutover.runtime.fences import FenceView, fences_in_force
+from nexus_cutover.runtime.model import Input, Routing
+from nexus_cutover.runtime.registry import default_process_id, heartbeat, mark_stopped, register
+from nexus_cutover.runtime.tx import allocate_ids, allocate_ordinals, run_in_pack_transaction
+from nexus_cutover.schema import has_column
 
 log = logging.getLogger(__name__)
 
@@ -442,9 +443,6 @@ def _old_coalesce(conn: Connection, namespace: str, identity: ProjectionIdentity
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..cli.common import configure_logging, flag, run_command
-    from ..db import DSN_ENV_TENANT, dsn_from_env, make_engine
-
     parser = argparse.ArgumentParser(prog="old-runtime-simulator", description=__doc__.splitlines()[0])
     flag(parser, "namespace", required=True)
     flag(parser, "process-id", default=None)

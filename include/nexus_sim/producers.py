@@ -22,7 +22,7 @@
 
 Rows go either straight to the audit table (the legacy synchronous writer) or,
 ``via_outbox``, into one ``_System_AuditOutbox`` row that
-:mod:`.outbox_worker` delivers later, preserving what the payload carries.
+:mod:`nexus_sim.outbox_worker` delivers later, preserving what the payload carries.
 ChangeIds are supplied by the caller (the real Core has an id service).
 """
 
@@ -37,10 +37,10 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, func, insert, select, update
 
-from .. import catalog, tx
-from ..clock import utcnow
-from ..db import Deadline
-from . import provenance
+from nexus_cutover import catalog, tx
+from nexus_cutover.clock import utcnow
+from nexus_cutover.db import Deadline
+from nexus_cutover.field_history import provenance
 
 Audit = catalog.AuditFieldChange
 Sequence = catalog.FieldHistorySequence

@@ -1,0 +1,14 @@
+"""Simulators and builders for tests, the demo and the benchmarks -- not part of the product.
+
+* :mod:`.old_runtime` -- the old-protocol runtime (``ProjectionProtocol = 0``),
+  also a command: ``python -m nexus_sim.old_runtime --namespace <ns>``;
+* :mod:`.scenario` -- the deterministic tenant-history builder and ready-made histories;
+* :mod:`.producers`, :mod:`.outbox_worker` -- reference producers of
+  ``_System_AuditFieldChange`` rows (the single stamping producer, a pre-cutover
+  binary) and the Audit V2 outbox worker.
+
+This package imports :mod:`nexus_cutover` (never the other way round). Only
+``tests/``, ``scripts/`` (the demo) and ``bench/`` import it; the product
+(``nexus_cutover``, the Airflow plugins and the DAGs) never does, which
+``tests/test_architecture.py`` checks.
+"""
