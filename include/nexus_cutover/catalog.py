@@ -8,8 +8,8 @@ The contract has two parts:
 
 * Part A, the legacy schema as it stands before any cutover
   (:data:`legacy_metadata`), used to build tenants in tests, demo and benchmarks;
-* Part B, the additive objects of the two cutovers (:data:`PART_B_COLUMNS` and
-  :data:`ConnectorProjectionProtocol`), applied as separate idempotent steps by
+* Part B, the additive objects of the two cutovers (:data:`INPUT_START_ORDINAL`,
+  :data:`FIELD_HISTORY_ELIGIBLE` and :data:`ConnectorProjectionProtocol`), applied as separate idempotent steps by
   :mod:`nexus_cutover.schema`.
 
 The module-level tables (``Event``, ``WorkItem``...) are the *full* tables,
@@ -49,14 +49,9 @@ WORK_CLASS_ORDINARY = "ordinary"
 
 WORK_LIVE_STATUSES = ("pending", "blocked", "retry", "processing")
 WORK_TERMINAL_STATUSES = ("completed", "failed", "cancelled")
-WORK_STATUSES = WORK_LIVE_STATUSES + WORK_TERMINAL_STATUSES
-
-EVENT_STATUSES = ("pending", "processing", "processed", "skipped", "failed")
 
 PACK_ACTIVE = "active"
 PACK_UNINSTALLED = "uninstalled"
-
-OUTBOX_STATUSES = ("pending", "processing", "delivered", "failed")
 
 ROLE_INGRESS_WRITER = "ingress_writer"
 ROLE_RECEIPT_MATERIALIZER = "receipt_materializer"
@@ -384,5 +379,3 @@ INPUT_START_ORDINAL = AddedColumn(WorkItem, "InputStartOrdinal")
 FIELD_HISTORY_ELIGIBLE = AddedColumn(AuditFieldChange, "FieldHistoryEligible")
 #: The earlier WorkItem-only v2 handoff: a prerequisite, never created by this project.
 V2_REPLAY_OF_WORK_ID = AddedColumn(WorkItem, "ReplayOfWorkId")
-
-PART_B_COLUMNS = (INPUT_START_ORDINAL, FIELD_HISTORY_ELIGIBLE)

@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, insert, select, update
+from sqlalchemy import Connection, Engine, insert, select, update
 
 from nexus_cutover import catalog, tx
 from nexus_cutover.clock import utcnow
@@ -249,14 +249,3 @@ def run_mutation(
             return tx.run(engine, body, what=what)  # a deadlock victim is re-run by the policy itself
     raise AssertionError("attempts() returns or raises")  # pragma: no cover
 
-
-def id_block(start: int) -> Iterator[int]:
-    """Consecutive ids from ``start`` (callers give each producer a disjoint block)."""
-    n = start
-    while True:
-        yield n
-        n += 1
-
-
-def max_change_id(conn: Connection) -> int:
-    return conn.scalar(select(func.coalesce(func.max(Audit.c.ChangeId), 0))) or 0

@@ -100,10 +100,6 @@ def _one(conn: Connection, query: Select) -> Generation | None:
     return Generation(*row) if row is not None else None
 
 
-def latest_generation(conn: Connection, identity: ProjectionIdentity) -> Generation | None:
-    return _one(conn, latest_generation_query(identity))
-
-
 def latest_generations(conn: Connection, identities: list[ProjectionIdentity]) -> dict[ProjectionIdentity, Generation]:
     """The latest generation of each identity, in one statement (a UNION ALL of ``LIMIT 1`` index reads).
 
