@@ -184,7 +184,7 @@ def drain_line(dsn: str) -> str:
 
 def tenant_summary(dsn: str) -> dict[str, Any]:
     """Read back what the runs left in the tenant DB (the same domain reads the status view uses)."""
-    from nexus_status.state import read_tenant_state
+    from nexus_cutover.tenant_status import read_tenant_state
 
     return read_tenant_state(dsn, TENANT)
 

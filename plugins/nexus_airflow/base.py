@@ -45,7 +45,8 @@ def stop(context, log, message: str, report: Any = None) -> None:
     from airflow.sdk.exceptions import AirflowFailException
 
     if report is not None:
-        context["ti"].xcom_push(key="report", value=report)
+        if "ti" in context:  # every task run has one; a bare unit call of a callback may not
+            context["ti"].xcom_push(key="report", value=report)
         log.error("%s\n%s", message, report if isinstance(report, str) else json.dumps(report, indent=2, default=str))
     else:
         log.error("%s", message)

@@ -29,6 +29,28 @@ from nexus_airflow.notify import notify_needs_confirmation
 NOT_PERFORMED = "cutover not performed"
 
 
+def answered_by(user: Any) -> str:
+    """A person's name from HITL's ``responded_by_user`` (``{"id": ..., "name": ...}``), never a repr."""
+    if isinstance(user, dict):
+        return str(user.get("name") or user.get("id") or "someone")
+    return str(user or "someone")
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).splitlines()
+    return lines[0][:200] if lines else type(exc).__name__
+
+
+def _timeout_text(context) -> str:
+    try:
+        seconds = params_of(context).confirm_timeout
+    except Exception:  # noqa: BLE001 - a message, never a failure of its own
+        return "the confirmation timeout"
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600} h"
+    return f"{seconds // 60} min" if seconds % 60 == 0 else f"{seconds} s"
+
+
 class _StrictHITL(HITLOperator):
     """A HITL step whose only passing answer is ``approve_option``; anything else fails the task."""
 
@@ -52,14 +74,24 @@ class _StrictHITL(HITLOperator):
         try:
             result = super().execute_complete(context, event)
         except Exception as exc:  # noqa: BLE001 - timeout or bad answer: never a pass
-            stop(context, self.log, f"{NOT_PERFORMED}: no valid answer ({type(exc).__name__}: {exc}). {self.on_reject}")
+            timed_out = event.get("error_type") == "timeout" or "timeout" in type(exc).__name__.lower()
+            reason = f"no answer within {_timeout_text(context)}" if timed_out else f"no valid answer ({_first_line(exc)})"
+            message = f"{NOT_PERFORMED}: {reason}. {self.state_now(context)}"
+            stop(context, self.log, message, {"message": message, "answered": False})
         chosen = list(result["chosen_options"])
+        who = answered_by(result.get("responded_by_user"))
         if chosen != [self.approve_option]:
-            stop(context, self.log, f"{NOT_PERFORMED}: {result.get('responded_by_user')} chose {chosen}. {self.on_reject}")
-        self.log.info("confirmed by %s", result.get("responded_by_user"))
-        answer = {"chosen_options": chosen, "responded_by": result.get("responded_by_user"),
-                  "responded_at": str(result.get("responded_at"))}
+            choice = " / ".join(chosen) or "nothing"
+            verb = "rejected" if chosen == [self.reject_option] else f"chose {choice!r} for"
+            message = f"{NOT_PERFORMED}: {who} {verb} \"{self.subject}\". {self.state_now(context)}"
+            stop(context, self.log, message, {"message": message, "answered_by": who, "chosen_options": chosen})
+        self.log.info("confirmed by %s", who)
+        answer = {"chosen_options": chosen, "responded_by": who, "responded_at": str(result.get("responded_at"))}
         return self.recheck(context, answer)
+
+    def state_now(self, context) -> str:
+        """What is true of the tenant now, for a stop message (the static ``on_reject`` when it cannot be read)."""
+        return self.on_reject
 
     def recheck(self, context, answer: dict[str, Any]) -> dict[str, Any]:
         """Re-verify, when the answer arrives, what the question showed; the default trusts nothing shown."""
@@ -73,17 +105,43 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
     reject_option = "Reject"
     on_reject = "The fence stays armed; no checkpoint was written."
 
+    def state_now(self, context) -> str:
+        """The tenant's fence and checkpoints as the database shows them when the run stops."""
+        try:
+            from nexus_cutover.projection.fence import cutover_fence_in_force
+            from nexus_cutover.protocol_row import read_protocol_row
+
+            p = params_of(context)
+            packs = list(context["ti"].xcom_pull(task_ids="resolve_packs") or [])
+            with tenant_engine(p.conn_id, self.log) as engine, engine.connect() as conn:
+                fence = cutover_fence_in_force(conn, p.tenant)
+                done = [pack for pack in packs if read_protocol_row(conn, pack) is not None]
+        except Exception as exc:  # noqa: BLE001 - the stop message must not fail on a state read
+            self.log.warning("could not read the tenant's state for the message: %s", _first_line(exc))
+            return self.on_reject
+        checkpoints = f"{len(done)} of {len(packs)} pack(s) checkpointed"
+        if fence is None:
+            if packs and len(done) == len(packs):
+                return f"This run wrote nothing; the tenant is already cut over ({checkpoints}, no cutover fence in force)."
+            return f"This run wrote nothing; no cutover fence is in force; {checkpoints}."
+        return (f"This run wrote no checkpoint. Now: cutover fence {fence['FenceId']} in force (held by "
+                f"{fence['ArmedBy']}); {checkpoints}.")
+
     def __init__(self, **kwargs) -> None:
         kwargs.setdefault("subject", "Confirm that every old-protocol writer of the tenant is stopped")
         super().__init__(**kwargs)
 
     def execute(self, context) -> Any:
-        from nexus_cutover.projection.writers import old_writer_evidence
+        from nexus_cutover.projection import steps
 
         p = params_of(context)
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
-            ev = old_writer_evidence(engine, p.tenant, stale_heartbeat=dt.timedelta(seconds=p.stale_heartbeat))
+            ev = steps.writer_evidence(engine, p.tenant, stale_heartbeat=dt.timedelta(seconds=p.stale_heartbeat))
         context["ti"].xcom_push(key="evidence", value=ev.as_json())
+        if (context["ti"].xcom_pull(task_ids="arm_fence") or {}).get("outcome") == "not_needed":
+            self.log.info("nothing to confirm: every pack of %s is already checkpointed and no cutover fence is in force "
+                          "(arm_fence found nothing to do); evidence:\n%s", p.tenant, ev.as_markdown())
+            return {"outcome": "nothing_to_confirm", "evidence": ev.as_json()}
         if p.dry_run:
             plan(self.log, [])
             self.log.info("dry run: would ask to confirm; evidence:\n%s", ev.as_markdown())
@@ -107,32 +165,26 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
 
     def recheck(self, context, answer: dict[str, Any]) -> dict[str, Any]:
         """The answer confirms the evidence only if the registry, read now, still agrees with it."""
-        from nexus_cutover.clock import utcnow
-        from nexus_cutover.projection.writers import old_processes_since, old_writer_evidence
+        from nexus_cutover.projection import steps
 
         p = params_of(context)
         shown = context["ti"].xcom_pull(task_ids=self.task_id, key="evidence") or {}
         if not shown.get("checked_at"):
             stop(context, self.log, f"{NOT_PERFORMED}: the evidence shown with the question is missing from XCom; "
                  "clear check_old_writers to gather it again.")
-        taken_at = dt.datetime.fromisoformat(shown["checked_at"])
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
-            now = utcnow()
-            ev = old_writer_evidence(engine, p.tenant, stale_heartbeat=dt.timedelta(seconds=p.stale_heartbeat), now=now)
-            since = old_processes_since(engine, p.tenant, taken_at, now=now)
-        age_s = round((now - taken_at).total_seconds(), 1)
-        came_back = sorted({x["process_id"] for x in ev.live} | {x["process_id"] for x in since})
-        recheck = {"evidence_taken_at": shown["checked_at"], "evidence_age_s": age_s, "rechecked_at": now.isoformat(),
-                   "came_back": came_back, "live": [x["process_id"] for x in ev.live], "active_since_evidence": since}
+            check = steps.recheck_writers(engine, p.tenant, evidence_taken_at=dt.datetime.fromisoformat(shown["checked_at"]),
+                                          stale_heartbeat=dt.timedelta(seconds=p.stale_heartbeat))
+        recheck = check.as_json()
         context["ti"].xcom_push(key="recheck", value=recheck)
-        if came_back:
+        if not check.holds:
             stop(context, self.log,
-                 f"{NOT_PERFORMED}: {answer['responded_by']} confirmed evidence taken {age_s:g} s earlier, but old "
-                 f"writer(s) {', '.join(came_back)} are live or heartbeated since it was taken. Nothing was confirmed; "
-                 "the fence stays armed. Stop them, then clear check_old_writers.", recheck)
+                 f"{NOT_PERFORMED}: {answer['responded_by']} confirmed evidence taken {check.evidence_age_s:g} s earlier, "
+                 f"but old writer(s) {', '.join(check.came_back)} are live or heartbeated since it was taken. Nothing was "
+                 "confirmed; the fence stays armed. Stop them, then clear check_old_writers.", recheck)
         self.log.info("re-checked at the answer: evidence taken %s s earlier still holds (no old writer live or active "
-                      "since)", age_s)
-        return {**answer, "evidence_taken_at": shown["checked_at"], "evidence_age_s": age_s}
+                      "since)", check.evidence_age_s)
+        return {**answer, "evidence_taken_at": shown["checked_at"], "evidence_age_s": check.evidence_age_s}
 
 
 class StartNewHostOperator(_StrictHITL):
@@ -149,11 +201,11 @@ class StartNewHostOperator(_StrictHITL):
     def execute(self, context) -> Any:
         from nexus_airflow import host_controllers
         from nexus_airflow.hooks import NexusTenantHook
-        from nexus_cutover.projection.writers import readiness
+        from nexus_cutover.projection import steps
 
         p = params_of(context)
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
-            r = readiness(engine, p.tenant, stale_heartbeat=dt.timedelta(seconds=p.stale_heartbeat))
+            r = steps.readiness(engine, p.tenant, stale_heartbeat=dt.timedelta(seconds=p.stale_heartbeat))
         live_hosts = [h["process_id"] for h in r.hosts if h["state"] == "live"]
         if p.dry_run:
             return {"dry_run": True, "plan": plan(self.log, [

@@ -40,11 +40,11 @@ class ResolvePacksOperator(BaseOperator):
     """The pack incarnations of the run (``pack_install_ids`` or every active pack of the namespace)."""
 
     def execute(self, context) -> list[str]:
-        from nexus_cutover.projection.plan import resolve_packs
+        from nexus_cutover.projection import steps
 
         p = params_of(context)
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
-            packs = resolve_packs(engine, p.tenant, p.pack_install_ids)
+            packs = steps.resolve_packs(engine, p.tenant, p.pack_install_ids)
         self.log.info("tenant %s: packs %s%s", p.tenant, ", ".join(packs), " (dry run)" if p.dry_run else "")
         return packs
 
@@ -53,26 +53,21 @@ class ApplySchemaOperator(BaseOperator):
     """Additive DDL of the range protocol, each object skipped when present; refuses without ReplayOfWorkId."""
 
     def execute(self, context) -> dict[str, Any]:
-        from nexus_cutover.projection.plan import schema_plan
-        from nexus_cutover.schema import apply_steps, projection_steps, require_v2_prerequisite
+        from nexus_cutover.projection import steps
 
         p = params_of(context)
-        created: list[str] = []
+
+        def created(label: str) -> None:
+            self.log.info("%s: created", label)
+            fault_point("apply_schema.after_first_write")
+
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
-            require_v2_prerequisite(engine)
-            steps = projection_steps(engine)
-            lines = schema_plan(steps)
-            if p.dry_run:
-                return {"dry_run": True, "plan": plan(self.log, [x for x, s in zip(lines, steps, strict=True) if not s.present])}
-            for step in steps:
-                if step.present:
-                    self.log.info("%s: present, skipped", step.label)
-                    continue
-                apply_steps(engine, [step])
-                created.append(step.label)
-                self.log.info("%s: created", step.label)
-                fault_point("apply_schema.after_first_write")
-        return {"created": created, "present": [s.label for s in steps if s.present]}
+            result = steps.apply_schema(engine, dry_run=p.dry_run, on_created=created)
+        for label in result.present:
+            self.log.info("%s: present, skipped", label)
+        if p.dry_run:
+            return {"dry_run": True, "plan": plan(self.log, result.plan)}
+        return {"created": result.created, "present": result.present}
 
 
 class ArmFenceOperator(BaseOperator):
@@ -83,14 +78,15 @@ class ArmFenceOperator(BaseOperator):
     """
 
     def execute(self, context) -> dict[str, Any]:
-        from nexus_cutover.projection.fence import ActiveOverrides, FenceHeld, arm_fence
+        from nexus_cutover.projection import steps
+        from nexus_cutover.projection.fence import ActiveOverrides, FenceHeld
 
         p = params_of(context)
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
             try:
                 packs = context["ti"].xcom_pull(task_ids="resolve_packs") or []
-                result = arm_fence(engine, p.tenant, armed_by=_who(context), timeout_s=p.checkpoint_timeout,
-                                   dry_run=p.dry_run, packs=packs, holder_active=holder_is_active_run(context, self.log))
+                result = steps.arm_fence(engine, p.tenant, holder=_who(context), packs=packs, timeout_s=p.checkpoint_timeout,
+                                         holder_active=holder_is_active_run(context, self.log), dry_run=p.dry_run)
             except ActiveOverrides as exc:
                 stop(context, self.log, str(exc), {"active_overrides": exc.overrides})
             except FenceHeld as exc:
@@ -124,7 +120,7 @@ class AuditCheckpointOperator(BaseOperator):
         self.pack_install_id = pack_install_id
 
     def execute(self, context) -> dict[str, Any]:
-        from nexus_cutover.projection.checkpoint import run_checkpoint
+        from nexus_cutover.projection import steps
         from nexus_cutover.schema import missing_projection_schema
 
         p = params_of(context)
@@ -136,8 +132,8 @@ class AuditCheckpointOperator(BaseOperator):
                         "plan": plan(self.log, [f"audit pack {self.pack_install_id} and write its checkpoint once "
                                                 f"apply_schema has created {', '.join(missing)}"])}
             planned = (context["ti"].xcom_pull(task_ids="arm_fence") or {}).get("outcome") in ("would_arm", "would_adopt")
-            result = run_checkpoint(engine, self.pack_install_id, timeout_s=p.checkpoint_timeout,
-                                    written_by=_who(context), dry_run=p.dry_run, fence_planned=p.dry_run and planned)
+            result = steps.checkpoint(engine, self.pack_install_id, timeout_s=p.checkpoint_timeout,
+                                      written_by=_who(context), dry_run=p.dry_run, fence_planned=p.dry_run and planned)
         out = result.as_json()
         if result.outcome == "refused":
             context["ti"].xcom_push(key="findings", value=out["findings"])
@@ -155,18 +151,18 @@ class AuditCheckpointOperator(BaseOperator):
 
 
 class ResumeAdmissionOperator(BaseOperator):
-    """Release the cutover fence (ReleasedAt), gated on readiness; already released is a no-op success."""
+    """Release the fence this run holds (ReleasedAt), readiness re-checked in the releasing transaction."""
 
     def execute(self, context) -> dict[str, Any]:
-        from nexus_cutover.projection.fence import release_fence
-        from nexus_cutover.projection.writers import readiness
+        from nexus_cutover.projection import steps
 
         p = params_of(context)
         armed = context["ti"].xcom_pull(task_ids="arm_fence") or {}
         fence_id = armed.get("fence_id")
+        stale = dt.timedelta(seconds=p.stale_heartbeat)
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
-            ready = readiness(engine, p.tenant, stale_heartbeat=dt.timedelta(seconds=p.stale_heartbeat))
             if p.dry_run:
+                ready = steps.readiness(engine, p.tenant, stale_heartbeat=stale)
                 return {"dry_run": True, "plan": plan(self.log, [
                     f"_System_AdmissionFence: set ReleasedAt on fence {fence_id or '(armed by arm_fence)'}"
                     f" once ready (now: {'ready' if ready.ready else '; '.join(ready.reasons)})"])}
@@ -175,12 +171,8 @@ class ResumeAdmissionOperator(BaseOperator):
                 return {"namespace": p.tenant, "outcome": "nothing_to_release", "fence_id": None}
             if fence_id is None:
                 stop(context, self.log, "arm_fence left no fence id in XCom: clear arm_fence (it reuses the fence)")
-            if not ready.ready:
-                stop(context, self.log,
-                     "not releasing the fence: the new host is not ready (" + "; ".join(ready.reasons) + ")",
-                     ready.as_json())
-            result = release_fence(engine, p.tenant, int(fence_id), released_by=_who(context),
-                                   timeout_s=p.checkpoint_timeout)
+            result = steps.release_fence(engine, p.tenant, int(fence_id), holder=_who(context), stale_heartbeat=stale,
+                                         timeout_s=p.checkpoint_timeout)
         self.log.info("fence %s %s: admission resumes through the new host", fence_id, result.outcome)
         fault_point("resume_admission.after_write")
         return result.as_json()
@@ -192,8 +184,8 @@ class FinalOldWriterCheckOperator(BaseOperator):
     def execute(self, context) -> dict[str, Any]:
         from airflow.sdk import Asset, AssetAlias
 
+        from nexus_cutover.projection import steps
         from nexus_cutover.projection.fence import fence_row
-        from nexus_cutover.projection.writers import old_processes_since
 
         p = params_of(context)
         ti = context["ti"]
@@ -214,7 +206,7 @@ class FinalOldWriterCheckOperator(BaseOperator):
                 stop(context, self.log, f"fence {fence_id} is not released: clear resume_admission")
             else:
                 released_at = dt.datetime.fromisoformat(fence["ReleasedAt"])
-            seen = old_processes_since(engine, p.tenant, released_at)
+            seen = steps.verify_no_old_writer(engine, p.tenant, released_at=released_at)
         if seen:
             stop(context, self.log,
                  f"{len(seen)} old-protocol writer(s) ran after the fence release at {released_at.isoformat()}: "

@@ -55,12 +55,12 @@ class DrainPoller(_EnginePoller):
 
     def poll(self) -> dict[str, Any]:
         from nexus_cutover import catalog
-        from nexus_cutover.projection.drain import drain_report
+        from nexus_cutover.projection import steps
         from nexus_cutover.schema import has_column
 
         if not self.range_column:
             self.range_column = has_column(self.engine, catalog.INPUT_START_ORDINAL)
-        report = drain_report(
+        report = steps.drain(
             self.engine, self.namespace, deadline=self.deadline, stale_heartbeat=self.stale,
             sample_limit=self.sample_limit, range_column=self.range_column,
         )
@@ -85,9 +85,9 @@ class OldWritersPoller(_EnginePoller):
     """Old-protocol writers: ``stopped`` when all are stopped or silent, ``timed_out`` at the deadline."""
 
     def poll(self) -> dict[str, Any]:
-        from nexus_cutover.projection.writers import old_writer_evidence
+        from nexus_cutover.projection import steps
 
-        ev = old_writer_evidence(self.engine, self.namespace, stale_heartbeat=self.stale)
+        ev = steps.writer_evidence(self.engine, self.namespace, stale_heartbeat=self.stale)
         live = [p["process_id"] for p in ev.live]
         if not live:
             state, message = "stopped", f"every old-protocol writer of {self.namespace!r} is stopped or silent"
@@ -101,9 +101,9 @@ class ReadinessPoller(_EnginePoller):
     """New host readiness: ``ready``, ``timed_out`` at the deadline, else ``waiting``."""
 
     def poll(self) -> dict[str, Any]:
-        from nexus_cutover.projection.writers import readiness
+        from nexus_cutover.projection import steps
 
-        r = readiness(self.engine, self.namespace, stale_heartbeat=self.stale)
+        r = steps.readiness(self.engine, self.namespace, stale_heartbeat=self.stale)
         if r.ready:
             state, message = "ready", f"ready: activated integration_host(s) {', '.join(h['process_id'] for h in r.ready_hosts)}"
         else:

@@ -42,7 +42,7 @@ def tenant_of(conn_id: str) -> str:
 def read_tenant(conn_id: str) -> dict[str, Any]:
     """The state of the tenant behind ``conn_id`` (an ``error`` entry when it cannot be read)."""
     from nexus_airflow.hooks import NexusTenantHook
-    from nexus_status.state import read_tenant_state
+    from nexus_cutover.tenant_status import read_tenant_state
 
     tenant = tenant_of(conn_id)
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -140,3 +141,35 @@ def test_a_later_run_adopts_the_fence_a_failed_run_left(dag, tenant, tenant_conn
     armed = later.xcom("arm_fence")
     assert armed["outcome"] == "adopted" and armed["previous_holder"] == f"airflow:{DAG_ID}:{rejected.run_id}"
     assert snapshot(engine)["fences"] == [("*", True, True)]
+
+
+def test_a_reject_states_the_tenants_real_state(dag, tenant):
+    engine, conn_id = tenant
+    drained_tenant().write(engine)
+    with HitlAnswerer(DAG_ID, {"confirm_writers_stopped": "Reject"}):
+        result = run_dag(dag, base_conf(conn_id))
+    message = result.xcom("confirm_writers_stopped", key="report")["message"]
+    fence_id = result.xcom("arm_fence")["fence_id"]
+    assert re.match(r'cutover not performed: \w+ rejected "Confirm that every old-protocol writer', message), message
+    assert f"cutover fence {fence_id} in force (held by airflow:{DAG_ID}:{result.run_id}); 0 of 2 pack(s) checkpointed" in message
+    assert "{" not in message and "[" not in message  # no Python reprs
+
+
+def test_a_rerun_of_a_cut_over_tenant_ends_success_without_asking(dag, tenant, tenant_connection):
+    engine, conn_id = tenant
+    drained_tenant().write(engine)
+    with Deployer(engine) as deployer:
+        tenant_connection("nexus_deployer_test", raw_json=deployer.connection_json)
+        with HitlAnswerer(DAG_ID, {"confirm_writers_stopped": CONFIRM}):
+            first = run_dag(dag, base_conf(conn_id))
+        assert first.state == "success", first.task_states
+        before = snapshot(engine)
+        # a question, if one parked, would be seen and left unanswered (the run would then fail at its timeout)
+        with HitlAnswerer(DAG_ID, {"confirm_writers_stopped": lambda detail: None}) as nobody:
+            again = run_dag(dag, base_conf(conn_id, confirm_timeout=60))
+    assert again.state == "success", again.task_states
+    assert nobody.seen == []
+    assert again.xcom("arm_fence")["outcome"] == "not_needed"
+    assert again.xcom("confirm_writers_stopped")["outcome"] == "nothing_to_confirm"
+    assert again.xcom("resume_admission")["outcome"] == "already_released"
+    assert snapshot(engine) == before

@@ -113,9 +113,10 @@ def _timeout_event():
 @pytest.mark.parametrize(
     ("event", "needle"),
     [
-        (_timeout_event(), "cutover not performed: no valid answer"),
+        (_timeout_event(), "cutover not performed: no answer within the confirmation timeout"),
         ({"chosen_options": ["Reject"], "params_input": {}, "responded_at": dt.datetime(2026, 1, 1),
-          "responded_by_user": {"id": "u", "name": "engineer"}}, "cutover not performed"),
+          "responded_by_user": {"id": "u", "name": "engineer"}},
+         "cutover not performed: engineer rejected \"Confirm that every old-protocol writer"),
     ],
 )
 def test_confirmation_never_passes_on_timeout_or_reject(airflow_db, event, needle):

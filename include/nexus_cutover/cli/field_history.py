@@ -1,12 +1,16 @@
-"""``field-history-eligibility``: status and stage-2 materialization of Field History eligibility.
+"""``field-history-eligibility``: the Field History stages of seed 003, without Airflow.
 
     field-history-eligibility status [-json]
     field-history-eligibility materialize [-batch-size 2000] [-timeout 30m] [-json]
+    field-history-eligibility stage1 -stage1-release R [-namespace NS] [-json]
+    field-history-eligibility stage2 -producer-release R [-namespace NS] [-batch-size N] [-timeout 30m] [-json]
+    field-history-eligibility stage3 -producer-release R [-namespace NS] [-json]
 
 The target database comes from ``NEXUS_TENANT_DSN``. Exit codes: 0 done,
-2 bad input (usage, malformed DSN, missing schema), 4 timed out or could not
+2 bad input (usage, malformed DSN, missing schema), 3 a gate stopped (its
+report names what to fix; nothing was switched), 4 timed out or could not
 take the row locks (committed batches stay; rerun to resume), 1 other.
-All logic lives in :mod:`nexus_cutover.field_history`.
+All logic lives in :mod:`nexus_cutover.field_history` (the same gates the DAG runs).
 """
 
 from __future__ import annotations
@@ -34,16 +38,53 @@ def _batch_size_arg(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROGRAM,
-        description=("Field History eligibility of one tenant database (NEXUS_TENANT_DSN). Exit 0 done, 2 bad input, 4 timeout, 1 other."),
+        description=("Field History eligibility of one tenant database (NEXUS_TENANT_DSN). Exit 0 done, 2 bad input, "
+                     "3 a gate stopped, 4 timeout, 1 other."),
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{status,materialize}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{status,materialize,stage1,stage2,stage3}")
     status = commands.add_parser("status", help="NULL rows, eligible NULL rows, rows by value, switches, producers")
     status.add_argument("-json", "--json", dest="json", action="store_true", help="print one JSON object on stdout")
     mat = commands.add_parser("materialize", help="decide legacy NULL rows from their sequence/interval facts")
     flag(mat, "batch-size", type=_batch_size_arg, default=DEFAULT_BATCH_SIZE, metavar="N", help="rows per transaction")
     flag(mat, "timeout", type=duration_arg, default=1800.0, metavar="DURATION", help="bound of the whole call (30m)")
     mat.add_argument("-json", "--json", dest="json", action="store_true", help="print one JSON object on stdout")
+    for name, release, help_text in (
+        ("stage1", "stage1-release", "stage 1: the nullable column, and every runtime_api / outbox worker on the stage-1 release"),
+        ("stage2", "producer-release", "stage 2: producers stamp, pre-cutover outbox work drained, legacy rows materialized"),
+        ("stage3", "producer-release", "stage 3: no eligible NULL row, no pre-cutover producer or outbox work; then the switches"),
+    ):
+        gate = commands.add_parser(name, help=help_text, description=help_text)
+        flag(gate, release, required=True, metavar="RELEASE", help="the dotted release, e.g. 4.13.0")
+        flag(gate, "namespace", default=None, metavar="NS", help="only this namespace's processes (default: all)")
+        if name == "stage2":
+            flag(gate, "batch-size", type=_batch_size_arg, default=DEFAULT_BATCH_SIZE, metavar="N", help="rows per transaction")
+            flag(gate, "timeout", type=duration_arg, default=1800.0, metavar="DURATION", help="bound of materialization (30m)")
+        gate.add_argument("-json", "--json", dest="json", action="store_true", help="print one JSON object on stdout")
     return parser
+
+
+def _run_gate(args, engine) -> tuple[int, dict]:
+    """One stage gate, as the DAG runs it: (exit code, the report(s))."""
+    from ..field_history import gates
+
+    if args.command == "stage1":
+        reports = [gates.stage_1(engine, stage1_release=args.stage1_release, namespace=args.namespace)]
+    elif args.command == "stage3":
+        reports = [gates.stage_3(engine, producer_release=args.producer_release, updated_by=f"{PROGRAM}:cli",
+                                 namespace=args.namespace)]
+    else:
+        reports = [gates.stage_2_producers(engine, producer_release=args.producer_release, namespace=args.namespace)]
+        if reports[-1].passed:
+            drain = gates.outbox_drain_state(engine, producer_release=args.producer_release, namespace=args.namespace)
+            if not drain.drained:
+                code = 3 if drain.stuck_reasons else 4
+                return code, {"passed": False, "reports": [r.as_dict() for r in reports], "outbox": drain.as_dict(),
+                              "summary": "; ".join(drain.stuck_reasons) or f"{drain.remaining} pre-cutover outbox row(s) "
+                              "still being delivered: rerun once the outbox worker drained them"}
+            reports.append(gates.stage_2_materialize(engine, batch_size=args.batch_size, deadline=Deadline(args.timeout)))
+    passed = all(r.passed for r in reports)
+    return (0 if passed else 3), {"passed": passed, "reports": [r.as_dict() for r in reports],
+                                  "summary": "; ".join(r.summary for r in reports), "rendered": [r.render() for r in reports]}
 
 
 def _print_status(st: FieldHistoryStatus) -> None:
@@ -74,6 +115,13 @@ def main(argv: list[str] | None = None) -> int:
                 st = read_status(engine)
                 print_json(st.as_dict()) if args.json else _print_status(st)
                 return 0
+            if args.command.startswith("stage"):
+                code, out = _run_gate(args, engine)
+                if args.json:
+                    print_json({"command": args.command, "exit_code": code, **{k: v for k, v in out.items() if k != "rendered"}})
+                else:
+                    print("\n".join(out.get("rendered") or [out["summary"]]))
+                return code
             result = materialize(engine, batch_size=args.batch_size, deadline=Deadline(args.timeout))
         finally:
             engine.dispose()

@@ -261,25 +261,31 @@ def release_fence(
     released_by: str,
     timeout_s: float,
     dry_run: bool = False,
+    precondition: Callable[[Connection], None] | None = None,
 ) -> FenceResult:
     """Release the cutover fence ``fence_id`` (set ReleasedAt) as its holder ``released_by``.
 
     Already released is a no-op success; a fence held by another holder is
     refused with :class:`FenceHeld` (a run releases only the fence it armed or adopted).
+    ``precondition(conn)`` runs inside the same locked transaction just before
+    the release and refuses by raising (the caller's switch condition, e.g. readiness).
     """
     deadline = Deadline(timeout_s)
     if dry_run:
         return tx.read(
-            engine, lambda conn: _release(conn, namespace, fence_id, released_by, dry_run=True),
+            engine, lambda conn: _release(conn, namespace, fence_id, released_by, None, dry_run=True),
             what="checking the admission fence", deadline=deadline,
         )
     return tx.run(
-        engine, lambda conn: _release(conn, namespace, fence_id, released_by, dry_run=False),
+        engine, lambda conn: _release(conn, namespace, fence_id, released_by, precondition, dry_run=False),
         what="releasing the admission fence", deadline=deadline, locks=lifecycle_lock_names(namespace),
     )
 
 
-def _release(conn: Connection, namespace: str, fence_id: int, released_by: str, *, dry_run: bool) -> FenceResult:
+def _release(
+    conn: Connection, namespace: str, fence_id: int, released_by: str, precondition: Callable[[Connection], None] | None,
+    *, dry_run: bool,
+) -> FenceResult:
     now = utcnow()
     fence = fence_row(conn, fence_id)
     if fence is None or fence["Namespace"] != namespace:
@@ -293,6 +299,8 @@ def _release(conn: Connection, namespace: str, fence_id: int, released_by: str, 
         raise FenceHeld(namespace, fence, released_by)
     if dry_run:
         return FenceResult(namespace, "would_release", fence_id, others)
+    if precondition is not None:
+        precondition(conn)
     conn.execute(
         update(AdmissionFence)
         .where(AdmissionFence.c.FenceId == fence_id, AdmissionFence.c.ReleasedAt.is_(None))

@@ -1,4 +1,4 @@
-"""One tenant's cutover state, read through :mod:`nexus_cutover` domain functions (no Airflow here).
+"""One tenant's cutover state, as the status view and ``nexus-cutover status`` show it (read only).
 
 :func:`read_tenant_state` returns a JSON-ready dict: the admission fence, the
 drain of old projection work, the checkpoint of every active pack, the new
@@ -16,11 +16,13 @@ from typing import Any
 
 from sqlalchemy import Engine, func, select
 
-from nexus_cutover import catalog
-from nexus_cutover.clock import utcnow
-from nexus_cutover.db import make_engine
+from . import catalog
+from .clock import utcnow
+from .db import make_engine
+from .fencing import is_cutover_fence
+from .liveness import DEFAULT_STALE_HEARTBEAT_S
 
-STALE_HEARTBEAT = dt.timedelta(seconds=120)
+STALE_HEARTBEAT = dt.timedelta(seconds=DEFAULT_STALE_HEARTBEAT_S)
 
 
 def _section(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -31,11 +33,11 @@ def _section(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 
 
 def _fence(engine: Engine, ns: str) -> dict[str, Any]:
-    from nexus_cutover.projection.fence import fences_in_force
+    from .projection.fence import fences_in_force
 
     with engine.connect() as conn:
         fences = fences_in_force(conn, ns, utcnow())
-    cutover = [f for f in fences if f["Scope"] == catalog.FENCE_SCOPE_ALL and f["ExpiresAt"] is None]
+    cutover = [f for f in fences if is_cutover_fence(f["Scope"], f["ExpiresAt"])]
     if cutover:
         f = cutover[0]
         text = f"armed (fence {f['FenceId']} '*' since {f['ArmedAt']}, by {f['ArmedBy']})"
@@ -47,7 +49,7 @@ def _fence(engine: Engine, ns: str) -> dict[str, Any]:
 
 
 def _drain(engine: Engine, ns: str) -> dict[str, Any]:
-    from nexus_cutover.projection.drain import drain_report
+    from .projection.drain import drain_report
 
     r = drain_report(engine, ns, deadline=utcnow() + dt.timedelta(hours=1), stale_heartbeat=STALE_HEARTBEAT,
                      sample_limit=5)
@@ -57,9 +59,9 @@ def _drain(engine: Engine, ns: str) -> dict[str, Any]:
 
 
 def _packs(engine: Engine, ns: str) -> list[dict[str, Any]]:
-    from nexus_cutover.protocol_row import read_protocol_row
-    from nexus_cutover.runtime.activation import active_packs
-    from nexus_cutover.schema import has_table
+    from .protocol_row import read_protocol_row
+    from .runtime.activation import active_packs
+    from .schema import has_table
 
     out = []
     with engine.connect() as conn:
@@ -77,7 +79,7 @@ def _packs(engine: Engine, ns: str) -> list[dict[str, Any]]:
 
 
 def _hosts(engine: Engine, ns: str) -> dict[str, Any]:
-    from nexus_cutover.projection.writers import readiness
+    from .projection.writers import readiness
 
     r = readiness(engine, ns, stale_heartbeat=STALE_HEARTBEAT)
     hosts = [{k: h[k] for k in ("process_id", "state", "binary_version", "activated_at", "heartbeat_age_s")}
@@ -87,7 +89,7 @@ def _hosts(engine: Engine, ns: str) -> dict[str, Any]:
 
 
 def _receipts(engine: Engine, ns: str) -> dict[str, Any]:
-    from nexus_cutover.runtime.activation import active_packs
+    from .runtime.activation import active_packs
 
     t = catalog.IngressReceipt
     with engine.connect() as conn:
@@ -113,8 +115,8 @@ def field_history_stage(d: dict[str, Any]) -> tuple[int, str]:
 
 
 def _field_history(engine: Engine, ns: str) -> dict[str, Any]:
-    from nexus_cutover.field_history.status import read_status
-    from nexus_cutover.schema import has_column
+    from .field_history.status import read_status
+    from .schema import has_column
 
     if not has_column(engine, catalog.FIELD_HISTORY_ELIGIBLE):
         return {"stage": 0, "stage_text": "stage 0: FieldHistoryEligible column absent"}

@@ -1,0 +1,491 @@
+"""``nexus-cutover``: every step of the connector projection range cutover without Airflow.
+
+    nexus-cutover <command> [-namespace NS] [options] [-json]
+
+Commands (each one function of :mod:`nexus_cutover.projection.steps`):
+``plan``, ``apply-schema``, ``arm-fence``, ``drain [--wait]``, ``writers``,
+``checkpoint`` (identical to ``connector-projection-cutover``), ``activate-pack``,
+``readiness``, ``release-fence``, ``verify``, ``status``, and ``run`` (all five
+steps in order, stopping where the DAG stops; the writer-stop confirmation is
+an interactive prompt or ``--confirm-writers-stopped``, never a default).
+
+The tenant database comes from ``NEXUS_TENANT_DSN``. Exit codes: 0 done,
+2 bad input, 3 refused or stopped (nothing written by the refusing step),
+4 timed out, 1 other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import getpass
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Engine
+
+from ..db import DSN_ENV_TENANT, dsn_from_env, make_engine, mask_dsn
+from ..errors import BadInput, LockTimeout, Refused
+from ..liveness import DEFAULT_STALE_HEARTBEAT_S
+from ..projection import steps
+from .common import configure_logging, duration_arg, flag, print_json, run_command
+
+PROGRAM = "nexus-cutover"
+log = logging.getLogger(PROGRAM)
+
+EXIT_OK, EXIT_REFUSED, EXIT_TIMEOUT = 0, 3, 4
+
+
+class Stopped(Refused):
+    """A step stopped the command and reported why (exit 3); ``report`` is its JSON."""
+
+    def __init__(self, message: str, report: dict[str, Any] | None = None):
+        self.report = report or {}
+        super().__init__(message)
+
+
+class TimedOut(LockTimeout):
+    """A wait ran out (exit 4); ``report`` is the last look."""
+
+    def __init__(self, message: str, report: dict[str, Any] | None = None):
+        self.report = report or {}
+        super().__init__(message)
+
+
+def default_holder() -> str:
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no login name in some containers
+        user = "unknown"
+    return f"cli:{user}@{socket.gethostname()}"[:128]
+
+
+# -- the commands -----------------------------------------------------------------------
+
+
+class Command:
+    """One invocation: parsed args, an engine, and what it prints."""
+
+    def __init__(self, args: argparse.Namespace, engine: Engine):
+        self.args = args
+        self.engine = engine
+        self.stale = dt.timedelta(seconds=args.stale_heartbeat)
+
+    def say(self, text: str) -> None:
+        if not self.args.json:
+            print(text, flush=True)
+
+
+def cmd_apply_schema(c: Command) -> tuple[int, dict[str, Any]]:
+    result = steps.apply_schema(c.engine, dry_run=c.args.dry_run, on_created=lambda label: c.say(f"{label}: created"))
+    for label in result.present:
+        c.say(f"{label}: present, skipped")
+    for line in result.plan if c.args.dry_run else []:
+        c.say(f"PLAN: {line}")
+    return EXIT_OK, result.as_json()
+
+
+def cmd_arm_fence(c: Command) -> tuple[int, dict[str, Any]]:
+    packs = steps.resolve_packs(c.engine, c.args.namespace, c.args.pack_install_id or ())
+    result = steps.arm_fence(c.engine, c.args.namespace, holder=c.args.holder, packs=packs, timeout_s=c.args.timeout,
+                             dry_run=c.args.dry_run)
+    c.say(f"fence {result.fence_id}: {result.outcome}" + (f" (left by {result.previous_holder})" if result.previous_holder else ""))
+    return EXIT_OK, result.as_json()
+
+
+def _drain_once(c: Command, deadline: dt.datetime):
+    return steps.drain(c.engine, c.args.namespace, deadline=deadline, stale_heartbeat=c.stale)
+
+
+def cmd_drain(c: Command) -> tuple[int, dict[str, Any]]:
+    """One look (exit 0 drained, 3 stuck, 4 not yet), or with --wait the sensor's wait (0 drained, 3 stuck, 4 timeout)."""
+    deadline = _now() + dt.timedelta(seconds=c.args.drain_timeout)
+    report = _drain_once(c, deadline)
+    c.say(report.counts_text())
+    while c.args.wait and report.state == "draining":
+        time.sleep(c.args.poll_interval)
+        report = _drain_once(c, deadline)
+        c.say(report.counts_text())
+    if report.state == "drained":
+        return EXIT_OK, report.as_json()
+    c.say(report.report_text())
+    if report.state == "stuck" and report.timed_out:
+        raise TimedOut("the drain did not finish within -drain-timeout; nothing was changed", report.as_json())
+    if report.state == "stuck":
+        raise Stopped("the drain of old projection work cannot finish on its own: stopped and reported "
+                      "(no WorkItem was changed)", report.as_json())
+    raise TimedOut(f"not drained yet: {report.counts_text()} (use --wait to wait)", report.as_json())
+
+
+def cmd_writers(c: Command) -> tuple[int, dict[str, Any]]:
+    ev = steps.writer_evidence(c.engine, c.args.namespace, stale_heartbeat=c.stale)
+    c.say(ev.as_markdown())
+    if ev.live:
+        raise Stopped(f"{len(ev.live)} old-protocol writer(s) still live: "
+                      + ", ".join(p["process_id"] for p in ev.live) + "; stop them (keep the fence)", ev.as_json())
+    return EXIT_OK, ev.as_json()
+
+
+def _checkpoint_outcome(c: Command, result) -> tuple[int, dict[str, Any]]:
+    c.say(result.summary())
+    for finding in result.findings:
+        c.say("  " + finding.describe())
+    return (EXIT_REFUSED if result.outcome == "refused" else EXIT_OK), result.as_json()
+
+
+def cmd_checkpoint(c: Command) -> tuple[int, dict[str, Any]]:
+    result = steps.checkpoint(c.engine, c.args.pack_install_id, timeout_s=c.args.timeout, written_by=c.args.holder,
+                              dry_run=c.args.dry_run)
+    return _checkpoint_outcome(c, result)
+
+
+def cmd_activate_pack(c: Command) -> tuple[int, dict[str, Any]]:
+    from ..projection.greenfield import activate_pack
+
+    result = activate_pack(c.engine, c.args.pack_install_id, timeout_s=c.args.timeout, written_by=c.args.holder)
+    return _checkpoint_outcome(c, result)
+
+
+def cmd_readiness(c: Command) -> tuple[int, dict[str, Any]]:
+    r = steps.readiness(c.engine, c.args.namespace, stale_heartbeat=c.stale)
+    c.say("ready: " + ", ".join(h["process_id"] for h in r.ready_hosts) if r.ready else "not ready: " + "; ".join(r.reasons))
+    return (EXIT_OK if r.ready else EXIT_REFUSED), r.as_json()
+
+
+def _held_fence_id(c: Command) -> int:
+    from ..projection.fence import cutover_fence_in_force
+
+    if c.args.fence_id is not None:
+        return c.args.fence_id
+    fence = cutover_fence_in_force(c.engine, c.args.namespace)
+    if fence is None:
+        raise BadInput(f"namespace {c.args.namespace!r} has no cutover fence in force: nothing to release")
+    return int(fence["FenceId"])
+
+
+def cmd_release_fence(c: Command) -> tuple[int, dict[str, Any]]:
+    result = steps.release_fence(c.engine, c.args.namespace, _held_fence_id(c), holder=c.args.holder, stale_heartbeat=c.stale,
+                                 timeout_s=c.args.timeout, dry_run=c.args.dry_run)
+    c.say(f"fence {result.fence_id}: {result.outcome}")
+    return EXIT_OK, result.as_json()
+
+
+def _released_at(c: Command) -> dt.datetime:
+    from ..projection.fence import last_released_cutover_fence
+
+    if c.args.since:
+        return dt.datetime.fromisoformat(c.args.since).replace(tzinfo=None)
+    with c.engine.connect() as conn:
+        fence = last_released_cutover_fence(conn, c.args.namespace)
+    if fence is None:
+        raise BadInput(f"namespace {c.args.namespace!r} has no released cutover fence: give -since, or release it first")
+    return dt.datetime.fromisoformat(fence["ReleasedAt"])
+
+
+def cmd_verify(c: Command) -> tuple[int, dict[str, Any]]:
+    since = _released_at(c)
+    seen = steps.verify_no_old_writer(c.engine, c.args.namespace, released_at=since)
+    report = {"namespace": c.args.namespace, "since": since.isoformat(), "old_writers_after_release": seen}
+    if seen:
+        raise Stopped(f"{len(seen)} old-protocol writer(s) ran after {since.isoformat()}: "
+                      + ", ".join(p["process_id"] for p in seen)
+                      + ". Do not restart an old writer after this point: stop them and review what they admitted.", report)
+    c.say(f"no old-protocol writer ran after {since.isoformat()}")
+    return EXIT_OK, report
+
+
+def cmd_status(c: Command) -> tuple[int, dict[str, Any]]:
+    from ..tenant_status import read_tenant_state
+
+    state = read_tenant_state(c.engine, c.args.namespace)
+    c.say(f"tenant {state['tenant']}: {state['phase']}")
+    c.say(f"  fence: {state['fence'].get('text', state['fence'].get('error'))}")
+    c.say(f"  drain: {state['drain'].get('text', state['drain'].get('error'))}")
+    for pack in state["packs"]:
+        cp = pack["checkpoint"]
+        c.say(f"  pack {pack['pack_install_id']}: " + (f"LegacyMaxOrdinal={cp['legacy_max_ordinal']}" if cp else "no checkpoint"))
+    host = state["host"]
+    c.say("  new host: " + ("ready" if host.get("ready") else "; ".join(host.get("reasons", [host.get("error", "?")]))))
+    c.say(f"  field history: {state['field_history'].get('stage_text')}")
+    return EXIT_OK, state
+
+
+# -- plan ---------------------------------------------------------------------------------
+
+
+def cmd_plan(c: Command) -> tuple[int, dict[str, Any]]:
+    """Every step's dry run, in order, and a verdict: proceed, wait (and for what) or stop (and why)."""
+    from ..schema import missing_projection_schema
+
+    ns = c.args.namespace
+    out: dict[str, Any] = {"namespace": ns}
+    stops: list[str] = []
+    waits: list[str] = []
+    packs = steps.resolve_packs(c.engine, ns, c.args.pack_install_id or ())
+    out["packs"] = packs
+    c.say(f"1. packs: {', '.join(packs)}")
+    schema_result = steps.apply_schema(c.engine, dry_run=True)
+    out["schema"] = schema_result.as_json()
+    c.say("1. schema: " + ("; ".join(schema_result.plan) if schema_result.plan else "complete"))
+    fence = _plan_step(lambda: steps.arm_fence(c.engine, ns, holder=c.args.holder, packs=packs, timeout_s=c.args.timeout,
+                                               dry_run=True).as_json(), stops)
+    out["fence"] = fence
+    c.say(f"1. fence: {fence.get('outcome', fence.get('refused'))}")
+    report = steps.drain(c.engine, ns, deadline=_now() + dt.timedelta(seconds=c.args.drain_timeout), stale_heartbeat=c.stale)
+    out["drain"] = report.as_json()
+    c.say(f"2. drain: {report.state}: {report.counts_text()}")
+    if report.state == "stuck":
+        stops.append("the drain is stuck: " + "; ".join(f"{k} {v}" for k, v in report.blocker_totals.items() if v))
+    elif report.state == "draining":
+        waits.append(f"the drain ({report.remaining} old projection WorkItems remaining)")
+    ev = steps.writer_evidence(c.engine, ns, stale_heartbeat=c.stale)
+    out["writers"] = ev.as_json()
+    c.say(f"3. writers: {len(ev.live)} live old writer(s)" + (f": {', '.join(p['process_id'] for p in ev.live)}" if ev.live else ""))
+    if ev.live:
+        waits.append(f"{len(ev.live)} live old writer(s) to be stopped, then a person's confirmation")
+    out["checkpoints"] = []
+    missing = missing_projection_schema(c.engine)
+    for pack in packs:
+        if missing:
+            out["checkpoints"].append({"pack_install_id": pack, "outcome": "not_audited", "missing_schema": missing})
+            c.say(f"4. checkpoint {pack}: audited once apply-schema created {', '.join(missing)}")
+            continue
+        result = steps.checkpoint(c.engine, pack, timeout_s=c.args.timeout, written_by=c.args.holder, dry_run=True,
+                                  fence_planned=fence.get("outcome") in ("would_arm", "would_adopt"))
+        out["checkpoints"].append(result.as_json())
+        c.say(f"4. checkpoint {result.summary()}")
+        if result.outcome == "refused" and report.state == "drained":
+            stops.append(f"pack {pack} is refused by the audit: " + ", ".join(f.finding for f in result.findings))
+    r = steps.readiness(c.engine, ns, stale_heartbeat=c.stale)
+    out["readiness"] = r.as_json()
+    c.say("5. new host: " + ("ready" if r.ready else "; ".join(r.reasons)))
+    verdict = ("stop: " + "; ".join(stops)) if stops else ("wait: " + "; ".join(waits)) if waits else "proceed"
+    out["verdict"] = verdict
+    c.say(f"VERDICT: the run would {verdict}")
+    return (EXIT_REFUSED if stops else EXIT_OK), out
+
+
+def _plan_step(fn: Callable[[], dict[str, Any]], stops: list[str]) -> dict[str, Any]:
+    try:
+        return fn()
+    except Refused as exc:
+        stops.append(str(exc))
+        return {"refused": str(exc)}
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+# -- run ------------------------------------------------------------------------------------
+
+
+def _wait(what: str, look: Callable[[], tuple[bool, str, dict[str, Any]]], timeout_s: float, poll_s: float, c: Command):
+    """Poll ``look()`` -> (done, line, report) until done; TimedOut after ``timeout_s``."""
+    started = time.monotonic()
+    while True:
+        done, line, report = look()
+        c.say(f"  {line}")
+        if done:
+            return report
+        if time.monotonic() - started >= timeout_s:
+            raise TimedOut(f"{what} did not happen within {timeout_s:g}s: {line}", report)
+        time.sleep(poll_s)
+
+
+def _confirm(c: Command, ev) -> str:
+    """The person's confirmation: the flag (given after reading the evidence) or an interactive answer."""
+    print(ev.as_markdown(), file=sys.stderr if c.args.json else sys.stdout, flush=True)
+    if c.args.confirm_writers_stopped:
+        return "--confirm-writers-stopped"
+    if not sys.stdin.isatty():
+        raise BadInput("the writer-stop confirmation needs a person: run in a terminal, or read the evidence "
+                       "(nexus-cutover writers) and pass --confirm-writers-stopped")
+    answer = input("Every old ingress_writer, receipt_materializer, projection_worker and dependency_resolver of this "
+                   "tenant is stopped and will not be restarted? Type 'confirm' to continue: ").strip().lower()
+    if answer != "confirm":
+        raise Stopped("cutover not performed: the confirmation was not given. The fence stays armed; no checkpoint "
+                      "was written.")
+    return f"interactive:{c.args.holder}"
+
+
+def cmd_run(c: Command) -> tuple[int, dict[str, Any]]:
+    """The five steps in order, in one process, stopping where the DAG stops."""
+    ns, out = c.args.namespace, {"namespace": c.args.namespace, "holder": c.args.holder}
+    packs = steps.resolve_packs(c.engine, ns, c.args.pack_install_id or ())
+    out["packs"] = packs
+    c.say(f"step 1: packs {', '.join(packs)}")
+    out["schema"] = steps.apply_schema(c.engine, on_created=lambda label: c.say(f"  {label}: created")).as_json()
+    armed = steps.arm_fence(c.engine, ns, holder=c.args.holder, packs=packs, timeout_s=c.args.timeout)
+    out["fence"] = armed.as_json()
+    c.say(f"  fence {armed.fence_id}: {armed.outcome}")
+    if armed.outcome == "not_needed":
+        c.say("every pack is already checkpointed and no cutover fence is in force: nothing to do")
+        out["outcome"] = "nothing_to_do"
+        return EXIT_OK, out
+    c.say("step 2: waiting for old projection work to drain (keep the old workers and resolvers running)")
+    deadline = _now() + dt.timedelta(seconds=c.args.drain_timeout)
+
+    def drained():
+        report = _drain_once(c, deadline)
+        if report.state == "stuck":
+            c.say(report.report_text())
+            raise (TimedOut if report.timed_out else Stopped)(
+                "the drain cannot finish on its own: stopped and reported (no WorkItem was changed; the fence stays armed)",
+                report.as_json())
+        return report.drained, report.counts_text(), report.as_json()
+
+    out["drain"] = _wait("the drain", drained, c.args.drain_timeout, c.args.poll_interval, c)
+    c.say("step 3: stop every old writer, receipt materializer and worker now (keep the fence)")
+
+    def stopped():
+        ev = steps.writer_evidence(c.engine, ns, stale_heartbeat=c.stale)
+        live = [p["process_id"] for p in ev.live]
+        return not live, (f"{len(live)} old writer(s) still live: {', '.join(live)}" if live else "every old writer stopped"), ev
+    evidence = _wait("every old writer stopping", stopped, c.args.writers_stop_timeout, c.args.poll_interval, c)
+    confirmed_by = _confirm(c, evidence)
+    check = steps.recheck_writers(c.engine, ns, evidence_taken_at=evidence.checked_at, stale_heartbeat=c.stale)
+    out["confirmation"] = {"confirmed_by": confirmed_by, **check.as_json()}
+    if not check.holds:
+        raise Stopped(f"cutover not performed: old writer(s) {', '.join(check.came_back)} came back after the evidence "
+                      "was taken. Nothing was confirmed; the fence stays armed.", out["confirmation"])
+    c.say("step 4: audit and checkpoint, per pack")
+    out["checkpoints"] = []
+    for pack in packs:
+        result = steps.checkpoint(c.engine, pack, timeout_s=c.args.timeout, written_by=c.args.holder)
+        out["checkpoints"].append(result.as_json())
+        code, _ = _checkpoint_outcome(c, result)
+        if code != EXIT_OK:
+            raise Stopped(f"{result.summary()}. Old missing or ambiguous responsibility needs a separately reviewed "
+                          "recovery decision; the fence stays armed.", out)
+    c.say("step 5: start the new host" + (f" ({c.args.host_command})" if c.args.host_command else " now") +
+          ", then readiness, then the fence is released")
+    if c.args.host_command:
+        out["host_pid"] = _start_host(c.args.host_command)
+
+    def ready():
+        r = steps.readiness(c.engine, ns, stale_heartbeat=c.stale)
+        return r.ready, ("ready" if r.ready else "not ready: " + "; ".join(r.reasons)), r.as_json()
+
+    out["readiness"] = _wait("the new host's readiness", ready, c.args.readiness_timeout, c.args.poll_interval, c)
+    released = steps.release_fence(c.engine, ns, int(armed.fence_id), holder=c.args.holder, stale_heartbeat=c.stale,
+                                   timeout_s=c.args.timeout)
+    out["release"] = released.as_json()
+    c.say(f"  fence {released.fence_id}: {released.outcome}; admission resumes through the new host")
+    with c.engine.connect() as conn:
+        from ..projection.fence import fence_row
+
+        released_at = dt.datetime.fromisoformat(fence_row(conn, int(armed.fence_id))["ReleasedAt"])
+    seen = steps.verify_no_old_writer(c.engine, ns, released_at=released_at)
+    out["old_writers_after_release"] = seen
+    if seen:
+        raise Stopped("old-protocol writer(s) ran after the release: " + ", ".join(p["process_id"] for p in seen), out)
+    out["outcome"] = "cut_over"
+    c.say(f"cutover complete for {ns}: " + ", ".join(f"{r['pack_install_id']}={r['legacy_max_ordinal']}" for r in out["checkpoints"])
+          + ". Do not restart an old writer after this point.")
+    return EXIT_OK, out
+
+
+def _start_host(command: str) -> int:
+    """Start the new host detached, with the tenant DSN in its environment only."""
+    import shlex
+
+    proc = subprocess.Popen(shlex.split(command), env=dict(os.environ), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    log.info("started the new host (pid %d)", proc.pid)
+    return proc.pid
+
+
+# -- parsing ----------------------------------------------------------------------------------
+
+COMMANDS: dict[str, tuple[Callable[[Command], tuple[int, dict[str, Any]]], str, tuple[str, ...]]] = {
+    "plan": (cmd_plan, "what every step would do for this tenant, and the verdict (proceed, wait, stop)", ("ns", "packs", "waits")),
+    "apply-schema": (cmd_apply_schema, "step 1: the additive schema (skips what is present)", ("dry",)),
+    "arm-fence": (cmd_arm_fence, "step 1: arm (or reuse) the namespace's non-expiring '*' fence as -holder", ("ns", "packs", "dry")),
+    "drain": (cmd_drain, "step 2: the drain of old projection work (--wait: until drained or stuck)", ("ns", "waits")),
+    "writers": (cmd_writers, "step 3: the old-writer evidence (exit 3 while one is live)", ("ns",)),
+    "checkpoint": (cmd_checkpoint, "step 4: audit + one-time checkpoint of one pack (= connector-projection-cutover)", ("pack", "dry")),
+    "activate-pack": (cmd_activate_pack, "greenfield: write cutoff 0 for a pack with no Event and no WorkItem", ("pack",)),
+    "readiness": (cmd_readiness, "step 5: is the new host registered, activated and heartbeating (exit 3 if not)", ("ns",)),
+    "release-fence": (cmd_release_fence, "step 5: release the fence -holder holds, once the new host is ready", ("ns", "fence", "dry")),
+    "verify": (cmd_verify, "step 5: no old-protocol writer ran after the fence release (exit 3 if one did)", ("ns", "since")),
+    "status": (cmd_status, "one tenant's state, as the status view shows it", ("ns",)),
+    "run": (cmd_run, "all five steps in order in one process, stopping where the DAG stops", ("ns", "packs", "waits", "run")),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROGRAM,
+        description="Every step of the connector projection range cutover, without Airflow. Reads NEXUS_TENANT_DSN. "
+        "Exit 0 done, 2 bad input, 3 refused/stopped, 4 timed out, 1 other.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (_fn, help_text, groups) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("-json", "--json", dest="json", action="store_true", help="print one JSON object on stdout")
+        flag(p, "timeout", type=duration_arg, default=300.0, metavar="DURATION", help="bound of each locked step (default 5m)")
+        flag(p, "stale-heartbeat", type=duration_arg, default=DEFAULT_STALE_HEARTBEAT_S, metavar="DURATION",
+             help=f"a process heartbeating less recently is silent, not live (default {DEFAULT_STALE_HEARTBEAT_S:g}s)")
+        flag(p, "holder", default=default_holder(), metavar="NAME", help="who holds the fence and writes (default cli:user@host)")
+        if "ns" in groups:
+            flag(p, "namespace", required=True, metavar="NS", help="the tenant's namespace")
+        if "packs" in groups:
+            flag(p, "pack-install-id", action="append", metavar="ID", help="a pack of the run (repeat; default: every active pack)")
+        if "pack" in groups:
+            flag(p, "pack-install-id", required=True, metavar="ID", help="the installed-pack incarnation")
+        if "dry" in groups:
+            flag(p, "dry-run", action="store_true", help="read and print the plan; write nothing")
+        if "fence" in groups:
+            flag(p, "fence-id", type=int, metavar="N", help="the fence to release (default: the cutover fence in force)")
+        if "since" in groups:
+            flag(p, "since", metavar="ISO", help="check from this UTC time (default: the last cutover fence release)")
+        if "waits" in groups:
+            p.add_argument("--wait", action="store_true", help="wait until drained or stuck (drain)")
+            flag(p, "drain-timeout", type=duration_arg, default=3600.0, metavar="DURATION", help="bound of the drain (default 1h)")
+            flag(p, "poll-interval", type=duration_arg, default=30.0, metavar="DURATION", help="between looks (default 30s)")
+        if "run" in groups:
+            flag(p, "writers-stop-timeout", type=duration_arg, default=3600.0, metavar="DURATION",
+                 help="how long to wait for every old writer to stop (default 1h)")
+            flag(p, "readiness-timeout", type=duration_arg, default=1800.0, metavar="DURATION",
+                 help="how long to wait for the new host (default 30m)")
+            p.add_argument("--confirm-writers-stopped", action="store_true",
+                           help="the person's confirmation, given after reading `nexus-cutover writers` (still re-checked)")
+            flag(p, "host-command", metavar="CMD", help="start the new host with this command (e.g. 'nexus-host --namespace NS')")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging()
+    fn = COMMANDS[args.command][0]
+    fields: dict[str, Any] = {"command": args.command}  # the error JSON; a stop adds its report
+
+    def body() -> int:
+        dsn = dsn_from_env(DSN_ENV_TENANT)
+        engine = make_engine(dsn, connect_timeout=min(10.0, args.timeout))
+        log.info("%s on %s", args.command, mask_dsn(dsn))
+        try:
+            code, result = fn(Command(args, engine))
+        except (Stopped, TimedOut) as exc:
+            fields["report"] = exc.report
+            raise
+        finally:
+            engine.dispose()
+        if args.json:
+            print_json({"command": args.command, "exit_code": code, **result})
+        return code
+
+    code = run_command(body, program=PROGRAM, json_errors=args.json, json_fields=fields)
+    sys.stdout.flush()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

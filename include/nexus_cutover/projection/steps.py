@@ -1,0 +1,220 @@
+"""The connector projection range cutover, step by step (seed 000, "Existing-data cutover"): the script.
+
+One function per step, in the order the delivery owner runs them. The DAG's
+operators, the sensors' pollers and ``nexus-cutover`` call exactly these
+functions; the modules behind them read (drain, writers, audit) or write
+(schema, fence, checkpoint) and this file says in which order and why.
+
+1. :func:`resolve_packs`, :func:`apply_schema`, :func:`arm_fence` -- additive
+   schema, then one non-expiring namespace-wide ``*`` admission fence held by
+   the run. Old workers and dependency resolvers keep running.
+2. :func:`drain` -- until no old projection WorkItem is pending, blocked, retry
+   or processing; stuck work is reported, never changed.
+3. :func:`writer_evidence`, then a person confirms every old writer stopped,
+   then :func:`recheck_writers` when the answer arrives.
+4. :func:`checkpoint` per pack -- under the namespace/pack locks: the fence
+   precondition, the audit, the one-time ``LegacyMaxOrdinal``.
+5. :func:`readiness` of the new host, :func:`release_fence` (admission resumes,
+   only while ready, in the releasing transaction), :func:`verify_no_old_writer`
+   (no old writer ran after the release).
+
+Nothing here UPDATEs or DELETEs an Event or WorkItem or changes a WorkItem's
+status; there is no step that skips a refusal.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+
+from .. import schema
+from ..clock import utcnow
+from ..errors import Refused
+from . import fence as fences
+from . import writers
+from .checkpoint import CheckpointResult, run_checkpoint
+from .drain import DrainReport, drain_report
+from .plan import resolve_packs as _resolve_packs
+from .plan import schema_plan
+
+
+def resolve_packs(engine: Engine, namespace: str, requested: Iterable[str] = ()) -> list[str]:
+    """Step 1a. Reads the namespace's active packs (or checks ``requested``); writes nothing.
+
+    Refuses (BadInput) an unknown, inactive or foreign pack, or a namespace without one.
+    """
+    return _resolve_packs(engine, namespace, requested)
+
+
+@dataclass
+class SchemaResult:
+    created: list[str]
+    present: list[str]
+    plan: list[str]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"created": self.created, "present": self.present, "plan": self.plan}
+
+
+def apply_schema(engine: Engine, *, dry_run: bool = False, on_created: Callable[[str], None] | None = None) -> SchemaResult:
+    """Step 1b. Adds ``InputStartOrdinal`` and ``_System_ConnectorProjectionProtocol``, each skipped when present.
+
+    Reads the schema; writes only that additive DDL (a concurrent identical DDL
+    is tolerated). Refuses (MissingSchema) without the v2 prerequisite
+    ``ReplayOfWorkId``, before any DDL: it is never manufactured. ``on_created(label)``
+    is called after each object this call created (progress; the fault tests' seam).
+    """
+    schema.require_v2_prerequisite(engine)
+    steps = schema.projection_steps(engine)
+    present = [s.label for s in steps if s.present]
+    plan = [line for line, s in zip(schema_plan(steps), steps, strict=True) if not s.present]
+    if dry_run:
+        return SchemaResult([], present, plan)
+    created: list[str] = []
+    for step in steps:
+        for label in schema.apply_steps(engine, [step]):
+            created.append(label)
+            if on_created is not None:
+                on_created(label)
+    return SchemaResult(created, present, plan)
+
+
+def arm_fence(
+    engine: Engine, namespace: str, *, holder: str, packs: Iterable[str], timeout_s: float,
+    holder_active: fences.HolderActive | None = None, dry_run: bool = False,
+) -> fences.FenceResult:
+    """Step 1c. Arms (or reuses, or adopts from a finished holder) the non-expiring ``*`` fence as ``holder``.
+
+    Reads fences and overrides under the namespace lock; writes one fence row (or
+    its ``ArmedBy`` on adoption). Refuses, writing nothing, on an active override
+    (ActiveOverrides) or a fence held by another holder still at work (FenceHeld).
+    When every pack is checkpointed and no cutover fence is in force: ``not_needed``.
+    """
+    kwargs = {} if holder_active is None else {"holder_active": holder_active}
+    return fences.arm_fence(engine, namespace, armed_by=holder, timeout_s=timeout_s, dry_run=dry_run, packs=packs, **kwargs)
+
+
+def drain(
+    engine: Engine, namespace: str, *, deadline: dt.datetime, stale_heartbeat: dt.timedelta,
+    range_column: bool | None = None, sample_limit: int = 200,
+) -> DrainReport:
+    """Step 2. Counts old projection work by live status and names what cannot finish by ``deadline``.
+
+    Read only: a stuck drain is reported with its WorkIds grouped by cause; no
+    WorkItem is ever changed and nothing like ``RunUntilDrained`` is invoked.
+    """
+    return drain_report(engine, namespace, deadline=deadline, stale_heartbeat=stale_heartbeat,
+                        range_column=range_column, sample_limit=sample_limit)
+
+
+def writer_evidence(engine: Engine, namespace: str, *, stale_heartbeat: dt.timedelta) -> writers.WriterEvidence:
+    """Step 3a. Every old-protocol writer of the namespace, live / silent / stopped: the evidence a person confirms.
+
+    Read only. The database cannot prove an old binary will never resume: this
+    is evidence for the confirmation, never a substitute for it.
+    """
+    return writers.old_writer_evidence(engine, namespace, stale_heartbeat=stale_heartbeat)
+
+
+@dataclass
+class WriterRecheck:
+    """The registry read again when the person's answer arrived, against the evidence they were shown."""
+
+    evidence_taken_at: dt.datetime
+    rechecked_at: dt.datetime
+    live: list[str]
+    active_since_evidence: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def evidence_age_s(self) -> float:
+        return round((self.rechecked_at - self.evidence_taken_at).total_seconds(), 1)
+
+    @property
+    def came_back(self) -> list[str]:
+        return sorted(set(self.live) | {p["process_id"] for p in self.active_since_evidence})
+
+    @property
+    def holds(self) -> bool:
+        return not self.came_back
+
+    def as_json(self) -> dict[str, Any]:
+        return {"evidence_taken_at": self.evidence_taken_at.isoformat(), "evidence_age_s": self.evidence_age_s,
+                "rechecked_at": self.rechecked_at.isoformat(), "came_back": self.came_back, "live": self.live,
+                "active_since_evidence": self.active_since_evidence}
+
+
+def recheck_writers(
+    engine: Engine, namespace: str, *, evidence_taken_at: dt.datetime, stale_heartbeat: dt.timedelta
+) -> WriterRecheck:
+    """Step 3b. Re-reads the registry when the confirmation arrives (read only).
+
+    The confirmation holds only if no old writer is live now and none started
+    or heartbeated since the evidence was taken; otherwise the caller confirms nothing.
+    """
+    now = utcnow()
+    ev = writers.old_writer_evidence(engine, namespace, stale_heartbeat=stale_heartbeat, now=now)
+    since = writers.old_processes_since(engine, namespace, evidence_taken_at, now=now)
+    return WriterRecheck(evidence_taken_at, now, [p["process_id"] for p in ev.live], since)
+
+
+def checkpoint(
+    engine: Engine, pack_install_id: str, *, timeout_s: float, written_by: str, dry_run: bool = False,
+    fence_planned: bool = False,
+) -> CheckpointResult:
+    """Step 4, per pack: ``connector-projection-cutover``, the lifecycle entrypoint.
+
+    Under the namespace then pack lock, in one transaction: returns an existing
+    protocol row unchanged; else checks the fence precondition, audits retained
+    responsibility and writes only the one-time ``LegacyMaxOrdinal``. A refusal
+    (every finding named) writes nothing; no option skips one.
+    """
+    return run_checkpoint(engine, pack_install_id, timeout_s=timeout_s, written_by=written_by, dry_run=dry_run,
+                          fence_planned=fence_planned)
+
+
+def readiness(engine: Engine, namespace: str, *, stale_heartbeat: dt.timedelta) -> writers.Readiness:
+    """Step 5a. An activated ProjectionProtocol=1 integration_host with a fresh heartbeat and no live old writer.
+
+    Read only; ``reasons`` says what is missing.
+    """
+    return writers.readiness(engine, namespace, stale_heartbeat=stale_heartbeat)
+
+
+class NotReady(Refused):
+    """The fence is not released: the new host is not ready (checked in the releasing transaction)."""
+
+    def __init__(self, reasons: list[str]):
+        self.reasons = list(reasons)
+        super().__init__("not releasing the fence: the new host is not ready (" + "; ".join(self.reasons) + ")")
+
+
+def release_fence(
+    engine: Engine, namespace: str, fence_id: int, *, holder: str, stale_heartbeat: dt.timedelta, timeout_s: float,
+    dry_run: bool = False,
+) -> fences.FenceResult:
+    """Step 5b. Sets ``ReleasedAt`` on the fence ``holder`` holds: admission resumes through the new host.
+
+    Readiness is verified inside the releasing transaction, under the namespace
+    lock (NotReady otherwise); a fence held by another holder is refused
+    (FenceHeld); an already released fence is a no-op success.
+    """
+
+    def ready(conn: Connection) -> None:
+        r = writers.readiness(conn, namespace, stale_heartbeat=stale_heartbeat)
+        if not r.ready:
+            raise NotReady(r.reasons)
+
+    return fences.release_fence(engine, namespace, fence_id, released_by=holder, timeout_s=timeout_s, dry_run=dry_run,
+                                precondition=ready)
+
+
+def verify_no_old_writer(engine: Engine, namespace: str, *, released_at: dt.datetime) -> list[dict[str, Any]]:
+    """Step 5c. Old-protocol writers that started or heartbeated at/after the release (empty when none; read only).
+
+    Do not restart an old writer after this point: any one listed needs review.
+    """
+    return writers.old_processes_since(engine, namespace, released_at)

@@ -1,0 +1,170 @@
+"""``nexus-cutover``: every step without Airflow, as an engineer runs it (real processes, MariaDB and SQLite)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+from sqlalchemy import select, update
+
+from nexus_cutover import catalog
+from nexus_cutover.db import make_engine
+from nexus_cutover.projection.fence import arm_fence
+from nexus_sim.old_runtime import OldRuntimeSimulator
+from nexus_sim.scenario import TenantScenario, drained_pack_history
+from tests.support import make_cutover_ready
+
+NS = "acme"
+FAST = ["-poll-interval", "200ms", "-stale-heartbeat", "5s"]
+
+
+def cli(dsn: str, *args: str, timeout: float = 180, stdin: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NEXUS_TENANT_DSN": dsn, "NEXUS_HOST_HEARTBEAT_S": "0.5", "NEXUS_HOST_POLL_S": "0.2"}
+    return subprocess.run([sys.executable, "-m", "nexus_cutover.cli.steps", *args], env=env, capture_output=True,
+                          text=True, timeout=timeout, input=stdin)
+
+
+def as_json(proc: subprocess.CompletedProcess) -> dict:
+    assert proc.stdout.strip(), proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def tenant(tenant_url):
+    """Drained legacy history of two packs, old writers registered and stopped; Part A only."""
+    engine = make_engine(tenant_url)
+    from nexus_cutover.schema import create_legacy_schema
+
+    create_legacy_schema(engine)
+    sc = TenantScenario(namespace=NS)
+    import random
+
+    rng = random.Random(5)
+    for pack in ("pk-a", "pk-b"):
+        drained_pack_history(sc.pack(pack), rng, lanes=2, generations=3)
+    for role in catalog.OLD_WRITER_ROLES:
+        sc.process(role, process_id=f"old-{role}", stopped=True)
+    sc.write(engine)
+    yield engine, tenant_url
+    engine.dispose()
+
+
+def _kill(pid: int | None) -> None:
+    if pid:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
+
+
+def test_run_end_to_end_with_the_old_runtime_draining_then_the_reference_host(tenant):
+    """Live old work drains through the old runtime (which then stops); confirmed by flag; the host takes over."""
+    engine, url = tenant
+    with engine.begin() as conn:  # live old work of pk-a: one pending generation above the drained history
+        top = conn.execute(select(catalog.Event.c.EventId).order_by(catalog.Event.c.EventId.desc()).limit(1)).scalar()
+    sc = TenantScenario(namespace=NS, event_id_start=top + 1000, work_id_start=top + 1000)
+    sc.pack("pk-c").lane("live").generation(2, status="pending")
+    sc.write(engine)
+    sim = OldRuntimeSimulator(engine, NS, process_id="old-rt", retry_delay_s=0.0)
+    old = threading.Thread(target=sim.run, kwargs={"poll_s": 0.05, "exit_when_drained": True}, daemon=True)
+    old.start()
+    host = f"{sys.executable} -m nexus_cutover.cli.host --namespace {NS}"
+    proc = cli(url, "run", "-namespace", NS, *FAST, "--confirm-writers-stopped", "-host-command", host, "-json")
+    out = as_json(proc)
+    _kill(out.get("host_pid"))
+    old.join(timeout=30)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert out["outcome"] == "cut_over" and out["confirmation"]["came_back"] == []
+    assert sorted(c["pack_install_id"] for c in out["checkpoints"]) == ["pk-a", "pk-b", "pk-c"]
+    assert all(c["outcome"] == "written" for c in out["checkpoints"])
+    assert out["release"]["outcome"] == "released" and out["old_writers_after_release"] == []
+    with engine.connect() as conn:
+        fences = conn.execute(select(catalog.AdmissionFence.c.ReleasedAt, catalog.AdmissionFence.c.ArmedBy)).all()
+    assert len(fences) == 1 and fences[0].ReleasedAt is not None
+    again = cli(url, "run", "-namespace", NS, *FAST, "-json")  # complete: nothing to do, no confirmation asked
+    assert again.returncode == 0, again.stderr
+    assert as_json(again)["outcome"] == "nothing_to_do"
+
+
+def test_run_without_a_person_refuses_to_confirm_and_writes_no_checkpoint(tenant):
+    engine, url = tenant
+    proc = cli(url, "run", "-namespace", NS, *FAST, "-json", stdin="")
+    assert proc.returncode == 2, proc.stderr
+    assert "--confirm-writers-stopped" in proc.stderr
+    with engine.connect() as conn:
+        assert conn.execute(select(catalog.ConnectorProjectionProtocol)).all() == []
+        assert conn.execute(select(catalog.AdmissionFence.c.ReleasedAt)).scalars().all() == [None]  # fence kept
+
+
+def test_each_step_on_its_own_with_its_exit_codes(tenant):
+    engine, url = tenant
+    plan = cli(url, "plan", "-namespace", NS, *FAST, "-json")
+    assert plan.returncode == 0, plan.stderr
+    assert as_json(plan)["verdict"] == "proceed"
+    assert "VERDICT" not in plan.stdout  # -json: one object only
+    text = cli(url, "plan", "-namespace", NS, *FAST)
+    assert text.stdout.strip().splitlines()[-1] == "VERDICT: the run would proceed"
+    assert cli(url, "apply-schema", "-json").returncode == 0
+    armed = as_json(cli(url, "arm-fence", "-namespace", NS, "-holder", "eng-1", "-json"))
+    assert armed["outcome"] == "armed"
+    held = cli(url, "arm-fence", "-namespace", NS, "-holder", "eng-2", "-json")
+    assert held.returncode == 3 and "'eng-1'" in held.stderr
+    assert cli(url, "drain", "-namespace", NS, "-json").returncode == 0
+    assert cli(url, "writers", "-namespace", NS, "-json").returncode == 0
+    ready = cli(url, "readiness", "-namespace", NS, "-json")
+    assert ready.returncode == 3 and as_json(ready)["ready"] is False
+    for pack in ("pk-a", "pk-b"):
+        cp = as_json(cli(url, "checkpoint", "-pack-install-id", pack, "-holder", "eng-1", "-json"))
+        assert cp["outcome"] == "written" and set(cp) >= {"pack_install_id", "outcome", "legacy_max_ordinal", "findings"}
+    not_ready = cli(url, "release-fence", "-namespace", NS, "-holder", "eng-1", "-json")
+    assert not_ready.returncode == 3 and "not ready" in not_ready.stderr
+    with engine.connect() as conn:
+        assert conn.execute(select(catalog.AdmissionFence.c.ReleasedAt)).scalar() is None
+    status = as_json(cli(url, "status", "-namespace", NS, "-json"))
+    assert status["phase"] == "checkpointed" and all(p["checkpoint"] for p in status["packs"])
+    no_release = cli(url, "verify", "-namespace", NS, "-json")
+    assert no_release.returncode == 2 and "no released cutover fence" in no_release.stderr
+
+
+def test_drain_and_writers_report_what_stops_them(tenant):
+    engine, url = tenant
+    sc = TenantScenario(namespace=NS, event_id_start=9000, work_id_start=9000)
+    sc.pack("pk-z").lane("stuck").generation(1, status="pending")  # pending, and no live old worker
+    sc.process(catalog.ROLE_INGRESS_WRITER, process_id="old-writer-live")
+    sc.write(engine)
+    drain = cli(url, "drain", "-namespace", NS, "-json")
+    assert drain.returncode == 3 and "cannot finish on its own" in drain.stderr
+    assert json.loads(drain.stdout.strip().splitlines()[-1])["report"]["blocker_totals"] == {"no_live_old_worker": 1}
+    writers = cli(url, "writers", "-namespace", NS, "-json")
+    assert writers.returncode == 3 and "old-writer-live" in writers.stderr
+    plan = cli(url, "plan", "-namespace", NS, *FAST)
+    assert plan.returncode == 3 and plan.stdout.strip().splitlines()[-1].startswith("VERDICT: the run would stop: the drain is stuck")
+
+
+def test_plan_says_wait_while_old_writers_run_and_verify_finds_a_writer_after_the_release(tenant):
+    engine, url = tenant
+    sc = TenantScenario(namespace=NS)
+    sc.process(catalog.ROLE_PROJECTION_WORKER, process_id="old-worker-live")
+    sc.write(engine)
+    plan = cli(url, "plan", "-namespace", NS, *FAST, "-json")
+    assert plan.returncode == 0 and as_json(plan)["verdict"].startswith("wait: 1 live old writer")
+    make_cutover_ready(engine)
+    armed = arm_fence(engine, NS, armed_by="eng", timeout_s=10)
+    with engine.begin() as conn:
+        conn.execute(update(catalog.AdmissionFence).values(ReleasedAt=dt.datetime(2026, 1, 1), ReleasedBy="eng"))
+    found = cli(url, "verify", "-namespace", NS, "-json")
+    assert found.returncode == 3 and "old-worker-live" in found.stderr
+    since = cli(url, "verify", "-namespace", NS, "-since", "2999-01-01T00:00:00", "-json")
+    assert since.returncode == 0, since.stderr
+    assert armed.outcome == "armed"
+
+
+def test_usage_errors_exit_2(sqlite_url):
+    for args in (["plan"], ["nope"], ["checkpoint"], ["drain", "-namespace", NS, "-poll-interval", "soon"]):
+        proc = cli(sqlite_url, *args)
+        assert proc.returncode == 2, (args, proc.stderr)
