@@ -11,13 +11,25 @@ A host or a standalone worker of ``namespace`` may serve range work only when:
 :func:`check_activation` only reads; it never creates schema or rows. The
 verdict lists every reason, each naming what to fix. A namespace with no active
 pack passes (there is nothing to serve yet).
+
+After the gate, a running host keeps its packs current with
+:class:`ServedPacks`: the set it serves is re-read at most once per period (one
+statement: :func:`pack_protocols`), so a pack activated later (its protocol row
+written by the cutover or by greenfield activation) is served within one
+period, without a restart. A pack installed after activation without its row
+does not stop the host: the other packs keep being served, the new one is
+skipped (logged once) until its row exists. :func:`protocol_in_force` is the same
+rule in SQL, for reads that must never pick up such a pack's work (the claim).
 """
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import ColumnElement, Connection, Engine, Select, select
 
 from .. import catalog
 from ..catalog import PROTOCOL_RANGES
@@ -26,6 +38,8 @@ from ..protocol_row import read_protocol_row
 from ..schema import missing_projection_schema
 from .errors import NotActivated
 from .packs import no_protocol_row_reason
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -43,6 +57,46 @@ def active_packs(conn: Connection, namespace: str) -> list[str]:
     return [r.PackInstallId for r in rows]
 
 
+def pack_protocols(conn: Connection, namespace: str) -> list[tuple[str, int | None]]:
+    """Every active pack of ``namespace`` with the ProtocolVersion of its protocol row (None: no row), by id.
+
+    One statement: a range on ``ix_PackInstall_Namespace``, then a primary-key
+    probe of ``_System_ConnectorProjectionProtocol`` per pack.
+    """
+    return [(r.PackInstallId, r.ProtocolVersion) for r in conn.execute(pack_protocols_query(namespace))]
+
+
+def pack_protocols_query(namespace: str) -> Select:
+    """The statement of :func:`pack_protocols`."""
+    t, p = catalog.PackInstall, catalog.ConnectorProjectionProtocol
+    return (
+        select(t.c.PackInstallId, p.c.ProtocolVersion)
+        .select_from(t.outerjoin(p, p.c.PackInstallId == t.c.PackInstallId))
+        .where(t.c.Namespace == namespace, t.c.Status == catalog.PACK_ACTIVE)
+        .order_by(t.c.PackInstallId)
+    )
+
+
+def protocol_in_force(pack_install_id: ColumnElement) -> ColumnElement[bool]:
+    """SQL: the pack named by ``pack_install_id`` has a version-1 protocol row (a correlated primary-key probe).
+
+    A scalar subquery, not ``EXISTS``: MariaDB turns an ``EXISTS`` into a
+    semi-join driven by the protocol table, re-reading the outer range once per
+    protocol row; a dependent scalar subquery stays one ``eq_ref`` probe per
+    outer row (memoized per pack). Protocol rows are never deleted or changed,
+    so a row this finds stays in force.
+    """
+    p = catalog.ConnectorProjectionProtocol
+    version = select(p.c.ProtocolVersion).where(p.c.PackInstallId == pack_install_id).scalar_subquery()
+    return version == PROTOCOL_RANGES
+
+
+def _not_served_reason(pack: str, version: int | None) -> str:
+    if version is None:
+        return no_protocol_row_reason(pack)
+    return f"pack {pack!r} has protocol row version {version}, this runtime implements {PROTOCOL_RANGES}"
+
+
 def _check(conn: Connection, namespace: str) -> ActivationVerdict:
     missing = missing_projection_schema(conn)
     if missing:
@@ -58,10 +112,8 @@ def _check(conn: Connection, namespace: str) -> ActivationVerdict:
     reasons = []
     for pack in packs:
         row = read_protocol_row(conn, pack)
-        if row is None:
-            reasons.append(no_protocol_row_reason(pack))
-        elif row.protocol_version != PROTOCOL_RANGES:
-            reasons.append(f"pack {pack!r} has protocol row version {row.protocol_version}, this runtime implements {PROTOCOL_RANGES}")
+        if row is None or row.protocol_version != PROTOCOL_RANGES:
+            reasons.append(_not_served_reason(pack, row.protocol_version if row else None))
     return ActivationVerdict(not reasons, reasons, packs)
 
 
@@ -80,3 +132,50 @@ def require_activation(conn_or_engine: Connection | Engine, namespace: str) -> A
     if not verdict.ok:
         raise NotActivated(verdict.reasons)
     return verdict
+
+
+class ServedPacks:
+    """The packs a running host serves: active packs of the namespace with a version-1 protocol row.
+
+    :meth:`refresh` re-reads them (:func:`pack_protocols`, one statement) at most
+    once per ``period_s`` (the heartbeat period), or at once after
+    :meth:`invalidate`. It logs each change once, not every loop: a pack that
+    becomes served, an active pack skipped for lack of a version-1 row (until
+    that changes), a served pack that is no longer active. Protocol rows are
+    immutable, so once served a pack stays served while it is active.
+    """
+
+    def __init__(self, engine: Engine, namespace: str, period_s: float, initial: Iterable[str] = ()):
+        self.engine = engine
+        self.namespace = namespace
+        self.period_s = period_s
+        self.packs: list[str] = sorted(set(initial))
+        self.skipped: dict[str, str] = {}  # active pack not served -> why
+        self._due = time.monotonic() + period_s
+
+    def invalidate(self) -> None:
+        """Re-read on the next :meth:`refresh` (e.g. a pack refused admission: it may have been uninstalled)."""
+        self._due = 0.0
+
+    def refresh(self) -> list[str]:
+        """The packs newly served by this refresh (empty when none, or when the period has not passed)."""
+        now = time.monotonic()
+        if now < self._due:
+            return []
+        self._due = now + self.period_s
+        with translate_errors(f"listing the packs of namespace {self.namespace!r}"), self.engine.connect() as conn:
+            rows = pack_protocols(conn, self.namespace)
+        served = [pack for pack, version in rows if version == PROTOCOL_RANGES]
+        skipped = {pack: _not_served_reason(pack, version) for pack, version in rows if version != PROTOCOL_RANGES}
+        added = [pack for pack in served if pack not in self.packs]
+        for pack in added:
+            log.info("pack %s: version-1 protocol row present: now served (picked up without a restart)", pack)
+        for pack in self.packs:
+            if pack not in served and pack not in skipped:
+                log.info("pack %s is no longer active: no longer served", pack)
+        for pack, reason in skipped.items():
+            if self.skipped.get(pack) != reason:
+                log.warning("%s -- not serving it; the other packs are served, and it is picked up within %gs once "
+                            "its version-1 row exists", reason, self.period_s)
+        self.packs, self.skipped = served, skipped
+        return added

@@ -7,11 +7,23 @@ Sequence (contract, "Command-line contract of the reference host"):
 2. run the activation gate; while it refuses, log why and keep waiting
    (``--drain-and-exit``: return 3 at once, having admitted nothing);
 3. set ``ActivatedAt``; confirm receipts materialized before a crash;
-4. loop: materialize unmaterialized receipts of every active pack through range
+4. loop: materialize unmaterialized receipts of every served pack through range
    admission, then claim / execute / complete ready range generations;
-   ``drain_and_exit`` returns 0 once no receipt and no live range work is left;
+   ``drain_and_exit`` returns 0 once no receipt of a served pack and no live
+   range work of a pack with a protocol row is left;
 5. on ``stop_event`` (SIGTERM in the CLI): finish the current item, set
    ``StoppedAt``, return 0.
+
+Served packs (:class:`~.activation.ServedPacks`): the active packs of the
+namespace with a version-1 protocol row, re-read once per heartbeat period (one
+statement). The gate of step 2 needs every active pack to have its row; after
+it, a pack installed later is handled without a restart: while it has no row it
+is skipped (logged once; the other packs keep being served; its receipts stay
+unmaterialized and it has no work to claim, the claim testing the row in SQL);
+within one heartbeat period of its row being written (``nexus-cutover
+activate-pack`` or the cutover) its materialized-but-unconfirmed receipts are
+confirmed and it is served. ``--drain-and-exit`` drains what it serves: it does
+not wait for a pack without its row (it logs what it left).
 
 Ordinary and old-protocol WorkItems are never touched. Heartbeat period:
 ``heartbeat_s`` or env ``NEXUS_HOST_HEARTBEAT_S`` (default 5 s); idle poll
@@ -24,12 +36,13 @@ import logging
 import os
 import threading
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func, select
 
 from .. import catalog
+from ..catalog import WorkItem
 from ..db import translate_errors
-from .activation import active_packs, check_activation
-from .claim import live_range_work
+from ..errors import BadInput
+from .activation import ServedPacks, protocol_in_force
 from .errors import MissingCoverage, NotActivated
 from .materializer import Key, materialize, recover_unconfirmed, unmaterialized_count
 from .model import Routing
@@ -74,7 +87,7 @@ def run_host(
     beater = Heartbeater(engine, [process_id], heartbeat_s).start()
     log.info("host %s registered for namespace %r (protocol %s)", process_id, namespace, catalog.PROTOCOL_RANGES)
     try:
-        return _serve(engine, namespace, process_id, drain_and_exit, stop_event, routing, execute, poll_s)
+        return _serve(engine, namespace, process_id, drain_and_exit, stop_event, routing, execute, poll_s, heartbeat_s)
     finally:
         beater.stop()
         try:
@@ -84,43 +97,43 @@ def run_host(
             log.error("host %s could not record its stop: %s", process_id, exc)
 
 
-def _serve(engine, namespace, process_id, drain_and_exit, stop_event, routing, execute, poll_s) -> int:
+def _serve(engine, namespace, process_id, drain_and_exit, stop_event, routing, execute, poll_s, heartbeat_s) -> int:
     worker = ProjectionWorker(engine, namespace, process_id, execute=execute)
     last_reasons = None
     while True:
-        verdict = check_activation(engine, namespace)
-        if verdict.ok:
+        try:
+            verdict = worker.start()  # the gate, in the worker itself: no window between check and start
             break
-        if verdict.reasons != last_reasons:
-            log.error("activation gate refused for namespace %r: %s", namespace, "; ".join(verdict.reasons))
-            last_reasons = verdict.reasons
+        except NotActivated as exc:
+            if exc.reasons != last_reasons:
+                log.error("activation gate refused for namespace %r: %s", namespace, "; ".join(exc.reasons))
+                last_reasons = exc.reasons
         if drain_and_exit:
             return EXIT_REFUSED
         if stop_event.wait(poll_s):
             return EXIT_OK
-    worker.start()
     mark_activated(engine, process_id)
     log.info("host %s activated: packs %s", process_id, ", ".join(verdict.packs) or "(none)")
-
+    served = ServedPacks(engine, namespace, heartbeat_s, initial=verdict.packs)
     for pack in verdict.packs:
-        report = recover_unconfirmed(engine, pack, routing)
-        if report.confirmed:
-            log.info("pack %s: confirmed %d receipt(s) materialized before a restart", pack, report.confirmed)
+        _recover(engine, pack, routing)
 
     uncovered: dict[str, dict[Key, int]] = {}
-    refused: set[str] = set()
+    refused: set[str] = set()  # packs whose admission refused once: the served packs are re-read before a second try
     while not stop_event.is_set():
         busy = False
-        with translate_errors("listing active packs"), engine.connect() as conn:
-            packs = active_packs(conn, namespace)
-        for pack in packs:
+        for pack in served.refresh():
+            _recover(engine, pack, routing)
+        for pack in served.packs:
             stuck = uncovered.setdefault(pack, {})
             try:
                 report = materialize(engine, pack, routing, skip=set(stuck))
-            except NotActivated as exc:  # a pack installed after activation, not yet cut over
-                if pack not in refused:
-                    log.error("not materializing receipts of pack %s: %s", pack, exc)
+            except (NotActivated, BadInput) as exc:
+                if pack in refused:  # still served after a re-read: not a pack uninstalled since the last refresh
+                    raise
+                log.warning("pack %s refused admission (%s); re-reading the served packs", pack, exc)
                 refused.add(pack)
+                served.invalidate()
                 continue
             refused.discard(pack)
             stuck.update({(lane, rid): ordinal for lane, rid, ordinal in report.uncovered})
@@ -129,16 +142,39 @@ def _serve(engine, namespace, process_id, drain_and_exit, stop_event, routing, e
             busy = True
         if busy:
             continue
-        if drain_and_exit and _drained(engine, namespace, [p for p in packs if p not in refused], uncovered):
+        if drain_and_exit and _drained(engine, namespace, [p for p in served.packs if p not in refused], uncovered):
+            if served.skipped:
+                log.warning("drained the served packs; not served (left as they are): %s", "; ".join(served.skipped.values()))
             return EXIT_OK
         stop_event.wait(poll_s)
     return EXIT_OK
 
 
+def _recover(engine: Engine, pack: str, routing: Routing) -> None:
+    report = recover_unconfirmed(engine, pack, routing)
+    if report.confirmed:
+        log.info("pack %s: confirmed %d receipt(s) materialized before a restart", pack, report.confirmed)
+
+
+def _live_served_work(conn, namespace: str) -> int:
+    """Live range generations of ``namespace`` the worker may claim (their pack has a version-1 protocol row)."""
+    return conn.execute(
+        select(func.count())
+        .select_from(WorkItem)
+        .where(
+            WorkItem.c.Namespace == namespace,
+            WorkItem.c.WorkClass == catalog.WORK_CLASS_PROJECTION,
+            WorkItem.c.Status.in_(catalog.WORK_LIVE_STATUSES),
+            WorkItem.c.InputStartOrdinal.is_not(None),
+            protocol_in_force(WorkItem.c.PackInstallId),
+        )
+    ).scalar_one()
+
+
 def _drained(engine: Engine, namespace: str, packs: list[str], uncovered: dict[str, dict[Key, int]]) -> bool:
     """No live range work and no receipt left; receipts without coverage end the drain with ``MissingCoverage``."""
     with translate_errors("checking whether work is left"), engine.connect() as conn:
-        if live_range_work(conn, namespace):
+        if _live_served_work(conn, namespace):
             return False
         for pack in packs:
             stuck = uncovered.get(pack, {})

@@ -5,6 +5,11 @@ Invariants:
 * The activation gate runs in :meth:`ProjectionWorker.start`, for the
   process-wide host and for a standalone worker alike; :meth:`work_one`
   refuses (``NotActivated``) until it passed. There is no way around it.
+* After the gate, the worker claims only generations of packs that have a
+  version-1 protocol row, tested in the candidate SQL itself
+  (:func:`~.activation.protocol_in_force`, one primary-key probe per candidate):
+  a pack installed after the gate is never claimed from before its row exists,
+  and is claimed from as soon as it does, without a restart.
 * The worker passes the WorkId remembered at claim to the range reader and
   hands ``execute`` exactly that generation's payloads, in ordinal order.
   The default ``execute`` records nothing.
@@ -20,9 +25,10 @@ from collections.abc import Callable
 
 from sqlalchemy import Engine
 
+from ..catalog import WorkItem
 from ..db import translate_errors
-from .activation import ActivationVerdict, require_activation
-from .claim import DEFAULT_LEASE_S, claim_next, complete, retry_or_fail
+from .activation import ActivationVerdict, protocol_in_force, require_activation
+from .claim import DEFAULT_LEASE_S, claim_candidates_query, claim_work, complete, retry_or_fail
 from .errors import MissingMembership, NotActivated
 from .model import ClaimedWork, Payload
 from .payload import load_payloads
@@ -34,6 +40,18 @@ Execute = Callable[[ClaimedWork, list[Payload]], None]
 
 def record_nothing(claimed: ClaimedWork, payloads: list[Payload]) -> None:
     """The default projection: the payload set was loaded; nothing is recorded."""
+
+
+def claim_served(engine: Engine, namespace: str, owner: str, *, lease_s: float = DEFAULT_LEASE_S) -> ClaimedWork | None:
+    """:func:`~.claim.claim_next` restricted to packs with a version-1 protocol row; None when nothing is ready."""
+    query = claim_candidates_query(namespace).where(protocol_in_force(WorkItem.c.PackInstallId))
+    with translate_errors(f"listing claimable work of namespace {namespace!r}"), engine.connect() as conn:
+        candidates = [row.WorkId for row in conn.execute(query)]
+    for work_id in candidates:
+        claimed = claim_work(engine, work_id, owner, lease_s=lease_s)
+        if claimed is not None:
+            return claimed
+    return None
 
 
 class ProjectionWorker:
@@ -66,7 +84,7 @@ class ProjectionWorker:
         """Claim and process one ready generation; None when there is none."""
         if self.verdict is None or not self.verdict.ok:
             raise NotActivated(["the worker has not passed the activation gate: call start() first"])
-        claimed = claim_next(self.engine, self.namespace, self.owner, lease_s=self.lease_s)
+        claimed = claim_served(self.engine, self.namespace, self.owner, lease_s=self.lease_s)
         if claimed is None:
             return None
         try:
