@@ -16,7 +16,7 @@ from nexus_airflow.faults import FAULT_ENV
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
 from nexus_cutover.schema import create_legacy_schema
-from tests.dags.conftest import HitlAnswerer, clear_and_rerun, load_dag, run_dag
+from tests.dags.airflow_harness import HitlAnswerer, clear_and_rerun, load_dag, run_dag
 from tests.dags.cutover_support import (
     DAG_ID,
     PACKS,

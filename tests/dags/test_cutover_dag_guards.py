@@ -15,7 +15,7 @@ from sqlalchemy import select, update
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
 from nexus_cutover.schema import create_legacy_schema
-from tests.dags.conftest import HitlAnswerer, collect, load_dag, next_logical_date, run_dag
+from tests.dags.airflow_harness import HitlAnswerer, collect, load_dag, next_logical_date, run_dag
 from tests.dags.cutover_support import DAG_ID, NS, PACKS, Deployer, base_conf, drained_tenant, history_bytes, max_ordinal, snapshot
 
 CONFIRM = "Confirm: all old writers stopped"

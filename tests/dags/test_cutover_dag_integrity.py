@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from tests.dags.conftest import DAGS_FOLDER, PLUGINS_FOLDER, load_dag
+from tests.dags.airflow_harness import DAGS_FOLDER, PLUGINS_FOLDER, load_dag
 
 DAG_ID = "connector_projection_cutover"
 ORDER = [

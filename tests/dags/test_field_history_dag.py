@@ -17,7 +17,7 @@ from nexus_cutover.schema import create_legacy_schema
 from nexus_sim import outbox_worker
 from nexus_sim.producers import AuditTarget, FieldDiff, record_legacy_audit_field_changes
 from nexus_sim.scenario import TenantScenario
-from tests.dags.conftest import DAGS_FOLDER, PLUGINS_FOLDER, load_dag, run_dag
+from tests.dags.airflow_harness import DAGS_FOLDER, PLUGINS_FOLDER, load_dag, run_dag
 from tests.field_history.helpers import audit_table, compat_set, mixed_history
 from tests.support import history_checksum
 

@@ -19,7 +19,7 @@ from nexus_cutover.db import make_engine
 from nexus_cutover.projection import drain
 from nexus_cutover.schema import create_legacy_schema
 from nexus_sim.scenario import utcnow
-from tests.dags.conftest import HitlAnswerer, load_dag, run_dag
+from tests.dags.airflow_harness import HitlAnswerer, load_dag, run_dag
 from tests.dags.cutover_support import DAG_ID, NS, base_conf, drained_tenant, old_runtime
 
 NOTIFY_CONN = "nexus_notify_test"
