@@ -23,10 +23,11 @@ from typing import Any
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, Param, TriggerRule, task
 
+from nexus_airflow.params import TENANT_PATTERN
+
 CUTOVER_DAG = "connector_projection_cutover"
 POOL = "nexus_tenant_rollout"
 MAX_PARALLEL_TENANTS = 4
-TENANT_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 #: Fields of the per-tenant form a rollout may set for every tenant (never a DSN: connections are per tenant).
 SHARED_FIELDS = ("drain_timeout", "stale_heartbeat", "host_controller", "host_http_conn_id", "dry_run",
                  "poll_interval", "writers_stop_timeout", "confirm_timeout", "checkpoint_timeout", "readiness_timeout")

@@ -61,7 +61,7 @@ def domain_errors(context, log) -> Iterator[None]:
     try:
         yield
     except (BadInput, Refused) as exc:
-        stop(context, log, f"{type(exc).__name__}: {exc}")
+        stop(context, log, f"{type(exc).__name__}: {exc}", {"error": type(exc).__name__, "message": str(exc)})
     except CutoverError as exc:
         log.error("%s: %s", type(exc).__name__, exc)
         raise

@@ -23,7 +23,18 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from nexus_airflow.base import domain_errors, stop, tenant_engine
-from nexus_airflow.params import conn_id_for, notify_conn_param, tenant_params
+from nexus_airflow.params import (
+    _REQUIRED,
+    NOTIFY_FIELD,
+    STALE_HEARTBEAT_FIELD,
+    TENANT_FIELDS,
+    Field,
+    check_form,
+    default_stale_heartbeat,
+    params_of_fields,
+    poll_interval_field,
+    resolve,
+)
 from nexus_airflow.pollers import WAITING, _EnginePoller, deadline_in
 from nexus_airflow.sensors import StatusPollSensor
 
@@ -31,46 +42,42 @@ VERSION_PATTERN = r"^\d+(\.\d+)*$"
 OPTIONAL_VERSION_PATTERN = r"^$|^\d+(\.\d+)*$"
 
 
+FH_FIELDS: dict[str, Field] = {
+    **TENANT_FIELDS,
+    "target_stage": Field(1, "Target stage", "Run the gates up to this stage; earlier stages are re-verified, not redone.",
+                          {"type": "integer", "enum": [1, 2, 3]}, int),
+    "stage1_release": Field(_REQUIRED, "Stage-1 release",
+                            "The Runtime API / outbox worker release that preserves FieldHistoryEligible (e.g. 4.12.0).",
+                            {"type": "string", "pattern": VERSION_PATTERN}),
+    "producer_release": Field("", "Producer-cutover release",
+                              "The release whose producers always stamp (e.g. 4.13.0). Required for stages 2 and 3.",
+                              {"type": "string", "pattern": OPTIONAL_VERSION_PATTERN}, lambda v: v or ""),
+    "batch_size": Field(2000, "Materialization batch size", "Rows per materialization transaction (TiDB-safe: a few thousand at most).",
+                        {"type": "integer", "minimum": 1, "maximum": 10000}, int),
+    "materialize_timeout": Field(1800, "Materialization timeout (s)",
+                                 "Bound of one materialization call; committed batches stay and a clear resumes.",
+                                 {"type": "integer", "minimum": 1, "maximum": 7 * 86400}, int),
+    "drain_timeout": Field(3600, "Outbox drain timeout (s)",
+                           "How long stage_2_drain_outbox waits for pre-cutover outbox work to be delivered.",
+                           {"type": "integer", "minimum": 1, "maximum": 7 * 86400}, int),
+    "stale_heartbeat": STALE_HEARTBEAT_FIELD,
+    "poll_interval": poll_interval_field("How often the drain sensor looks at the outbox."),
+    "notify_conn_id": NOTIFY_FIELD,
+}
+
+
 def field_history_params() -> dict[str, Any]:
     """The trigger form: tenant (+ connection), how far to go, the two releases, bounds."""
-    from airflow.sdk import Param
+    return params_of_fields(FH_FIELDS)
 
-    return {
-        **tenant_params(),
-        "target_stage": Param(
-            1, type="integer", enum=[1, 2, 3], title="Target stage",
-            description="Run the gates up to this stage; earlier stages are re-verified, not redone.",
-        ),
-        "stage1_release": Param(
-            type="string", pattern=VERSION_PATTERN, title="Stage-1 release",
-            description="The Runtime API / outbox worker release that preserves FieldHistoryEligible (e.g. 4.12.0).",
-        ),
-        "producer_release": Param(
-            "", type="string", pattern=OPTIONAL_VERSION_PATTERN, title="Producer-cutover release",
-            description="The release whose producers always stamp (e.g. 4.13.0). Required for stages 2 and 3.",
-        ),
-        "batch_size": Param(
-            2000, type="integer", minimum=1, maximum=10000, title="Materialization batch size",
-            description="Rows per materialization transaction (TiDB-safe: a few thousand at most).",
-        ),
-        "materialize_timeout": Param(
-            1800, type="integer", minimum=1, maximum=7 * 86400, title="Materialization timeout (s)",
-            description="Bound of one materialization call; committed batches stay and a clear resumes.",
-        ),
-        "drain_timeout": Param(
-            3600, type="integer", minimum=1, maximum=7 * 86400, title="Outbox drain timeout (s)",
-            description="How long stage_2_drain_outbox waits for pre-cutover outbox work to be delivered.",
-        ),
-        "stale_heartbeat": Param(
-            120, type="integer", minimum=1, maximum=86400, title="Stale heartbeat window (s)",
-            description="An audit_outbox_worker whose heartbeat is older than this is not live.",
-        ),
-        "poll_interval": Param(
-            30, type="integer", minimum=1, maximum=3600, title="Poll interval (s)",
-            description="How often the drain sensor looks at the outbox.",
-        ),
-        "notify_conn_id": notify_conn_param(),
-    }
+
+def _producer_release_for_stages_2_and_3(values: dict[str, Any]) -> str | None:
+    if values["target_stage"] >= 2 and not values["producer_release"]:
+        return f"target_stage={values['target_stage']} needs producer_release (the producer-cutover release, e.g. 4.13.0)"
+    return None
+
+
+FORM_RULES = [_producer_release_for_stages_2_and_3]
 
 
 @dataclass(frozen=True)
@@ -88,26 +95,16 @@ class FieldHistoryParams:
 
     @classmethod
     def from_context(cls, context) -> FieldHistoryParams:
-        p = context["params"]
-        tenant = p["tenant"]
-        return cls(
-            tenant=tenant,
-            conn_id=p.get("conn_id") or conn_id_for(tenant),
-            target_stage=int(p.get("target_stage", 1)),
-            stage1_release=p["stage1_release"],
-            producer_release=p.get("producer_release") or "",
-            batch_size=int(p.get("batch_size", 2000)),
-            materialize_timeout=int(p.get("materialize_timeout", 1800)),
-            drain_timeout=int(p.get("drain_timeout", 3600)),
-            stale_heartbeat=int(p.get("stale_heartbeat", 120)),
-            poll_interval=int(p.get("poll_interval", 30)),
-        )
+        values = resolve(FH_FIELDS, context["params"])
+        values["stale_heartbeat"] = default_stale_heartbeat(values["stale_heartbeat"])
+        return cls(**values)
 
     def require_producer_release(self) -> str:
         from nexus_cutover.errors import BadInput
 
-        if not self.producer_release:
-            raise BadInput(f"target_stage={self.target_stage} needs producer_release (the producer-cutover release)")
+        problem = _producer_release_for_stages_2_and_3(vars(self))
+        if problem:
+            raise BadInput(problem)
         return self.producer_release
 
 
@@ -141,7 +138,14 @@ class _GateOperator(BaseOperator):
 
 
 class Stage1Operator(_GateOperator):
+    """Stage 1, the run's first task: it refuses a bad form (unknown keys, a missing producer_release) first."""
+
     stage = 1
+
+    def execute(self, context) -> dict[str, Any]:
+        with domain_errors(context, self.log):
+            check_form(context, FH_FIELDS, FORM_RULES)
+        return super().execute(context)
 
     def run_gate(self, engine, p, context):
         from nexus_cutover.field_history.gates import stage_1

@@ -32,7 +32,17 @@ class NexusTenantHook(BaseHook):
 
     @cached_property
     def _dsn(self) -> str:
-        conn = self.get_connection(self.nexus_conn_id)
+        try:
+            conn = self.get_connection(self.nexus_conn_id)
+        except Exception as exc:  # noqa: BLE001 - AirflowNotFoundException and secrets-backend errors alike
+            if "isn't defined" not in str(exc) and type(exc).__name__ != "AirflowNotFoundException":
+                raise
+            raise BadInput(
+                f"no Airflow connection {self.nexus_conn_id!r}: create it (Admin -> Connections, or "
+                f"`airflow connections add {self.nexus_conn_id} --conn-type mysql --conn-host <tidb-host> --conn-port 4000 "
+                "--conn-schema <tenant_db> --conn-login <user> --conn-password <password>`; type sqlite with the file path "
+                "as host for the embedded demo), or name another connection in the form's conn_id"
+            ) from None
         conn_type = (conn.conn_type or "").lower()
         if conn_type == "mysql":
             from airflow.providers.mysql.hooks.mysql import MySqlHook

@@ -40,8 +40,11 @@ class ResolvePacksOperator(BaseOperator):
     """The pack incarnations of the run (``pack_install_ids`` or every active pack of the namespace)."""
 
     def execute(self, context) -> list[str]:
+        from nexus_airflow.params import CUTOVER_FIELDS, check_form
         from nexus_cutover.projection import steps
 
+        with domain_errors(context, self.log):
+            check_form(context, CUTOVER_FIELDS)  # the run's first task: a bad form fails before anything is read
         p = params_of(context)
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
             packs = steps.resolve_packs(engine, p.tenant, p.pack_install_ids)

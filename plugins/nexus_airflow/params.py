@@ -1,4 +1,4 @@
-"""The trigger form of the cutover DAG (JSON-schema Params) and their resolution at run time.
+"""The trigger forms (JSON-schema Params) and their resolution at run time, each field written once.
 
 Invariants:
 
@@ -8,120 +8,168 @@ Invariants:
 * ``tenant`` is required and pattern-checked (it is a namespace: lower-case
   letters, digits, ``_`` and ``-``, at most 64 characters); every other field
   has a bounded default, so a form with only a tenant is a valid run.
-* Light to import: only ``airflow.sdk.Param`` (the DAG file imports this at parse time).
+* A field is one :class:`Field`: its default, schema and description live
+  there, and the same object builds the ``Param`` and resolves the run's value
+  (no second copy of a default in a ``params.get(k, default)``).
+* What the form cannot say (a field needed only with another's value, a key the
+  DAG does not know) is checked by :func:`check_form` in the run's first task,
+  before anything is read or written.
+* Light to import: only ``airflow.sdk.Param`` (the DAG files import this at parse time).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 TENANT_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 CONN_ID_PATTERN = r"^$|^[A-Za-z0-9_.-]{1,200}$"
 PACK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
 HOST_CONTROLLERS = ("manual", "command", "http")
+#: The runbook's floor for poll intervals (apache/airflow#71172: very short pokes can be marked failed).
+#: The test harness lowers it (``NEXUS_MIN_POLL_INTERVAL_S``) for in-process runs only.
+MIN_POLL_INTERVAL_S = int(os.environ.get("NEXUS_MIN_POLL_INTERVAL_S", "10"))
+
+_REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class Field:
+    """One form field: builds its ``Param`` and resolves its value from a run's params."""
+
+    default: Any
+    title: str
+    description: str
+    schema: dict[str, Any] = field(default_factory=dict)
+    cast: Callable[[Any], Any] = lambda v: v
+
+    def param(self):
+        from airflow.sdk import Param
+
+        if self.default is _REQUIRED:
+            return Param(title=self.title, description=self.description, **self.schema)
+        return Param(self.default, title=self.title, description=self.description, **self.schema)
+
+    def value(self, params: Mapping[str, Any], name: str) -> Any:
+        raw = params[name] if self.default is _REQUIRED else params.get(name, self.default)
+        return self.cast(raw)
+
+
+def _int(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+def _seconds(default: int, title: str, description: str, *, minimum: int = 1, maximum: int = 7 * 86400) -> Field:
+    return Field(default, title, description, {"type": "integer", "minimum": minimum, "maximum": maximum}, int)
+
+
+TENANT_FIELDS: dict[str, Field] = {
+    "tenant": Field(_REQUIRED, "Tenant (namespace)", "The tenant's namespace, e.g. acme. Lower-case letters, digits, _ and -.",
+                    {"type": "string", "pattern": TENANT_PATTERN}),
+    "conn_id": Field("", "Tenant DB connection id", "Airflow connection of the tenant database (mysql for MySQL/TiDB, "
+                     "sqlite for the embedded demo). Empty: nexus_tenant_<tenant>.",
+                     {"type": "string", "pattern": CONN_ID_PATTERN}),
+}
+NOTIFY_FIELD = Field(
+    "", "Notification connection id",
+    "Where failures and needs-confirmation events are sent: an smtp connection (extra 'to') or a Slack webhook "
+    "connection (needs the Slack provider). Empty: the Variable nexus_notify_conn_id, else the task log only.",
+    {"type": "string", "pattern": CONN_ID_PATTERN},
+)
+STALE_HEARTBEAT_FIELD = Field(
+    None, "Stale heartbeat window (s)",
+    "A process whose last heartbeat is older than this is silent (not live). Empty: the product's default "
+    "window (nexus_cutover.liveness).",
+    {"type": ["null", "integer"], "minimum": 1, "maximum": 86400}, _int,
+)
+
+
+def poll_interval_field(description: str) -> Field:
+    return _seconds(30, "Poll interval (s)", f"{description} At least {MIN_POLL_INTERVAL_S} s.",
+                    minimum=MIN_POLL_INTERVAL_S, maximum=3600)
+
+
+CUTOVER_FIELDS: dict[str, Field] = {
+    **TENANT_FIELDS,
+    "pack_install_ids": Field([], "Pack incarnations", "PackInstallIds to cut over. Empty: every active pack of the namespace.",
+                              {"type": "array", "items": {"type": "string", "pattern": PACK_ID_PATTERN}, "uniqueItems": True},
+                              lambda v: tuple(v or ())),
+    "drain_timeout": _seconds(3600, "Drain timeout (s)", "How long wait_for_drain may wait for old projection work to become terminal."),
+    "stale_heartbeat": STALE_HEARTBEAT_FIELD,
+    "host_controller": Field("manual", "How the new host is started",
+                             "manual: ask the engineer (HITL); command: run the configured host command (Variable "
+                             "nexus_host_command); http: POST to the deployer via host_http_conn_id.",
+                             {"type": "string", "enum": list(HOST_CONTROLLERS)}),
+    "host_http_conn_id": Field("nexus_deployer", "Deployer HTTP connection id", "Used when host_controller is http.",
+                               {"type": "string", "pattern": CONN_ID_PATTERN}, lambda v: v or "nexus_deployer"),
+    "dry_run": Field(False, "Dry run", "Run every check and print the exact plan of writes; write nothing.", {"type": "boolean"}, bool),
+    "poll_interval": poll_interval_field("How often the waiting steps (drain, writers, readiness) look at the tenant DB."),
+    "writers_stop_timeout": _seconds(3600, "Writers stop timeout (s)",
+                                     "How long check_old_writers waits for every old writer to be stopped or silent."),
+    "confirm_timeout": _seconds(86400, "Confirmation timeout (s)", "How long the human confirmations wait. A timeout never confirms.",
+                                maximum=30 * 86400),
+    "checkpoint_timeout": _seconds(300, "Audit/checkpoint timeout (s)",
+                                   "Bound of each pack's audit + checkpoint call (lock waits included).", maximum=86400),
+    "readiness_timeout": _seconds(1800, "Readiness timeout (s)", "How long verify_readiness waits for the new host to activate.",
+                                  maximum=86400),
+    "notify_conn_id": NOTIFY_FIELD,
+}
+
+
+def params_of_fields(fields: Mapping[str, Field]) -> dict[str, Any]:
+    """The ``params`` of a DAG: one ``Param`` per field."""
+    return {name: f.param() for name, f in fields.items()}
+
+
+def cutover_params() -> dict[str, Any]:
+    """The ``params`` of the cutover DAG."""
+    return params_of_fields(CUTOVER_FIELDS)
+
+
+def tenant_params() -> dict[str, Any]:
+    """``tenant`` (required, pattern-checked) and ``conn_id``: the first fields of every per-tenant form."""
+    return params_of_fields(TENANT_FIELDS)
+
+
+def notify_conn_param():
+    """The optional notification connection of a run (see :mod:`nexus_airflow.notify`)."""
+    return NOTIFY_FIELD.param()
 
 
 def conn_id_for(tenant: str) -> str:
     return f"nexus_tenant_{tenant}"
 
 
-def notify_conn_param():
-    """The optional notification connection of a run (see :mod:`nexus_airflow.notify`)."""
-    from airflow.sdk import Param
-
-    return Param(
-        "", type="string", pattern=CONN_ID_PATTERN, title="Notification connection id",
-        description="Where failures and needs-confirmation events are sent: an smtp connection (extra 'to') or "
-        "a Slack webhook connection (needs the Slack provider). Empty: the Variable nexus_notify_conn_id, else "
-        "the task log only.",
-    )
+def resolve(fields: Mapping[str, Field], params: Mapping[str, Any]) -> dict[str, Any]:
+    """Every field's value for a run; an empty ``conn_id`` becomes ``nexus_tenant_<tenant>``."""
+    values = {name: f.value(params, name) for name, f in fields.items() if name != "notify_conn_id"}
+    values["conn_id"] = values.get("conn_id") or conn_id_for(values["tenant"])
+    return values
 
 
-def tenant_params() -> dict[str, Any]:
-    """``tenant`` (required, pattern-checked) and ``conn_id``: the first fields of every per-tenant form."""
-    from airflow.sdk import Param
+def check_form(context, fields: Mapping[str, Field], rules: list[Callable[[dict[str, Any]], str | None]] = ()) -> None:
+    """Refuse (BadInput) a run whose conf names an unknown key, or that a cross-field rule refuses.
 
-    return {
-        "tenant": Param(
-            type="string",
-            pattern=TENANT_PATTERN,
-            title="Tenant (namespace)",
-            description="The tenant's namespace, e.g. acme. Lower-case letters, digits, _ and -.",
-        ),
-        "conn_id": Param(
-            "",
-            type="string",
-            pattern=CONN_ID_PATTERN,
-            title="Tenant DB connection id",
-            description="Airflow connection of the tenant database (mysql for MySQL/TiDB, sqlite for the embedded "
-            "demo). Empty: nexus_tenant_<tenant>.",
-        ),
-    }
+    Called by a DAG's first task: a bad form fails before anything is read or written.
+    """
+    from nexus_cutover.errors import BadInput
 
-
-def cutover_params() -> dict[str, Any]:
-    """The ``params`` of the cutover DAG."""
-    from airflow.sdk import Param
-
-    return {
-        **tenant_params(),
-        "pack_install_ids": Param(
-            [],
-            type="array",
-            items={"type": "string", "pattern": PACK_ID_PATTERN},
-            uniqueItems=True,
-            title="Pack incarnations",
-            description="PackInstallIds to cut over. Empty: every active pack of the namespace.",
-        ),
-        "drain_timeout": Param(
-            3600, type="integer", minimum=1, maximum=7 * 86400, title="Drain timeout (s)",
-            description="How long wait_for_drain may wait for old projection work to become terminal.",
-        ),
-        "stale_heartbeat": Param(
-            120, type="integer", minimum=1, maximum=86400, title="Stale heartbeat window (s)",
-            description="A process whose last heartbeat is older than this is silent (not live).",
-        ),
-        "host_controller": Param(
-            "manual", type="string", enum=list(HOST_CONTROLLERS), title="How the new host is started",
-            description="manual: ask the engineer (HITL); command: run the configured host command "
-            "(Variable nexus_host_command); http: POST to the deployer via host_http_conn_id.",
-        ),
-        "host_http_conn_id": Param(
-            "nexus_deployer", type="string", pattern=CONN_ID_PATTERN, title="Deployer HTTP connection id",
-            description="Used when host_controller is http.",
-        ),
-        "dry_run": Param(
-            False, type="boolean", title="Dry run",
-            description="Run every check and print the exact plan of writes; write nothing.",
-        ),
-        "poll_interval": Param(
-            30, type="integer", minimum=1, maximum=3600, title="Poll interval (s)",
-            description="How often the waiting steps (drain, writers, readiness) look at the tenant DB.",
-        ),
-        "writers_stop_timeout": Param(
-            3600, type="integer", minimum=1, maximum=7 * 86400, title="Writers stop timeout (s)",
-            description="How long check_old_writers waits for every old writer to be stopped or silent.",
-        ),
-        "confirm_timeout": Param(
-            86400, type="integer", minimum=1, maximum=30 * 86400, title="Confirmation timeout (s)",
-            description="How long the human confirmations wait. A timeout never confirms.",
-        ),
-        "checkpoint_timeout": Param(
-            300, type="integer", minimum=1, maximum=86400, title="Audit/checkpoint timeout (s)",
-            description="Bound of each pack's audit + checkpoint call (lock waits included).",
-        ),
-        "readiness_timeout": Param(
-            1800, type="integer", minimum=1, maximum=86400, title="Readiness timeout (s)",
-            description="How long verify_readiness waits for the new host to activate.",
-        ),
-        "notify_conn_id": notify_conn_param(),
-    }
+    dag_run = context.get("dag_run")
+    conf = dict(getattr(dag_run, "conf", None) or {})
+    unknown = sorted(set(conf) - set(fields))
+    if unknown:
+        raise BadInput(f"unknown field(s) {', '.join(unknown)} in the run's conf; this DAG knows: {', '.join(fields)}")
+    values = resolve(fields, context["params"])
+    problems = [p for p in (rule(values) for rule in rules) if p]
+    if problems:
+        raise BadInput("; ".join(problems))
 
 
 @dataclass(frozen=True)
 class RunParams:
-    """The resolved form of one run."""
+    """The resolved form of one cutover run."""
 
     tenant: str
     conn_id: str
@@ -139,20 +187,15 @@ class RunParams:
 
     @classmethod
     def from_context(cls, context) -> RunParams:
-        p = context["params"]
-        tenant = p["tenant"]
-        return cls(
-            tenant=tenant,
-            conn_id=p.get("conn_id") or conn_id_for(tenant),
-            pack_install_ids=tuple(p.get("pack_install_ids") or ()),
-            drain_timeout=int(p.get("drain_timeout", 3600)),
-            stale_heartbeat=int(p.get("stale_heartbeat", 120)),
-            host_controller=p.get("host_controller", "manual"),
-            host_http_conn_id=p.get("host_http_conn_id") or "nexus_deployer",
-            dry_run=bool(p.get("dry_run", False)),
-            poll_interval=int(p.get("poll_interval", 30)),
-            writers_stop_timeout=int(p.get("writers_stop_timeout", 3600)),
-            confirm_timeout=int(p.get("confirm_timeout", 86400)),
-            checkpoint_timeout=int(p.get("checkpoint_timeout", 300)),
-            readiness_timeout=int(p.get("readiness_timeout", 1800)),
-        )
+        values = resolve(CUTOVER_FIELDS, context["params"])
+        values["stale_heartbeat"] = default_stale_heartbeat(values["stale_heartbeat"])
+        return cls(**values)
+
+
+def default_stale_heartbeat(value: int | None) -> int:
+    """``value``, or the product's one default window when the form left it empty."""
+    if value is not None:
+        return int(value)
+    from nexus_cutover.liveness import DEFAULT_STALE_HEARTBEAT_S
+
+    return int(DEFAULT_STALE_HEARTBEAT_S)

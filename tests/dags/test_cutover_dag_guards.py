@@ -173,3 +173,28 @@ def test_a_rerun_of_a_cut_over_tenant_ends_success_without_asking(dag, tenant, t
     assert again.xcom("confirm_writers_stopped")["outcome"] == "nothing_to_confirm"
     assert again.xcom("resume_admission")["outcome"] == "already_released"
     assert snapshot(engine) == before
+
+
+def test_the_form_refuses_unknown_keys_before_reading_anything(dag, tenant):
+    engine, conn_id = tenant
+    drained_tenant().write(engine)
+    result = run_dag(dag, {**base_conf(conn_id), "dryrun": True})
+    assert result.state == "failed" and result.state_of("resolve_packs") == "failed"
+    message = result.xcom("resolve_packs", key="report")["message"]
+    assert "unknown field(s) dryrun" in message and "dry_run" in message
+    assert snapshot(engine)["fences"] == [] and snapshot(engine)["input_start_ordinal"] is False
+
+
+def test_a_missing_connection_says_which_one_to_create(dag, tenant):
+    result = run_dag(dag, base_conf("nexus_tenant_ghost"))
+    assert result.state_of("resolve_packs") == "failed"
+    message = result.xcom("resolve_packs", key="report")["message"]
+    assert "no Airflow connection 'nexus_tenant_ghost'" in message and "airflow connections add" in message
+
+
+def test_a_connection_to_another_tenants_database_is_hinted(dag, tenant):
+    engine, conn_id = tenant
+    drained_tenant().write(engine)  # namespace acme
+    result = run_dag(dag, base_conf(conn_id, tenant="globex"))
+    message = result.xcom("resolve_packs", key="report")["message"]
+    assert "no active pack" in message and "another tenant's database" in message

@@ -139,10 +139,21 @@ def test_params_reject_bad_values(dag, key, value):
         params.validate()
 
 
-def test_stage_2_without_producer_release_stops_with_bad_input(dag, tenant):
+def test_stage_2_without_producer_release_is_refused_before_stage_1_runs(dag, tenant):
     legacy(tenant)
     result = run_dag(dag, conf(target_stage=2, producer_release=""))
-    assert result.state_of("stage_1") == "success" and result.state_of("stage_2_producers") == "failed"
+    assert result.state_of("stage_1") == "failed" and result.state_of("stage_2_producers") == "upstream_failed"
+    assert "needs producer_release" in result.xcom("stage_1", key="report")["message"]
+    from nexus_cutover.schema import has_column
+
+    assert not has_column(tenant, catalog.FIELD_HISTORY_ELIGIBLE)  # nothing ran: not even the stage-1 DDL
+
+
+def test_unknown_form_keys_are_refused_with_the_known_ones(dag, tenant):
+    legacy(tenant)
+    result = run_dag(dag, conf(target=3))
+    message = result.xcom("stage_1", key="report")["message"]
+    assert result.state_of("stage_1") == "failed" and "unknown field(s) target" in message and "target_stage" in message
 
 
 def test_happy_path_through_stage_3_then_rerun_reverifies(dag, tenant):

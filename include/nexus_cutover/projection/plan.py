@@ -39,7 +39,10 @@ def resolve_packs(bind: Engine | Connection, namespace: str, requested: Iterable
         }
         if not requested:
             if not active:
-                raise BadInput(f"namespace {namespace!r} has no active pack: nothing to cut over (check the tenant)")
+                raise BadInput(
+                    f"namespace {namespace!r} has no active pack in this database: nothing to cut over. Does the "
+                    "connection point at another tenant's database? (check conn_id / the DSN's schema)"
+                )
             return sorted(active)
         wrong = [p for p in requested if p not in active]
         if wrong:
