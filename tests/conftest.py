@@ -43,6 +43,45 @@ if TIDB_SEMANTICS:
     )
 
 
+# ---------------------------------------------------------------------------
+# Markers (declared in pyproject.toml), set from what each test uses, so that
+# ``-m "not mysql"`` runs without a server and ``-m "not airflow"`` is the fast loop.
+# A module the rules below cannot see declares its own ``pytestmark``.
+# ---------------------------------------------------------------------------
+
+#: Fixtures on the MySQL-protocol test server; fixtures built on them are covered too
+#: (``item.fixturenames`` is the closure of what a test requests).
+MYSQL_FIXTURES = frozenset({"mysql_server_url", "mysql_url"})
+#: Parameters whose value ``"mysql"`` picks the server at run time: ``tenant_url``'s own, and a
+#: test's ``backend`` (by convention ``request.getfixturevalue(f"{backend}_url")`` or ``f"{backend}_range_engine"``).
+MYSQL_PARAMS = ("tenant_url", "backend")
+#: Fixtures that run real Airflow (the migrated metadata DB of tests/dags/airflow_harness.py).
+AIRFLOW_FIXTURES = frozenset({"airflow_db"})
+#: Directories whose every test runs under the Airflow harness (its conftest sets up Airflow).
+AIRFLOW_DIRS = (Path(__file__).resolve().parent / "dags",)
+
+
+def automatic_markers(item) -> list[str]:
+    """The markers ``item`` needs by the rules above (whatever it already carries)."""
+    names = set(getattr(item, "fixturenames", ()))
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    found = []
+    if names & MYSQL_FIXTURES or any(params.get(p) == "mysql" for p in MYSQL_PARAMS):
+        found.append("mysql")
+    path = Path(item.path).resolve()
+    if names & AIRFLOW_FIXTURES or any(path.is_relative_to(d) for d in AIRFLOW_DIRS):
+        found.append("airflow")
+    return found
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for name in automatic_markers(item):
+            if item.get_closest_marker(name) is None:
+                item.add_marker(name)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """Count executed MySQL tests; under NEXUS_DB_REQUIRED=1 turn any skip into a failure."""

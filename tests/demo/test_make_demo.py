@@ -14,6 +14,10 @@ import re
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.airflow  # scripts/demo.py runs a real `airflow standalone`
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 

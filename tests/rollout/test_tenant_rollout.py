@@ -22,6 +22,8 @@ from nexus_sim.scenario import TenantScenario, drained_pack_history
 from scripts.demo import stop_pid_if_ours
 from scripts.demo_airflow import AirflowStack
 
+pytestmark = pytest.mark.airflow  # a real `airflow standalone` (mysql: set from mysql_url by tests/conftest.py)
+
 ROLLOUT = "tenant_rollout"
 CUTOVER = "connector_projection_cutover"
 CONFIRM = "Confirm: all old writers stopped"

@@ -30,6 +30,8 @@ from scripts.demo_seed import seed
 
 from .chromium import Browser, chromium_path
 
+pytestmark = pytest.mark.airflow  # a real `airflow standalone` (mysql: set from mysql_url by tests/conftest.py)
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
 
