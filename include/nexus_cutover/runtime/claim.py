@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from sqlalchemy import Connection, Engine, Select, and_, case, func, or_, select, update
+from sqlalchemy import ColumnElement, Connection, Engine, Select, and_, case, func, or_, select, update
 
 from .. import catalog
 from ..catalog import Event, WorkItem
@@ -167,11 +167,27 @@ def claim_next(
     """Claim the next ready range generation of ``namespace``, or None when there is none."""
     with engine.connect() as conn:
         candidates = claim_candidates(conn, namespace)
+    return claim_first(engine, candidates, owner, lease_s=lease_s, deadline=deadline)
+
+
+def claim_first(
+    engine: Engine, candidates: list[int], owner: str, *, lease_s: float = DEFAULT_LEASE_S, deadline: Deadline | None = None
+) -> ClaimedWork | None:
+    """Claim the first of ``candidates`` (WorkIds, in their order) that is still claimable, each try its own transaction."""
     for work_id in candidates:
         claimed = claim_work(engine, work_id, owner, lease_s=lease_s, deadline=deadline)
         if claimed is not None:
             return claimed
     return None
+
+
+def _lease_held(claimed: ClaimedWork) -> tuple[ColumnElement[bool], ...]:
+    """The claimed generation, still ``processing`` under its claimer's lease: what completing or failing it requires."""
+    return (
+        WorkItem.c.WorkId == claimed.work_id,
+        WorkItem.c.Status == "processing",
+        WorkItem.c.LeaseOwner == claimed.lease_owner,
+    )
 
 
 def complete(engine: Engine, claimed: ClaimedWork, *, deadline: Deadline | None = None) -> bool:
@@ -181,11 +197,7 @@ def complete(engine: Engine, claimed: ClaimedWork, *, deadline: Deadline | None 
         now = utcnow()
         done = conn.execute(
             update(WorkItem)
-            .where(
-                WorkItem.c.WorkId == claimed.work_id,
-                WorkItem.c.Status == "processing",
-                WorkItem.c.LeaseOwner == claimed.lease_owner,
-            )
+            .where(*_lease_held(claimed))
             .values(Status="completed", LeaseOwner=None, LeaseExpiresAt=None, UpdatedAt=now)
         ).rowcount
         if done == 1:
@@ -216,11 +228,7 @@ def retry_or_fail(
         status = "failed" if final else "retry"
         done = conn.execute(
             update(WorkItem)
-            .where(
-                WorkItem.c.WorkId == claimed.work_id,
-                WorkItem.c.Status == "processing",
-                WorkItem.c.LeaseOwner == claimed.lease_owner,
-            )
+            .where(*_lease_held(claimed))
             .values(
                 Status=status,
                 Attempt=WorkItem.c.Attempt + 1,
@@ -238,8 +246,12 @@ def retry_or_fail(
     return run_transaction(engine, body, what=f"recording the failure of WorkItem {claimed.work_id}", deadline=deadline)
 
 
-def live_range_work(conn: Connection, namespace: str) -> int:
-    """How many range generations of ``namespace`` are live (pending, blocked, retry, processing)."""
+def live_range_work(conn: Connection, namespace: str, *criteria: ColumnElement[bool]) -> int:
+    """How many range generations of ``namespace`` are live (pending, blocked, retry, processing).
+
+    ``criteria`` narrow the count (the host: only packs with a version-1
+    protocol row); the read is an equality prefix of ``ix_WorkItem_State``.
+    """
     return conn.execute(
         select(func.count())
         .select_from(WorkItem)
@@ -248,5 +260,6 @@ def live_range_work(conn: Connection, namespace: str) -> int:
             WorkItem.c.WorkClass == catalog.WORK_CLASS_PROJECTION,
             WorkItem.c.Status.in_(catalog.WORK_LIVE_STATUSES),
             WorkItem.c.InputStartOrdinal.is_not(None),
+            *criteria,
         )
     ).scalar_one()

@@ -36,13 +36,14 @@ import logging
 import os
 import threading
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine
 
 from .. import catalog
 from ..catalog import WorkItem
 from ..db import translate_errors
 from ..errors import BadInput
 from .activation import ServedPacks, protocol_in_force
+from .claim import live_range_work
 from .errors import MissingCoverage, NotActivated
 from .materializer import Key, materialize, recover_unconfirmed, unmaterialized_count
 from .model import Routing
@@ -158,17 +159,7 @@ def _recover(engine: Engine, pack: str, routing: Routing) -> None:
 
 def _live_served_work(conn, namespace: str) -> int:
     """Live range generations of ``namespace`` the worker may claim (their pack has a version-1 protocol row)."""
-    return conn.execute(
-        select(func.count())
-        .select_from(WorkItem)
-        .where(
-            WorkItem.c.Namespace == namespace,
-            WorkItem.c.WorkClass == catalog.WORK_CLASS_PROJECTION,
-            WorkItem.c.Status.in_(catalog.WORK_LIVE_STATUSES),
-            WorkItem.c.InputStartOrdinal.is_not(None),
-            protocol_in_force(WorkItem.c.PackInstallId),
-        )
-    ).scalar_one()
+    return live_range_work(conn, namespace, protocol_in_force(WorkItem.c.PackInstallId))
 
 
 def _drained(engine: Engine, namespace: str, packs: list[str], uncovered: dict[str, dict[Key, int]]) -> bool:

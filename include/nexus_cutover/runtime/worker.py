@@ -28,7 +28,7 @@ from sqlalchemy import Engine
 from ..catalog import WorkItem
 from ..db import translate_errors
 from .activation import ActivationVerdict, protocol_in_force, require_activation
-from .claim import DEFAULT_LEASE_S, claim_candidates_query, claim_work, complete, retry_or_fail
+from .claim import DEFAULT_LEASE_S, claim_candidates_query, claim_first, complete, retry_or_fail
 from .errors import MissingMembership, NotActivated
 from .model import ClaimedWork, Payload
 from .payload import load_payloads
@@ -47,11 +47,7 @@ def claim_served(engine: Engine, namespace: str, owner: str, *, lease_s: float =
     query = claim_candidates_query(namespace).where(protocol_in_force(WorkItem.c.PackInstallId))
     with translate_errors(f"listing claimable work of namespace {namespace!r}"), engine.connect() as conn:
         candidates = [row.WorkId for row in conn.execute(query)]
-    for work_id in candidates:
-        claimed = claim_work(engine, work_id, owner, lease_s=lease_s)
-        if claimed is not None:
-            return claimed
-    return None
+    return claim_first(engine, candidates, owner, lease_s=lease_s)
 
 
 class ProjectionWorker:
