@@ -24,6 +24,9 @@ from nexus_cutover.schema import create_legacy_schema
 from tests import tidb_semantics
 from tests.support import prepared_engine
 
+# In-process DAG runs (dag.test) poll every second; the runbook's 10 s floor guards a LocalExecutor race they do not have.
+os.environ.setdefault("NEXUS_MIN_POLL_INTERVAL_S", "1")
+
 DB_REQUIRED = os.environ.get("NEXUS_DB_REQUIRED") == "1"
 TIDB_SEMANTICS = tidb_semantics.enabled_by_env()
 
