@@ -77,6 +77,8 @@ def parse_dsn(dsn: str) -> URL:
     if driver in _MYSQL_DRIVERS:
         if not url.host:
             raise BadInput(f"malformed DSN: {mask_url(url)} has no host")
+        if "@" in url.host:  # an unencoded '@' in the password: its tail was taken for the host
+            raise BadInput("malformed DSN: the host contains '@'; write an '@' of the user name or password as %40")
         if not url.database:
             raise BadInput(f"malformed DSN: {mask_url(url)} names no database (the tenant schema)")
         return url
@@ -86,6 +88,8 @@ def parse_dsn(dsn: str) -> URL:
 
 
 def mask_url(url: URL) -> str:
+    if url.host and "@" in url.host:  # part of the password (see parse_dsn): show nothing
+        return "<malformed DSN>"
     return url.render_as_string(hide_password=True)
 
 
