@@ -109,12 +109,47 @@ def read_pack(conn: Connection, pack_install_id: str) -> Pack:
     return pack
 
 
-def _already_written(existing: ProtocolRow, namespace: str) -> CheckpointResult:
+def prerequisite_namespace(engine: Engine, pack_install_id: str, deadline: Deadline) -> str:
+    """The namespace of the active pack ``pack_install_id``, read once the Part B schema is known complete.
+
+    The prerequisites of both lifecycle writers (:func:`run_checkpoint` and
+    :func:`~.greenfield.activate_pack`), in one read-only transaction before any
+    lock: :class:`~nexus_cutover.errors.BadInput` without an id or for an unknown
+    or inactive pack, :class:`~nexus_cutover.errors.MissingSchema` without the schema.
+    """
+    if not pack_install_id:
+        raise BadInput("a pack install id is required (-pack-install-id)")
+
+    def prerequisites(conn: Connection) -> str:
+        require_projection_schema(conn)
+        return read_pack(conn, pack_install_id).namespace
+
+    return tx.read(engine, prerequisites, what="checking the prerequisite schema", deadline=deadline)
+
+
+def reread_pack(conn: Connection, pack_install_id: str, namespace: str) -> Pack:
+    """The pack re-read inside the locked transaction; BadInput when it moved to another namespace while waiting."""
+    pack = read_pack(conn, pack_install_id)
+    if pack.namespace != namespace:
+        raise BadInput(f"pack {pack_install_id!r} moved to namespace {pack.namespace!r} while waiting; rerun")
+    return pack
+
+
+def result_already_written(existing: ProtocolRow, namespace: str) -> CheckpointResult:
+    """``already_written``: the existing version-1 row, returned unchanged (another version is an error)."""
     require_version_1(existing)
     log.info("pack %s: checkpoint already present (LegacyMaxOrdinal=%d)", existing.pack_install_id, existing.legacy_max_ordinal)
     return CheckpointResult(
         existing.pack_install_id, namespace, ALREADY_WRITTEN, existing.legacy_max_ordinal,
         protocol_version=existing.protocol_version, written_by=existing.written_by,
+    )
+
+
+def result_written(row: ProtocolRow, namespace: str) -> CheckpointResult:
+    """``written``: the protocol row just inserted."""
+    return CheckpointResult(
+        row.pack_install_id, namespace, WRITTEN, row.legacy_max_ordinal,
+        protocol_version=row.protocol_version, written_by=row.written_by,
     )
 
 
@@ -142,9 +177,7 @@ def fence_findings(conn: Connection, namespace: str) -> list[Finding]:
 def _audit_under(
     conn: Connection, pack_install_id: str, namespace: str, deadline: Deadline, batch_size: int, *, check_fence: bool = True
 ) -> AuditReport:
-    pack = read_pack(conn, pack_install_id)  # re-read inside the transaction
-    if pack.namespace != namespace:
-        raise BadInput(f"pack {pack_install_id!r} moved to namespace {pack.namespace!r} while waiting; rerun")
+    reread_pack(conn, pack_install_id, namespace)
     if check_fence and not is_greenfield(conn, pack_install_id):
         precondition = fence_findings(conn, namespace)
         if precondition:
@@ -185,7 +218,7 @@ def _preview(
         what=f"previewing pack {pack_install_id!r}", deadline=deadline,
     )
     if existing is not None:
-        return _already_written(existing, namespace)
+        return result_already_written(existing, namespace)
     if report.refused:
         return CheckpointResult(pack_install_id, namespace, REFUSED, None, report.findings)
     return CheckpointResult(
@@ -213,15 +246,8 @@ def run_checkpoint(
     (unknown pack, missing schema), :class:`~nexus_cutover.errors.LockTimeout`
     or another :class:`~nexus_cutover.errors.CutoverError`; nothing is written then.
     """
-    if not pack_install_id:
-        raise BadInput("a pack install id is required (-pack-install-id)")
     deadline = Deadline(timeout_s)
-
-    def prerequisites(conn: Connection) -> str:
-        require_projection_schema(conn)
-        return read_pack(conn, pack_install_id).namespace
-
-    namespace = tx.read(engine, prerequisites, what="checking the prerequisite schema", deadline=deadline)
+    namespace = prerequisite_namespace(engine, pack_install_id, deadline)
     if dry_run:
         return _preview(engine, pack_install_id, namespace, deadline, written_by, batch_size, fence_planned)
     names = lifecycle_lock_names(namespace, [pack_install_id])
@@ -230,16 +256,13 @@ def run_checkpoint(
     def decide_and_write(conn: Connection) -> CheckpointResult:
         existing, report = _decide(conn, pack_install_id, namespace, deadline, batch_size, for_update=True)
         if existing is not None:
-            return _already_written(existing, namespace)
+            return result_already_written(existing, namespace)
         if report.refused:
             return CheckpointResult(pack_install_id, namespace, REFUSED, None, report.findings)
         deadline.check("writing the checkpoint")
         row = insert_protocol_row(conn, pack_install_id, report.legacy_max_ordinal, written_by)
         log.info("pack %s: checkpoint written (LegacyMaxOrdinal=%d)", pack_install_id, row.legacy_max_ordinal)
-        return CheckpointResult(
-            pack_install_id, namespace, WRITTEN, row.legacy_max_ordinal,
-            protocol_version=row.protocol_version, written_by=row.written_by,
-        )
+        return result_written(row, namespace)
 
     return tx.run(
         engine, decide_and_write, what=f"auditing pack {pack_install_id!r}", deadline=deadline, locks=names,

@@ -50,12 +50,18 @@ from sqlalchemy import Connection, Engine, func, select
 from .. import tx
 from ..catalog import Event, WorkItem
 from ..db import Deadline
-from ..errors import BadInput
 from ..locks import lifecycle_lock_names
 from ..protocol_row import insert_protocol_row, read_protocol_row
-from ..schema import require_projection_schema
 from .audit import NOT_GREENFIELD, Finding
-from .checkpoint import REFUSED, WRITTEN, CheckpointResult, _already_written, is_greenfield, read_pack
+from .checkpoint import (
+    REFUSED,
+    CheckpointResult,
+    is_greenfield,
+    prerequisite_namespace,
+    reread_pack,
+    result_already_written,
+    result_written,
+)
 
 log = logging.getLogger(__name__)
 
@@ -108,23 +114,14 @@ def activate_pack(engine: Engine, pack_install_id: str, *, timeout_s: float, wri
     schema), :class:`~nexus_cutover.errors.LockTimeout`, or another
     :class:`~nexus_cutover.errors.CutoverError`; nothing is written then.
     """
-    if not pack_install_id:
-        raise BadInput("a pack install id is required (-pack-install-id)")
     deadline = Deadline(timeout_s)
-
-    def prerequisites(conn: Connection) -> str:
-        require_projection_schema(conn)
-        return read_pack(conn, pack_install_id).namespace
-
-    namespace = tx.read(engine, prerequisites, what="checking the prerequisite schema", deadline=deadline)
+    namespace = prerequisite_namespace(engine, pack_install_id, deadline)
 
     def decide_and_write(conn: Connection) -> CheckpointResult:
-        pack = read_pack(conn, pack_install_id)  # re-read under the locks
-        if pack.namespace != namespace:
-            raise BadInput(f"pack {pack_install_id!r} moved to namespace {pack.namespace!r} while waiting; rerun")
+        reread_pack(conn, pack_install_id, namespace)  # under the locks
         existing = read_protocol_row(conn, pack_install_id, for_update=True)
         if existing is not None:
-            return _already_written(existing, namespace)
+            return result_already_written(existing, namespace)
         if not is_greenfield(conn, pack_install_id):
             finding = _history(conn, pack_install_id)
             log.info("pack %s: not activated: %s", pack_install_id, finding.describe())
@@ -132,10 +129,7 @@ def activate_pack(engine: Engine, pack_install_id: str, *, timeout_s: float, wri
         deadline.check("writing the greenfield activation")
         row = insert_protocol_row(conn, pack_install_id, 0, written_by)
         log.info("pack %s: greenfield pack activated (LegacyMaxOrdinal=0)", pack_install_id)
-        return CheckpointResult(
-            pack_install_id, namespace, WRITTEN, row.legacy_max_ordinal,
-            protocol_version=row.protocol_version, written_by=row.written_by,
-        )
+        return result_written(row, namespace)
 
     return tx.run(
         engine, decide_and_write, what=f"activating greenfield pack {pack_install_id!r}", deadline=deadline,
