@@ -10,9 +10,11 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import logging
 import re
+import socket
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -62,6 +64,18 @@ def positive_int_arg(text: str) -> int:
 def flag(parser: argparse.ArgumentParser, name: str, **kwargs: Any) -> None:
     """Declare ``-name`` and ``--name`` as one option."""
     parser.add_argument(f"-{name}", f"--{name}", dest=name.replace("-", "_"), **kwargs)
+
+
+def default_holder(program: str = "cli") -> str:
+    """``program:user@host`` (at most 128 characters): who holds a fence, or wrote a checkpoint, unless told otherwise.
+
+    ``user`` is ``unknown`` where there is no login name (some containers).
+    """
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no login name in some containers
+        user = "unknown"
+    return f"{program}:{user}@{socket.gethostname()}"[:128]
 
 
 def print_json(obj: Any) -> None:

@@ -11,14 +11,12 @@ All logic lives in :func:`nexus_cutover.projection.checkpoint.run_checkpoint`.
 from __future__ import annotations
 
 import argparse
-import getpass
 import logging
-import socket
 import sys
 
 from ..db import DSN_ENV_CUTOVER, DSN_ENV_TENANT, dsn_from_env, make_engine, mask_dsn
 from ..projection.checkpoint import REFUSED, run_checkpoint
-from .common import configure_logging, duration_arg, flag, print_json, run_command
+from .common import configure_logging, default_holder, duration_arg, flag, print_json, run_command
 
 PROGRAM = "connector-projection-cutover"
 log = logging.getLogger(PROGRAM)
@@ -49,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         log.info("target %s, pack %s, timeout %.0fs", mask_dsn(dsn), args.pack_install_id, args.timeout)
         try:
             result = run_checkpoint(
-                engine, args.pack_install_id, timeout_s=args.timeout, written_by=_written_by()
+                engine, args.pack_install_id, timeout_s=args.timeout, written_by=default_holder(PROGRAM)
             )
         finally:
             engine.dispose()
@@ -65,14 +63,6 @@ def main(argv: list[str] | None = None) -> int:
     code = run_command(body, program=PROGRAM, json_errors=args.json, json_fields=error_fields)
     sys.stdout.flush()
     return code
-
-
-def _written_by() -> str:
-    try:
-        user = getpass.getuser()
-    except Exception:  # noqa: BLE001 - no login name in some containers
-        user = "unknown"
-    return f"{PROGRAM}:{user}@{socket.gethostname()}"[:128]
 
 
 if __name__ == "__main__":

@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import getpass
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -30,11 +28,12 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from ..clock import utcnow
 from ..db import DSN_ENV_TENANT, dsn_from_env, make_engine, mask_dsn
 from ..errors import BadInput, LockTimeout, Refused
 from ..liveness import DEFAULT_STALE_HEARTBEAT_S
 from ..projection import steps
-from .common import configure_logging, duration_arg, flag, print_json, run_command
+from .common import configure_logging, default_holder, duration_arg, flag, print_json, run_command
 
 PROGRAM = "nexus-cutover"
 log = logging.getLogger(PROGRAM)
@@ -56,14 +55,6 @@ class TimedOut(LockTimeout):
     def __init__(self, message: str, report: dict[str, Any] | None = None):
         self.report = report or {}
         super().__init__(message)
-
-
-def default_holder() -> str:
-    try:
-        user = getpass.getuser()
-    except Exception:  # noqa: BLE001 - no login name in some containers
-        user = "unknown"
-    return f"cli:{user}@{socket.gethostname()}"[:128]
 
 
 # -- the commands -----------------------------------------------------------------------
@@ -280,7 +271,7 @@ def _plan_step(fn: Callable[[], dict[str, Any]], stops: list[str]) -> dict[str, 
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    return utcnow()
 
 
 # -- run ------------------------------------------------------------------------------------
