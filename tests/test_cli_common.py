@@ -1,0 +1,88 @@
+"""nexus_cutover.cli.common: Go-style durations and flags with one dash or two."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from nexus_cutover.cli.common import duration_arg, flag, parse_duration, positive_int_arg
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("5m", 300),
+        ("1h30m", 5400),
+        ("2.5s", 2.5),
+        ("300", 300),
+        ("200ms", 0.2),
+        ("90s", 90),
+        ("1h", 3600),
+        ("1.5h", 5400),
+        ("1m30s", 90),
+        ("1h0m5s", 3605),
+        ("0.5", 0.5),
+        (" 5m ", 300),
+        ("1s500ms", 1.5),
+    ],
+)
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", " ", "m", "5x", "5 m", "1h 30m", "s5", "5m-", "-5s", "-5", "+5s", "1e3", "inf", "nan", ".5s", "5.s", "1.2.3", "5M", "5min", "1d"],
+)
+def test_parse_duration_refuses_malformed_text(text):
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize("text", ["0", "0s", "0ms", "0h0m", "0.0"])
+def test_parse_duration_refuses_zero(text):
+    with pytest.raises(ValueError, match="must be positive"):
+        parse_duration(text)
+
+
+def test_duration_arg_and_positive_int_arg_are_argparse_types():
+    assert duration_arg("5m") == 300
+    with pytest.raises(argparse.ArgumentTypeError, match="invalid duration"):
+        duration_arg("soon")
+    assert positive_int_arg("7") == 7
+    for bad in ("0", "-1", "x", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            positive_int_arg(bad)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nexus-test")
+    flag(parser, "timeout", type=duration_arg, default=30.0)
+    flag(parser, "pack-install-id")
+    flag(parser, "dry-run", action="store_true")
+    return parser
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-timeout", "5m", "-pack-install-id", "pk-1", "-dry-run"],
+        ["--timeout", "5m", "--pack-install-id", "pk-1", "--dry-run"],
+        ["-timeout=5m", "--pack-install-id=pk-1", "-dry-run"],
+        ["--dry-run", "-pack-install-id", "pk-1", "--timeout", "300"],
+    ],
+)
+def test_flag_accepts_one_dash_and_two(argv):
+    args = _parser().parse_args(argv)
+    assert (args.timeout, args.pack_install_id, args.dry_run) == (300, "pk-1", True)
+
+
+def test_flag_defaults_and_usage_errors_exit_2(capsys):
+    args = _parser().parse_args([])
+    assert (args.timeout, args.pack_install_id, args.dry_run) == (30.0, None, False)
+    for argv in (["-timeout", "5x"], ["--timeout"], ["-bogus"]):
+        with pytest.raises(SystemExit) as info:
+            _parser().parse_args(argv)
+        assert info.value.code == 2
+    assert "invalid duration '5x'" in capsys.readouterr().err
