@@ -20,7 +20,7 @@ from nexus_airflow.operators import (
     ResumeAdmissionOperator,
 )
 from nexus_airflow.params import cutover_params
-from nexus_airflow.sensors import DrainSensor, OldWritersSensor, ReadinessSensor
+from nexus_airflow.sensors import TenantWaitSensor
 
 DAG_DOC = """
 # Connector projection range cutover (per tenant)
@@ -76,8 +76,9 @@ with DAG(
         "unfinished run holds the tenant (named in XCom `report`), and while any fence override is active (listed; "
         "it revokes nothing): have L2 revoke them, then clear. Keep the old workers and dependency resolvers running.",
     )
-    wait_for_drain = DrainSensor(
+    wait_for_drain = TenantWaitSensor(
         task_id="wait_for_drain",
+        wait="drain",
         doc_md="Deferrable: waits until no old projection WorkItem is pending, blocked, retry or processing, "
         "logging the remaining counts and trend each poll. **Stops and reports** (XCom `report`, log) as soon "
         "as the drain provably cannot finish within `drain_timeout` -- retry not due before the deadline, "
@@ -86,8 +87,9 @@ with DAG(
         "expired lease, no live old worker -- or at the timeout, reporting everything still remaining. It never "
         "changes a WorkItem. Resolve the blockers with the old runtime, then clear.",
     )
-    check_old_writers = OldWritersSensor(
+    check_old_writers = TenantWaitSensor(
         task_id="check_old_writers",
+        wait="old_writers",
         doc_md="Now stop every old ingress_writer, receipt_materializer, projection_worker and dependency_resolver "
         "(keep the fence). Waits until `_System_ProcessRegistry` shows each one stopped or silent beyond "
         "`stale_heartbeat`; the evidence is in XCom. **Stops** at `writers_stop_timeout`.",
@@ -114,8 +116,9 @@ with DAG(
         "to the deployer connection. Skips when a new host already runs. **Abort** fails the run; the fence "
         "stays armed.",
     )
-    verify_readiness = ReadinessSensor(
+    verify_readiness = TenantWaitSensor(
         task_id="verify_readiness",
+        wait="readiness",
         doc_md="Deferrable: waits for a registered ProjectionProtocol=1 integration_host with ActivatedAt and a "
         "fresh heartbeat, and no live old writer. **Stops** at `readiness_timeout`: check the host log, clear.",
     )

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, insert, select
 
 from .catalog import PROTOCOL_RANGES, ConnectorProjectionProtocol
+from .clock import utcnow
 from .errors import CutoverError
 
 
@@ -62,7 +63,7 @@ def require_version_1(row: ProtocolRow) -> ProtocolRow:
 
 def insert_protocol_row(conn: Connection, pack_install_id: str, legacy_max_ordinal: int, written_by: str) -> ProtocolRow:
     """Insert the version-1 row inside the caller's locked transaction."""
-    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    now = utcnow()
     row = ProtocolRow(pack_install_id, PROTOCOL_RANGES, legacy_max_ordinal, now, written_by[:128])
     conn.execute(
         insert(ConnectorProjectionProtocol).values(

@@ -40,10 +40,22 @@ def tenant_engine(conn_id: str, log) -> Iterator[Any]:
         engine.dispose()
 
 
+def with_next_action(context, message: str) -> str:
+    """``message`` followed by the runbook's next action for this task (one source: projection.next_actions)."""
+    from nexus_cutover.projection.next_actions import next_action
+
+    ti = context.get("ti") if hasattr(context, "get") else None
+    action = next_action(getattr(ti, "task_id", "") or "")
+    return f"{message} Next: {action}." if action and "Next:" not in message else message
+
+
 def stop(context, log, message: str, report: Any = None) -> None:
     """Push ``report`` (XCom key ``report``), log it with ``message``, and fail the task without retry."""
     from airflow.sdk.exceptions import AirflowFailException
 
+    message = with_next_action(context, message)
+    if isinstance(report, dict) and "message" in report:
+        report = {**report, "message": message}
     if report is not None:
         if "ti" in context:  # every task run has one; a bare unit call of a callback may not
             context["ti"].xcom_push(key="report", value=report)

@@ -30,7 +30,6 @@ from nexus_airflow.params import (
     TENANT_FIELDS,
     Field,
     check_form,
-    default_stale_heartbeat,
     params_of_fields,
     poll_interval_field,
     resolve,
@@ -95,9 +94,7 @@ class FieldHistoryParams:
 
     @classmethod
     def from_context(cls, context) -> FieldHistoryParams:
-        values = resolve(FH_FIELDS, context["params"])
-        values["stale_heartbeat"] = default_stale_heartbeat(values["stale_heartbeat"])
-        return cls(**values)
+        return cls(**resolve(FH_FIELDS, context["params"]))
 
     def require_producer_release(self) -> str:
         from nexus_cutover.errors import BadInput

@@ -181,12 +181,26 @@ class ResumeAdmissionOperator(BaseOperator):
         return result.as_json()
 
 
+def dry_run_verdict(ti) -> str:
+    """What the real run would do, from the dry run's own looks: proceed, or wait for what."""
+    waits = []
+    drain = ti.xcom_pull(task_ids="wait_for_drain") or {}
+    if drain.get("state") == "draining":
+        waits.append(f"the drain ({drain.get('remaining')} old projection WorkItems remaining)")
+    writers = ti.xcom_pull(task_ids="check_old_writers") or {}
+    if writers.get("live"):
+        waits.append(f"{len(writers['live'])} live old writer(s) to be stopped ({', '.join(writers['live'])})")
+    waits.append("a person's writer-stop confirmation")
+    return "wait for " + "; ".join(waits) + ", then proceed"
+
+
 class FinalOldWriterCheckOperator(BaseOperator):
     """Report any old-protocol writer seen after the fence release; on success emit the tenant's Asset event."""
 
     def execute(self, context) -> dict[str, Any]:
         from airflow.sdk import Asset, AssetAlias
 
+        from nexus_cutover.clock import utcnow
         from nexus_cutover.projection import steps
         from nexus_cutover.projection.fence import fence_row
 
@@ -198,13 +212,15 @@ class FinalOldWriterCheckOperator(BaseOperator):
             if result:
                 cutoffs[result["pack_install_id"]] = result.get("legacy_max_ordinal")
         if p.dry_run:
-            return {"dry_run": True, "plan": plan(self.log, []), "cutoffs": cutoffs}
+            verdict = dry_run_verdict(ti)
+            self.log.info("VERDICT: the real run would %s", verdict)
+            return {"dry_run": True, "plan": plan(self.log, []), "cutoffs": cutoffs, "verdict": verdict}
         fence_id = (ti.xcom_pull(task_ids="arm_fence") or {}).get("fence_id")
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
             with engine.connect() as conn:
                 fence = fence_row(conn, int(fence_id)) if fence_id is not None else None
             if fence_id is None and (ti.xcom_pull(task_ids="arm_fence") or {}).get("outcome") == "not_needed":
-                released_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)  # no release to date: look at live ones
+                released_at = utcnow()  # no release to date: look at live ones
             elif not fence or not fence.get("ReleasedAt"):
                 stop(context, self.log, f"fence {fence_id} is not released: clear resume_admission")
             else:

@@ -143,9 +143,12 @@ def conn_id_for(tenant: str) -> str:
 
 
 def resolve(fields: Mapping[str, Field], params: Mapping[str, Any]) -> dict[str, Any]:
-    """Every field's value for a run; an empty ``conn_id`` becomes ``nexus_tenant_<tenant>``."""
+    """Every field's value for a run; an empty ``conn_id`` becomes ``nexus_tenant_<tenant>``, an empty
+    ``stale_heartbeat`` the product's default window."""
     values = {name: f.value(params, name) for name, f in fields.items() if name != "notify_conn_id"}
     values["conn_id"] = values.get("conn_id") or conn_id_for(values["tenant"])
+    if "stale_heartbeat" in values:
+        values["stale_heartbeat"] = default_stale_heartbeat(values["stale_heartbeat"])
     return values
 
 
@@ -187,9 +190,7 @@ class RunParams:
 
     @classmethod
     def from_context(cls, context) -> RunParams:
-        values = resolve(CUTOVER_FIELDS, context["params"])
-        values["stale_heartbeat"] = default_stale_heartbeat(values["stale_heartbeat"])
-        return cls(**values)
+        return cls(**resolve(CUTOVER_FIELDS, context["params"]))
 
 
 def default_stale_heartbeat(value: int | None) -> int:

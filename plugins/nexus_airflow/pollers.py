@@ -13,7 +13,13 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-WAITING = "waiting"
+from nexus_airflow.triggers import WAITING
+
+
+def _utcnow() -> dt.datetime:
+    from nexus_cutover.clock import utcnow  # the one clock; imported at run time (DAG files import this module)
+
+    return utcnow()
 
 
 def _parse(deadline: str) -> dt.datetime:
@@ -22,7 +28,7 @@ def _parse(deadline: str) -> dt.datetime:
 
 
 def deadline_in(seconds: float) -> str:
-    return (dt.datetime.now(dt.UTC).replace(tzinfo=None) + dt.timedelta(seconds=seconds)).isoformat()
+    return (_utcnow() + dt.timedelta(seconds=seconds)).isoformat()
 
 
 class _EnginePoller:
@@ -39,7 +45,7 @@ class _EnginePoller:
         self.engine.dispose()
 
     def expired(self) -> bool:
-        return dt.datetime.now(dt.UTC).replace(tzinfo=None) >= self.deadline
+        return _utcnow() >= self.deadline
 
 
 class DrainPoller(_EnginePoller):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator
@@ -95,13 +96,59 @@ def _base_kwargs(context, wait_s: float) -> dict[str, Any]:
             "stale_heartbeat_s": p.stale_heartbeat}
 
 
-class DrainSensor(StatusPollSensor):
-    """Wait until no old projection WorkItem is pending/blocked/retry/processing; stop and report when stuck."""
+@dataclass(frozen=True)
+class TenantWait:
+    """What one waiting step of the cutover waits for: its poller, its bound, its passing state, its stop."""
 
-    poller_path = "nexus_airflow.pollers.DrainPoller"
+    poller_path: str
+    timeout_param: str  # the RunParams field bounding the wait
+    done_state: str
+    stop_message: str
+    plan: str  # the dry run's PLAN line (one look, no wait)
+    text_key: str | None = None  # XCom key for the poller's human report, when it has one
+
+
+WAITS = {
+    "drain": TenantWait(
+        "nexus_airflow.pollers.DrainPoller", "drain_timeout", "drained",
+        "the drain of old projection work cannot finish within drain_timeout: stopped and reported "
+        "(no WorkItem was changed; the fence stays armed)",
+        "wait for the drain", "report_text",
+    ),
+    "old_writers": TenantWait(
+        "nexus_airflow.pollers.OldWritersPoller", "writers_stop_timeout", "stopped",
+        "old-protocol writers are still live after writers_stop_timeout: stop them (keep the fence), "
+        "then clear check_old_writers",
+        "wait until every old writer is stopped", "evidence_md",
+    ),
+    "readiness": TenantWait(
+        "nexus_airflow.pollers.ReadinessPoller", "readiness_timeout", "ready",
+        "the new host did not become ready within readiness_timeout; admission stays fenced. "
+        "Check the host's logs, fix, then clear verify_readiness",
+        "wait for the new host to be ready",
+    ),
+}
+
+
+class TenantWaitSensor(StatusPollSensor):
+    """One waiting step of the cutover (``wait``: drain, old_writers, readiness): the one sensor class for all three.
+
+    Passes on the wait's ``done_state``; a dry run looks once and logs the PLAN
+    when the real run would wait; any other final state stops the run with the
+    poller's report (on a dry run too: the real run would stop there).
+    """
+
+    def __init__(self, *, wait: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.wait = wait
+        self.poller_path = WAITS[wait].poller_path
+
+    @property
+    def spec(self) -> TenantWait:
+        return WAITS[self.wait]
 
     def wait_seconds(self, context) -> float:
-        return params_of(context).drain_timeout
+        return float(getattr(params_of(context), self.spec.timeout_param))
 
     def poller_kwargs(self, context) -> dict[str, Any]:
         return _base_kwargs(context, self.wait_seconds(context))
@@ -110,70 +157,14 @@ class DrainSensor(StatusPollSensor):
         return params_of(context).dry_run
 
     def finish(self, context, result: dict[str, Any]) -> Any:
+        spec = self.spec
+        if spec.text_key:
+            context["ti"].xcom_push(key=spec.text_key, value=result.get("report_text"))
         report = result.get("report", {})
-        if result["state"] == "drained":
-            self.log.info("old projection work drained")
+        if result["state"] == spec.done_state:
+            self.log.info("%s", result.get("message", spec.done_state))
             return report
-        if result["state"] == WAITING:  # dry run: one look, no wait
-            self.log.info("PLAN: wait for the drain; now: %s", result.get("message"))
+        if result["state"] == WAITING:  # a dry run's one look: the real run would wait here
+            self.log.info("PLAN: %s; now: %s", spec.plan, result.get("message"))
             return report
-        context["ti"].xcom_push(key="report_text", value=result.get("report_text"))
-        stop(
-            context, self.log,
-            "the drain of old projection work cannot finish within drain_timeout: stopped and reported "
-            "(no WorkItem was changed; the fence stays armed)",
-            report,
-        )
-
-
-class OldWritersSensor(StatusPollSensor):
-    """Wait until every old-protocol writer is stopped or silent; the evidence goes to XCom."""
-
-    poller_path = "nexus_airflow.pollers.OldWritersPoller"
-
-    def wait_seconds(self, context) -> float:
-        return params_of(context).writers_stop_timeout
-
-    def poller_kwargs(self, context) -> dict[str, Any]:
-        return _base_kwargs(context, self.wait_seconds(context))
-
-    def poll_only_once(self, context) -> bool:
-        return params_of(context).dry_run
-
-    def finish(self, context, result: dict[str, Any]) -> Any:
-        context["ti"].xcom_push(key="evidence_md", value=result.get("report_text"))
-        if result["state"] == "stopped" or params_of(context).dry_run:
-            return result.get("report")
-        stop(
-            context, self.log,
-            "old-protocol writers are still live after writers_stop_timeout: stop them (keep the fence), "
-            "then clear check_old_writers",
-            result.get("report"),
-        )
-
-
-class ReadinessSensor(StatusPollSensor):
-    """Wait for an activated ProjectionProtocol=1 integration_host with a fresh heartbeat and no live old writer."""
-
-    poller_path = "nexus_airflow.pollers.ReadinessPoller"
-
-    def wait_seconds(self, context) -> float:
-        return params_of(context).readiness_timeout
-
-    def poller_kwargs(self, context) -> dict[str, Any]:
-        return _base_kwargs(context, self.wait_seconds(context))
-
-    def poll_only_once(self, context) -> bool:
-        return params_of(context).dry_run
-
-    def finish(self, context, result: dict[str, Any]) -> Any:
-        if result["state"] == "ready" or params_of(context).dry_run:
-            if result["state"] != "ready":
-                self.log.info("PLAN: wait for the new host to be ready; now: %s", result.get("message"))
-            return result.get("report")
-        stop(
-            context, self.log,
-            "the new host did not become ready within readiness_timeout; admission stays fenced. "
-            "Check the host's logs, fix, then clear verify_readiness",
-            result.get("report"),
-        )
+        stop(context, self.log, spec.stop_message, report)

@@ -1,0 +1,36 @@
+"""The next action of every stop has one source: the runbook's task table shows exactly projection.next_actions."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+from nexus_cutover.projection.next_actions import NEXT_ACTION, next_action
+
+RUNBOOK = pathlib.Path(__file__).resolve().parents[1] / "docs" / "runbook.md"
+ROW = re.compile(r"^\| `([a-z_]+)`(?: \(one per pack\))? \|")
+
+
+def runbook_actions() -> dict[str, str]:
+    actions = {}
+    for line in RUNBOOK.read_text().splitlines():
+        match = ROW.match(line)
+        if match:
+            actions[match.group(1)] = [c.strip() for c in line.strip().strip("|").split("|")][-1]
+    return actions
+
+
+def test_the_runbook_table_shows_the_one_source():
+    assert runbook_actions() == NEXT_ACTION
+
+
+def test_every_task_of_the_cutover_dag_has_a_next_action():
+    dag = (pathlib.Path(__file__).resolve().parents[1] / "dags" / "connector_projection_cutover.py").read_text()
+    tasks = set(re.findall(r'task_id="([a-z_]+)"', dag))
+    assert tasks and tasks == set(NEXT_ACTION)
+
+
+def test_plain_text_for_messages():
+    assert next_action("wait_for_drain").count("Never change WorkItem status to proceed.") == 1
+    assert "**" not in next_action("wait_for_drain") and "`" not in next_action("confirm_writers_stopped")
+    assert next_action("no_such_task") is None
