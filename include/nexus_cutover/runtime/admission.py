@@ -25,6 +25,7 @@ after the Events and WorkItems are written (the receipt materializer sets
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,7 +39,7 @@ from ..identity import ProjectionIdentity
 from .duplicates import COVERED, existing_events, verify_duplicates
 from .generations import create_generations, extend_many, generation_row, latest_generations
 from .model import AdmissionResult, Admitted, Duplicate, Input
-from .packs import pack_context
+from .packs import PackContext, pack_context
 from .tx import allocate_event_and_work_ids, allocate_ordinals, run_in_pack_transaction
 
 MAX_BATCH = 2000
@@ -70,12 +71,34 @@ def admit_batch(
     return run_in_pack_transaction(engine, pack_install_id, body, what=f"admitting into pack {pack_install_id!r}", deadline=deadline)
 
 
+#: The batch's new Event rows grouped by identity, each group in batch (so ordinal) order.
+ByIdentity = dict[ProjectionIdentity, list[dict[str, Any]]]
+
+
 def _admit(conn: Connection, pack_install_id: str, inputs: Sequence[Input]) -> AdmissionResult:
     ctx = pack_context(conn, pack_install_id)
     result = AdmissionResult(pack_install_id)
-    existing = existing_events(conn, pack_install_id, ((i.source_lane, i.receipt_id) for i in inputs))
-    verified = {(d.source_lane, d.receipt_id): d for d in verify_duplicates(conn, ctx.protocol, existing.values())}
+    fresh, repeated = _sort_out(conn, ctx, inputs, result)
+    if not fresh:
+        return result
+    now = utcnow()
+    first_ordinal = allocate_ordinals(conn, pack_install_id, ctx.protocol.legacy_max_ordinal, len(fresh))
+    first_event_id, next_work_id = allocate_event_and_work_ids(conn)
+    by_identity = _insert_events(conn, ctx, fresh, first_ordinal, first_event_id, now)
+    _write_generations(conn, ctx, by_identity, next_work_id, now, result)
+    _cover_repeated(repeated, result)
+    return result
 
+
+def _sort_out(conn: Connection, ctx: PackContext, inputs: Sequence[Input], result: AdmissionResult) -> tuple[list[Input], list[Input]]:
+    """``(fresh, repeated)`` in batch order; receipts admitted before go to ``result.duplicates``.
+
+    Those are verified (:func:`~.duplicates.verify_duplicates`: a post-cutoff one
+    without coverage raises ``MissingCoverage``); a receipt repeated inside the
+    batch is fresh the first time, ``repeated`` after.
+    """
+    existing = existing_events(conn, ctx.pack_install_id, ((i.source_lane, i.receipt_id) for i in inputs))
+    verified = {(d.source_lane, d.receipt_id): d for d in verify_duplicates(conn, ctx.protocol, existing.values())}
     fresh: list[Input] = []
     repeated: list[Input] = []
     seen: set[tuple[str, str]] = set()
@@ -88,16 +111,17 @@ def _admit(conn: Connection, pack_install_id: str, inputs: Sequence[Input]) -> A
         else:
             fresh.append(item)
             seen.add(key)
-    if not fresh:
-        return result
+    return fresh, repeated
 
-    now = utcnow()
-    first_ordinal = allocate_ordinals(conn, pack_install_id, ctx.protocol.legacy_max_ordinal, len(fresh))
-    first_event_id, next_work_id = allocate_event_and_work_ids(conn)
+
+def _insert_events(
+    conn: Connection, ctx: PackContext, fresh: list[Input], first_ordinal: int, first_event_id: int, now: dt.datetime
+) -> ByIdentity:
+    """Insert one pending Event per fresh input (consecutive ordinals and EventIds, in batch order), in one statement."""
     rows: list[dict[str, Any]] = []
-    by_identity: dict[ProjectionIdentity, list[dict[str, Any]]] = {}
+    by_identity: ByIdentity = {}
     for offset, item in enumerate(fresh):
-        identity = item.identity(pack_install_id)
+        identity = item.identity(ctx.pack_install_id)
         row = {
             "EventId": first_event_id + offset,
             "Namespace": ctx.namespace,
@@ -112,7 +136,18 @@ def _admit(conn: Connection, pack_install_id: str, inputs: Sequence[Input]) -> A
         rows.append(row)
         by_identity.setdefault(identity, []).append(row)
     conn.execute(insert(Event), rows)
+    return by_identity
 
+
+def _write_generations(
+    conn: Connection, ctx: PackContext, by_identity: ByIdentity, next_work_id: int, now: dt.datetime, result: AdmissionResult
+) -> None:
+    """Per affected identity: extend its latest generation if extendable, else create one successor (one UPDATE, one INSERT).
+
+    Either way ``LaneOrdinal`` and ``SelectedEventId`` become the identity's last
+    input of the batch; a successor starts at its first. Every input is recorded
+    in ``result.admitted`` with the generation that covers it.
+    """
     latest = latest_generations(conn, list(by_identity))
     moves = [
         (latest[identity], members[-1]["EnqueueOrdinal"], members[-1]["EventId"])
@@ -145,8 +180,10 @@ def _admit(conn: Connection, pack_install_id: str, inputs: Sequence[Input]) -> A
             result.admitted.append(Admitted(row["SourceLane"], row["ReceiptId"], row["EventId"], row["EnqueueOrdinal"], work_id))
     create_generations(conn, new_rows)
 
+
+def _cover_repeated(repeated: list[Input], result: AdmissionResult) -> None:
+    """A receipt repeated inside the batch is a ``covered`` duplicate of its first occurrence's generation."""
     by_key = {(a.source_lane, a.receipt_id): a for a in result.admitted}
-    for item in repeated:  # repeated inside this batch: covered by the generation just written
+    for item in repeated:
         a = by_key[(item.source_lane, item.receipt_id)]
         result.duplicates.append(Duplicate(a.source_lane, a.receipt_id, a.event_id, a.ordinal, COVERED, a.work_id))
-    return result
