@@ -147,56 +147,78 @@ def materialize(
     require_eligibility_column(engine)
     total = count_materializable(engine)
     log.info("materializing %d NULL rows with a FieldId and a HistorySequence, batches of %d", total, batch_size)
-    started = time.monotonic()
-    last_log = started
+    run = _Run(total, progress_every_s)
     lo: int | None = None
-    set_true = set_false = batches = 0
-
-    def timed_out() -> LockTimeout:
-        return LockTimeout(
-            f"timed out after {deadline.seconds:g}s with {set_true + set_false} of {total} rows materialized "
-            f"(committed and kept); rerun materialize to finish the rest"
-        )
-
     while True:
-        if deadline.expired():
-            raise timed_out()
-        try:
-            hi, t, f = _run_batch(engine, lo, batch_size, deadline)
-        except LockTimeout as exc:
-            if deadline.expired():
-                raise timed_out() from exc
-            raise
+        hi, t, f = _batch_in_time(engine, lo, batch_size, deadline, run)
         if hi is None:
             break
-        lo, batches = hi, batches + 1
-        set_true, set_false = set_true + t, set_false + f
+        lo = hi
+        progress = run.record(hi, t, f)
+        if on_batch is not None:
+            on_batch(progress)
+    return run.result(engine, batch_size)
+
+
+def _batch_in_time(engine: Engine, lo: int | None, batch_size: int, deadline: Deadline, run: _Run) -> tuple[int | None, int, int]:
+    """:func:`_run_batch` while the deadline holds; a timeout says how far ``run`` got."""
+    if deadline.expired():
+        raise run.timed_out(deadline)
+    try:
+        return _run_batch(engine, lo, batch_size, deadline)
+    except LockTimeout as exc:
+        if deadline.expired():
+            raise run.timed_out(deadline) from exc
+        raise
+
+
+class _Run:
+    """The running totals of one :func:`materialize` call, and its log lines (progress every ``progress_every_s``)."""
+
+    def __init__(self, total: int, progress_every_s: float):
+        self.total = total
+        self.progress_every_s = progress_every_s
+        self.started = self.last_log = time.monotonic()
+        self.set_true = self.set_false = self.batches = 0
+
+    def record(self, hi: int, t: int, f: int) -> Progress:
+        """Count the batch just committed (``ChangeId <= hi``, ``t`` TRUE, ``f`` FALSE) and log it."""
+        self.batches += 1
+        self.set_true, self.set_false = self.set_true + t, self.set_false + f
         now = time.monotonic()
-        progress = Progress(batches, set_true + set_false, total, hi, now - started)
-        if batches == 1 or now - last_log >= progress_every_s:
-            last_log = now
+        progress = Progress(self.batches, self.set_true + self.set_false, self.total, hi, now - self.started)
+        if self.batches == 1 or now - self.last_log >= self.progress_every_s:
+            self.last_log = now
             eta = progress.eta_s
             log.info(
                 "materialized %d/%d rows (batch %d, ChangeId <= %d), %.0f rows/s, ETA %s",
                 progress.rows_done,
-                total,
-                batches,
+                self.total,
+                self.batches,
                 hi,
                 progress.rate,
                 f"{eta:.0f}s" if eta is not None else "unknown",
             )
         else:
-            log.debug("batch %d done: ChangeId <= %d, %d TRUE, %d FALSE", batches, hi, t, f)
-        if on_batch is not None:
-            on_batch(progress)
-    seconds = time.monotonic() - started
-    remaining = count_materializable(engine)
-    log.info(
-        "materialization done: %d TRUE, %d FALSE in %d batches, %.1fs; %d materializable rows remain",
-        set_true,
-        set_false,
-        batches,
-        seconds,
-        remaining,
-    )
-    return MaterializeResult(set_true, set_false, batches, total, remaining, seconds, batch_size)
+            log.debug("batch %d done: ChangeId <= %d, %d TRUE, %d FALSE", self.batches, hi, t, f)
+        return progress
+
+    def timed_out(self, deadline: Deadline) -> LockTimeout:
+        return LockTimeout(
+            f"timed out after {deadline.seconds:g}s with {self.set_true + self.set_false} of {self.total} rows materialized "
+            f"(committed and kept); rerun materialize to finish the rest"
+        )
+
+    def result(self, engine: Engine, batch_size: int) -> MaterializeResult:
+        """The run's result, with what is still materializable now (one count)."""
+        seconds = time.monotonic() - self.started
+        remaining = count_materializable(engine)
+        log.info(
+            "materialization done: %d TRUE, %d FALSE in %d batches, %.1fs; %d materializable rows remain",
+            self.set_true,
+            self.set_false,
+            self.batches,
+            seconds,
+            remaining,
+        )
+        return MaterializeResult(self.set_true, self.set_false, self.batches, self.total, remaining, seconds, batch_size)
