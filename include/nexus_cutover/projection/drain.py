@@ -228,61 +228,87 @@ def drain_report(
     """
     now = now or utcnow()
     with translate_errors("reading the drain status"):
-        if isinstance(bind, Engine):
-            with bind.connect() as conn:
-                return drain_report(
-                    conn,
-                    namespace,
-                    deadline=deadline,
-                    stale_heartbeat=stale_heartbeat,
-                    now=now,
-                    sample_limit=sample_limit,
-                    range_column=range_column,
-                )
-        conn = bind
-        if range_column is None:
-            range_column = has_column(conn, catalog.INPUT_START_ORDINAL)
-        counts = {}
-        for status in catalog.WORK_LIVE_STATUSES:
-            counts[status] = int(
-                conn.execute(
-                    select(func.count()).select_from(WorkItem).where(_old_work(namespace, status, range_column))
-                ).scalar_one()
-            )
-        workers = live_old_projection_workers(conn, namespace, stale_heartbeat=stale_heartbeat, now=now)
-        resolvers = live_old_dependency_resolvers(conn, namespace, stale_heartbeat=stale_heartbeat, now=now)
-        report = DrainReport(namespace, now, deadline, counts, workers, resolvers)
-        report.timed_out = now >= deadline and not report.drained
+        if not isinstance(bind, Engine):
+            return _look(bind, namespace, deadline, stale_heartbeat, now, sample_limit, range_column)
+        with bind.connect() as conn:
+            return _look(conn, namespace, deadline, stale_heartbeat, now, sample_limit, range_column)
 
-        def classify(cause: str, where) -> None:
-            total, items = _count_and_sample(conn, where, sample_limit)
-            report.blocker_totals[cause] = total
-            report.blockers[cause] = items
 
-        retry_not_due = WorkItem.c.NextAttemptAt > deadline
+def _look(
+    conn: Connection, namespace: str, deadline: dt.datetime, stale_heartbeat: dt.timedelta, now: dt.datetime,
+    sample_limit: int, range_column: bool | None,
+) -> DrainReport:
+    """One look (:func:`drain_report`): the counts, the live old processes, then the blockers cause by cause."""
+    if range_column is None:
+        range_column = has_column(conn, catalog.INPUT_START_ORDINAL)
+    counts = _live_counts(conn, namespace, range_column)
+    workers = live_old_projection_workers(conn, namespace, stale_heartbeat=stale_heartbeat, now=now)
+    resolvers = live_old_dependency_resolvers(conn, namespace, stale_heartbeat=stale_heartbeat, now=now)
+    report = DrainReport(namespace, now, deadline, counts, workers, resolvers)
+    report.timed_out = now >= deadline and not report.drained
+    blockers = _Blockers(conn, report, range_column, sample_limit)
+    blockers.cannot_finish()
+    if not workers and (counts["pending"] or counts["retry"]):
+        blockers.no_live_old_worker()
+    if report.timed_out:
+        blockers.still_live()
+    return report
+
+
+def _live_counts(conn: Connection, namespace: str, range_column: bool) -> dict[str, int]:
+    """Old projection work of the namespace by live status (one count each)."""
+    counts = {}
+    for status in catalog.WORK_LIVE_STATUSES:
+        where = _old_work(namespace, status, range_column)
+        counts[status] = int(conn.execute(select(func.count()).select_from(WorkItem).where(where)).scalar_one())
+    return counts
+
+
+class _Blockers:
+    """Fills ``report.blocker_totals`` / ``report.blockers`` of one look, a cause at a time (listings capped at ``sample_limit``)."""
+
+    def __init__(self, conn: Connection, report: DrainReport, range_column: bool, sample_limit: int):
+        self.conn = conn
+        self.report = report
+        self.range_column = range_column
+        self.sample_limit = sample_limit
+
+    def old_work(self, status: str):
+        return _old_work(self.report.namespace, status, self.range_column)
+
+    def record(self, cause: str, total: int, items: list[dict[str, Any]]) -> None:
+        self.report.blocker_totals[cause] = total
+        self.report.blockers[cause] = items
+
+    def classify(self, cause: str, where) -> None:
+        """``cause``: the old work matching ``where``, its exact total and the first ``sample_limit`` items."""
+        self.record(cause, *_count_and_sample(self.conn, where, self.sample_limit))
+
+    def cannot_finish(self) -> None:
+        """``retry_not_due``, ``blocked_external`` (only while no live resolver) and ``expired_lease``."""
+        report, counts = self.report, self.report.counts
         if counts["retry"]:
-            classify(CAUSE_RETRY_NOT_DUE, and_(_old_work(namespace, "retry", range_column), retry_not_due))
-        if counts["blocked"] and not resolvers:  # with a live resolver, blocked items are progressing
-            classify(CAUSE_BLOCKED_EXTERNAL, and_(_old_work(namespace, "blocked", range_column), WorkItem.c.BlockedOn.isnot(None)))
+            self.classify(CAUSE_RETRY_NOT_DUE, and_(self.old_work("retry"), WorkItem.c.NextAttemptAt > report.deadline))
+        if counts["blocked"] and not report.live_old_resolvers:  # with a live resolver, blocked items are progressing
+            self.classify(CAUSE_BLOCKED_EXTERNAL, and_(self.old_work("blocked"), WorkItem.c.BlockedOn.isnot(None)))
         if counts["processing"]:
-            expired = and_(WorkItem.c.LeaseExpiresAt.isnot(None), WorkItem.c.LeaseExpiresAt < now)
-            classify(CAUSE_EXPIRED_LEASE, and_(_old_work(namespace, "processing", range_column), expired))
-        if not workers and (counts["pending"] or counts["retry"]):
-            total_p, items_p = _count_and_sample(conn, _old_work(namespace, "pending", range_column), sample_limit)
-            due = or_(WorkItem.c.NextAttemptAt.is_(None), WorkItem.c.NextAttemptAt <= deadline)
-            total_r, items_r = _count_and_sample(
-                conn, and_(_old_work(namespace, "retry", range_column), due), max(0, sample_limit - len(items_p))
-            )
-            report.blocker_totals[CAUSE_NO_LIVE_OLD_WORKER] = total_p + total_r
-            report.blockers[CAUSE_NO_LIVE_OLD_WORKER] = items_p + items_r
-        if report.timed_out:
-            remaining_items: list[dict[str, Any]] = []
-            for status in catalog.WORK_LIVE_STATUSES:
-                if counts[status] and len(remaining_items) < sample_limit:
-                    _, items = _count_and_sample(
-                        conn, _old_work(namespace, status, range_column), sample_limit - len(remaining_items)
-                    )
-                    remaining_items.extend(items)
-            report.blocker_totals[CAUSE_TIMED_OUT] = report.remaining
-            report.blockers[CAUSE_TIMED_OUT] = remaining_items
-        return report
+            expired = and_(WorkItem.c.LeaseExpiresAt.isnot(None), WorkItem.c.LeaseExpiresAt < report.checked_at)
+            self.classify(CAUSE_EXPIRED_LEASE, and_(self.old_work("processing"), expired))
+
+    def no_live_old_worker(self) -> None:
+        """``no_live_old_worker``: the pending items, then the retry items due before the deadline."""
+        total_p, items_p = _count_and_sample(self.conn, self.old_work("pending"), self.sample_limit)
+        due = or_(WorkItem.c.NextAttemptAt.is_(None), WorkItem.c.NextAttemptAt <= self.report.deadline)
+        total_r, items_r = _count_and_sample(
+            self.conn, and_(self.old_work("retry"), due), max(0, self.sample_limit - len(items_p))
+        )
+        self.record(CAUSE_NO_LIVE_OLD_WORKER, total_p + total_r, items_p + items_r)
+
+    def still_live(self) -> None:
+        """``still_live_at_timeout``: everything still live, status by status, up to ``sample_limit`` items."""
+        remaining_items: list[dict[str, Any]] = []
+        for status in catalog.WORK_LIVE_STATUSES:
+            if self.report.counts[status] and len(remaining_items) < self.sample_limit:
+                _, items = _count_and_sample(self.conn, self.old_work(status), self.sample_limit - len(remaining_items))
+                remaining_items.extend(items)
+        self.record(CAUSE_TIMED_OUT, self.report.remaining, remaining_items)
