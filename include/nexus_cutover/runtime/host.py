@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
@@ -42,7 +43,7 @@ from .. import catalog
 from ..catalog import WorkItem
 from ..db import translate_errors
 from ..errors import BadInput
-from .activation import ServedPacks, protocol_in_force
+from .activation import ActivationVerdict, ServedPacks, protocol_in_force
 from .claim import live_range_work
 from .errors import MissingCoverage, NotActivated
 from .materializer import Key, materialize, recover_unconfirmed, unmaterialized_count
@@ -78,77 +79,129 @@ def run_host(
     poll_s: float | None = None,
 ) -> int:
     """Run the host until stopped (or drained); returns the exit code (0, or 3 when the gate refuses)."""
-    process_id = process_id or default_process_id("nexus-host")
-    stop_event = stop_event or threading.Event()
-    routing = routing or Routing()
-    heartbeat_s = heartbeat_s if heartbeat_s is not None else _env_float("NEXUS_HOST_HEARTBEAT_S", 5.0)
-    poll_s = poll_s if poll_s is not None else _env_float("NEXUS_HOST_POLL_S", 0.5)
-
-    register(engine, process_id, namespace, catalog.ROLE_INTEGRATION_HOST, catalog.PROTOCOL_RANGES)
-    beater = Heartbeater(engine, [process_id], heartbeat_s).start()
-    log.info("host %s registered for namespace %r (protocol %s)", process_id, namespace, catalog.PROTOCOL_RANGES)
+    host = _Host(
+        engine=engine,
+        namespace=namespace,
+        process_id=process_id or default_process_id("nexus-host"),
+        drain_and_exit=drain_and_exit,
+        stop_event=stop_event or threading.Event(),
+        routing=routing or Routing(),
+        execute=execute,
+        heartbeat_s=heartbeat_s if heartbeat_s is not None else _env_float("NEXUS_HOST_HEARTBEAT_S", 5.0),
+        poll_s=poll_s if poll_s is not None else _env_float("NEXUS_HOST_POLL_S", 0.5),
+    )
+    register(engine, host.process_id, namespace, catalog.ROLE_INTEGRATION_HOST, catalog.PROTOCOL_RANGES)
+    beater = Heartbeater(engine, [host.process_id], host.heartbeat_s).start()
+    log.info("host %s registered for namespace %r (protocol %s)", host.process_id, namespace, catalog.PROTOCOL_RANGES)
     try:
-        return _serve(engine, namespace, process_id, drain_and_exit, stop_event, routing, execute, poll_s, heartbeat_s)
+        return _serve(host)
     finally:
         beater.stop()
         try:
-            mark_stopped(engine, process_id)
-            log.info("host %s stopped", process_id)
+            mark_stopped(engine, host.process_id)
+            log.info("host %s stopped", host.process_id)
         except Exception as exc:  # noqa: BLE001 - never mask the error that ended the host
-            log.error("host %s could not record its stop: %s", process_id, exc)
+            log.error("host %s could not record its stop: %s", host.process_id, exc)
 
 
-def _serve(engine, namespace, process_id, drain_and_exit, stop_event, routing, execute, poll_s, heartbeat_s) -> int:
-    worker = ProjectionWorker(engine, namespace, process_id, execute=execute)
-    last_reasons = None
-    while True:
-        try:
-            verdict = worker.start()  # the gate, in the worker itself: no window between check and start
-            break
-        except NotActivated as exc:
-            if exc.reasons != last_reasons:
-                log.error("activation gate refused for namespace %r: %s", namespace, "; ".join(exc.reasons))
-                last_reasons = exc.reasons
-        if drain_and_exit:
-            return EXIT_REFUSED
-        if stop_event.wait(poll_s):
-            return EXIT_OK
-    mark_activated(engine, process_id)
-    log.info("host %s activated: packs %s", process_id, ", ".join(verdict.packs) or "(none)")
-    served = ServedPacks(engine, namespace, heartbeat_s, initial=verdict.packs)
+@dataclass(frozen=True)
+class _Host:
+    """One run of the host, as :func:`run_host` resolved its arguments (defaults and environment applied)."""
+
+    engine: Engine
+    namespace: str
+    process_id: str
+    drain_and_exit: bool
+    stop_event: threading.Event
+    routing: Routing
+    execute: Execute | None
+    heartbeat_s: float
+    poll_s: float
+
+
+def _serve(host: _Host) -> int:
+    """Steps 2 to 5 of the module docstring, once registered."""
+    worker = ProjectionWorker(host.engine, host.namespace, host.process_id, execute=host.execute)
+    verdict = _await_gate(host, worker)
+    if verdict is None:  # refused under --drain-and-exit (3), or stopped while waiting (0)
+        return EXIT_REFUSED if host.drain_and_exit else EXIT_OK
+    mark_activated(host.engine, host.process_id)
+    log.info("host %s activated: packs %s", host.process_id, ", ".join(verdict.packs) or "(none)")
+    served = ServedPacks(host.engine, host.namespace, host.heartbeat_s, initial=verdict.packs)
     for pack in verdict.packs:
-        _recover(engine, pack, routing)
-
-    uncovered: dict[str, dict[Key, int]] = {}
-    refused: set[str] = set()  # packs whose admission refused once: the served packs are re-read before a second try
-    while not stop_event.is_set():
-        busy = False
+        _recover(host.engine, pack, host.routing)
+    receipts = _Receipts(host, served)
+    while not host.stop_event.is_set():
         for pack in served.refresh():
-            _recover(engine, pack, routing)
-        for pack in served.packs:
-            stuck = uncovered.setdefault(pack, {})
-            try:
-                report = materialize(engine, pack, routing, skip=set(stuck))
-            except (NotActivated, BadInput) as exc:
-                if pack in refused:  # still served after a re-read: not a pack uninstalled since the last refresh
-                    raise
-                log.warning("pack %s refused admission (%s); re-reading the served packs", pack, exc)
-                refused.add(pack)
-                served.invalidate()
-                continue
-            refused.discard(pack)
-            stuck.update({(lane, rid): ordinal for lane, rid, ordinal in report.uncovered})
-            busy = busy or report.admitted > 0 or report.duplicates > 0 or report.confirmed > 0
-        while not stop_event.is_set() and worker.work_one() is not None:
+            _recover(host.engine, pack, host.routing)
+        busy = receipts.materialize_served()
+        while not host.stop_event.is_set() and worker.work_one() is not None:
             busy = True
         if busy:
             continue
-        if drain_and_exit and _drained(engine, namespace, [p for p in served.packs if p not in refused], uncovered):
+        if host.drain_and_exit and receipts.drained():
             if served.skipped:
                 log.warning("drained the served packs; not served (left as they are): %s", "; ".join(served.skipped.values()))
             return EXIT_OK
-        stop_event.wait(poll_s)
+        host.stop_event.wait(host.poll_s)
     return EXIT_OK
+
+
+def _await_gate(host: _Host, worker: ProjectionWorker) -> ActivationVerdict | None:
+    """Run the activation gate until it passes, logging each new refusal; None when the host is to return instead.
+
+    That is at the first refusal with ``drain_and_exit``, or when ``stop_event``
+    is set while waiting. The gate runs in the worker itself: no window between
+    check and start.
+    """
+    last_reasons = None
+    while True:
+        try:
+            return worker.start()
+        except NotActivated as exc:
+            if exc.reasons != last_reasons:
+                log.error("activation gate refused for namespace %r: %s", host.namespace, "; ".join(exc.reasons))
+                last_reasons = exc.reasons
+        if host.drain_and_exit or host.stop_event.wait(host.poll_s):
+            return None
+
+
+class _Receipts:
+    """The receipts of the served packs: materialized pass by pass, those without coverage remembered per pack.
+
+    A receipt without coverage is skipped from then on, and ends a drain with
+    ``MissingCoverage`` (:func:`_drained`).
+    """
+
+    def __init__(self, host: _Host, served: ServedPacks):
+        self.host = host
+        self.served = served
+        self.uncovered: dict[str, dict[Key, int]] = {}
+        self.refused: set[str] = set()  # packs whose admission refused once: the served packs are re-read before a second try
+
+    def materialize_served(self) -> bool:
+        """One pass over the served packs; True when it admitted, found duplicates or confirmed anything."""
+        busy = False
+        for pack in self.served.packs:
+            stuck = self.uncovered.setdefault(pack, {})
+            try:
+                report = materialize(self.host.engine, pack, self.host.routing, skip=set(stuck))
+            except (NotActivated, BadInput) as exc:
+                if pack in self.refused:  # still served after a re-read: not a pack uninstalled since the last refresh
+                    raise
+                log.warning("pack %s refused admission (%s); re-reading the served packs", pack, exc)
+                self.refused.add(pack)
+                self.served.invalidate()
+                continue
+            self.refused.discard(pack)
+            stuck.update({(lane, rid): ordinal for lane, rid, ordinal in report.uncovered})
+            busy = busy or report.admitted > 0 or report.duplicates > 0 or report.confirmed > 0
+        return busy
+
+    def drained(self) -> bool:
+        """:func:`_drained` over the served packs whose admission did not just refuse."""
+        packs = [p for p in self.served.packs if p not in self.refused]
+        return _drained(self.host.engine, self.host.namespace, packs, self.uncovered)
 
 
 def _recover(engine: Engine, pack: str, routing: Routing) -> None:
