@@ -40,7 +40,7 @@ from sqlalchemy import Connection, Engine, and_, func, or_, select
 from .. import catalog
 from ..catalog import ProcessRegistry, WorkItem
 from ..clock import utcnow
-from ..db import translate_errors
+from ..db import connection_of, translate_errors
 from ..liveness import live_clause
 from ..schema import has_column
 
@@ -227,11 +227,8 @@ def drain_report(
     ``InputStartOrdinal`` exists (detected when None). Read only.
     """
     now = now or utcnow()
-    with translate_errors("reading the drain status"):
-        if not isinstance(bind, Engine):
-            return _look(bind, namespace, deadline, stale_heartbeat, now, sample_limit, range_column)
-        with bind.connect() as conn:
-            return _look(conn, namespace, deadline, stale_heartbeat, now, sample_limit, range_column)
+    with translate_errors("reading the drain status"), connection_of(bind) as conn:
+        return _look(conn, namespace, deadline, stale_heartbeat, now, sample_limit, range_column)
 
 
 def _look(

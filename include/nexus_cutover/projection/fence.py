@@ -37,7 +37,7 @@ from sqlalchemy import Connection, Engine, insert, select, update
 from .. import catalog, tx
 from ..catalog import AdmissionFence, AdmissionFenceOverride, ConnectorProjectionProtocol
 from ..clock import utcnow
-from ..db import Deadline
+from ..db import Deadline, connection_of
 from ..errors import BadInput, Refused
 from ..fencing import fence_in_force, is_cutover_fence, override_active
 from ..locks import lifecycle_lock_names
@@ -311,7 +311,5 @@ def _release(
 
 def cutover_fence_in_force(bind: Engine | Connection, namespace: str) -> dict[str, Any] | None:
     """The namespace's non-expiring ``*`` fence in force, if any (there is normally one)."""
-    if isinstance(bind, Engine):
-        with bind.connect() as conn:
-            return cutover_fence_in_force(conn, namespace)
-    return next((f for f in fences_in_force(bind, namespace, utcnow()) if _is_cutover_fence(f)), None)
+    with connection_of(bind) as conn:
+        return next((f for f in fences_in_force(conn, namespace, utcnow()) if _is_cutover_fence(f)), None)

@@ -27,7 +27,7 @@ from sqlalchemy import Connection, Engine, or_, select
 from .. import catalog
 from ..catalog import ProcessRegistry
 from ..clock import utcnow
-from ..db import translate_errors
+from ..db import connection_of, translate_errors
 from ..liveness import process_state
 
 PROCESS_CAP = 1000
@@ -114,11 +114,8 @@ def old_writer_evidence(
 ) -> WriterEvidence:
     """Evidence that every old writer of the namespace is stopped or silent (read only)."""
     now = now or utcnow()
-    with translate_errors("reading the process registry"):
-        if isinstance(bind, Engine):
-            with bind.connect() as conn:
-                return old_writer_evidence(conn, namespace, stale_heartbeat=stale_heartbeat, now=now)
-        procs = _processes(bind, namespace, catalog.OLD_WRITER_ROLES, catalog.PROTOCOL_OLD, now, stale_heartbeat)
+    with translate_errors("reading the process registry"), connection_of(bind) as conn:
+        procs = _processes(conn, namespace, catalog.OLD_WRITER_ROLES, catalog.PROTOCOL_OLD, now, stale_heartbeat)
         return WriterEvidence(namespace, now, stale_heartbeat.total_seconds(), procs)
 
 
@@ -157,12 +154,9 @@ def readiness(
 ) -> Readiness:
     """Readiness of the new host (read only); ``reasons`` says what is missing."""
     now = now or utcnow()
-    with translate_errors("reading the process registry"):
-        if isinstance(bind, Engine):
-            with bind.connect() as conn:
-                return readiness(conn, namespace, stale_heartbeat=stale_heartbeat, now=now)
-        hosts = _processes(bind, namespace, [catalog.ROLE_INTEGRATION_HOST], catalog.PROTOCOL_RANGES, now, stale_heartbeat)
-        old = old_writer_evidence(bind, namespace, stale_heartbeat=stale_heartbeat, now=now).live
+    with translate_errors("reading the process registry"), connection_of(bind) as conn:
+        hosts = _processes(conn, namespace, [catalog.ROLE_INTEGRATION_HOST], catalog.PROTOCOL_RANGES, now, stale_heartbeat)
+        old = old_writer_evidence(conn, namespace, stale_heartbeat=stale_heartbeat, now=now).live
         result = Readiness(namespace, now, hosts, old)
         if not result.ready_hosts:
             if not [h for h in hosts if h["state"] == "live"]:
@@ -179,11 +173,8 @@ def old_processes_since(
 ) -> list[dict[str, Any]]:
     """Old-protocol writers that started or heartbeated at/after ``since`` (diagnosis only)."""
     now = now or utcnow()
-    with translate_errors("reading the process registry"):
-        if isinstance(bind, Engine):
-            with bind.connect() as conn:
-                return old_processes_since(conn, namespace, since, now=now)
-        rows = bind.execute(
+    with translate_errors("reading the process registry"), connection_of(bind) as conn:
+        rows = conn.execute(
             select(ProcessRegistry)
             .where(
                 ProcessRegistry.c.Namespace == namespace,
