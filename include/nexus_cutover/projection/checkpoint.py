@@ -139,16 +139,17 @@ def result_already_written(existing: ProtocolRow, namespace: str) -> CheckpointR
     """``already_written``: the existing version-1 row, returned unchanged (another version is an error)."""
     require_version_1(existing)
     log.info("pack %s: checkpoint already present (LegacyMaxOrdinal=%d)", existing.pack_install_id, existing.legacy_max_ordinal)
-    return CheckpointResult(
-        existing.pack_install_id, namespace, ALREADY_WRITTEN, existing.legacy_max_ordinal,
-        protocol_version=existing.protocol_version, written_by=existing.written_by,
-    )
+    return _of_row(existing, namespace, ALREADY_WRITTEN)
 
 
 def result_written(row: ProtocolRow, namespace: str) -> CheckpointResult:
     """``written``: the protocol row just inserted."""
+    return _of_row(row, namespace, WRITTEN)
+
+
+def _of_row(row: ProtocolRow, namespace: str, outcome: str) -> CheckpointResult:
     return CheckpointResult(
-        row.pack_install_id, namespace, WRITTEN, row.legacy_max_ordinal,
+        row.pack_install_id, namespace, outcome, row.legacy_max_ordinal,
         protocol_version=row.protocol_version, written_by=row.written_by,
     )
 
