@@ -104,9 +104,12 @@ def _receipts(engine: Engine, ns: str) -> dict[str, Any]:
     return {"total": total, "materialized": materialized}
 
 
-def field_history_stage(d: dict[str, Any]) -> tuple[int, str]:
-    """The seed-003 stage the tenant has completed, from a ``field-history-eligibility status`` dict."""
-    if d.get("read_mode") == catalog.READ_MODE_BOOLEAN_ONLY and not d.get("sequence_reservation_enabled", True):
+def field_history_stage(d: dict[str, Any], *, switches_final: bool) -> tuple[int, str]:
+    """The seed-003 stage the tenant has completed, from a ``field-history-eligibility status`` dict.
+
+    ``switches_final``: both switches at their stage-3 values (``FieldHistorySettings.final``, the one rule).
+    """
+    if switches_final:
         return 3, "stage 3 done: boolean-only reads, sequence reservation off"
     if d.get("materializable_rows", 1) == 0 and d.get("eligible_null_rows", 1) == 0:
         return 2, "stage 2 done: no materializable or eligible NULL row left (compat reads)"
@@ -120,8 +123,9 @@ def _field_history(engine: Engine, ns: str) -> dict[str, Any]:
 
     if not has_column(engine, catalog.FIELD_HISTORY_ELIGIBLE):
         return {"stage": 0, "stage_text": "stage 0: FieldHistoryEligible column absent"}
-    d = read_status(engine, ns).as_dict()
-    stage, text = field_history_stage(d)
+    status = read_status(engine, ns)
+    d = status.as_dict()
+    stage, text = field_history_stage(d, switches_final=status.settings.final)
     decided = d["rows_by_value"]["true"] + d["rows_by_value"]["false"]
     return {"stage": stage, "stage_text": text, "read_mode": d["read_mode"],
             "sequence_reservation_enabled": d["sequence_reservation_enabled"],

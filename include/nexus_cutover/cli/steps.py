@@ -438,7 +438,8 @@ def build_parser() -> argparse.ArgumentParser:
         if "since" in groups:
             flag(p, "since", metavar="ISO", help="check from this UTC time (default: the last cutover fence release)")
         if "waits" in groups:
-            p.add_argument("--wait", action="store_true", help="wait until drained or stuck (drain)")
+            if name == "drain":
+                p.add_argument("--wait", action="store_true", help="wait until drained or stuck")
             flag(p, "drain-timeout", type=duration_arg, default=3600.0, metavar="DURATION", help="bound of the drain (default 1h)")
             flag(p, "poll-interval", type=duration_arg, default=30.0, metavar="DURATION", help="between looks (default 30s)")
         if "run" in groups:
