@@ -308,18 +308,37 @@ def _confirm(c: Command, ev) -> str:
 
 def cmd_run(c: Command) -> tuple[int, dict[str, Any]]:
     """The five steps in order, in one process, stopping where the DAG stops."""
-    ns, out = c.args.namespace, {"namespace": c.args.namespace, "holder": c.args.holder}
-    packs = steps.resolve_packs(c.engine, ns, c.args.pack_install_id or ())
-    out["packs"] = packs
-    c.say(f"step 1: packs {', '.join(packs)}")
-    out["schema"] = steps.apply_schema(c.engine, on_created=lambda label: c.say(f"  {label}: created")).as_json()
-    armed = steps.arm_fence(c.engine, ns, holder=c.args.holder, packs=packs, timeout_s=c.args.timeout)
-    out["fence"] = armed.as_json()
-    c.say(f"  fence {armed.fence_id}: {armed.outcome}")
+    out: dict[str, Any] = {"namespace": c.args.namespace, "holder": c.args.holder}
+    armed = _run_step_1(c, out)
     if armed.outcome == "not_needed":
         c.say("every pack is already checkpointed and no cutover fence is in force: nothing to do")
         out["outcome"] = "nothing_to_do"
         return EXIT_OK, out
+    _run_step_2(c, out)
+    _run_step_3(c, out)
+    _run_step_4(c, out)
+    _run_step_5(c, out, int(armed.fence_id))
+    out["outcome"] = "cut_over"
+    c.say(f"cutover complete for {c.args.namespace}: "
+          + ", ".join(f"{r['pack_install_id']}={r['legacy_max_ordinal']}" for r in out["checkpoints"])
+          + ". Do not restart an old writer after this point.")
+    return EXIT_OK, out
+
+
+def _run_step_1(c: Command, out: dict[str, Any]):
+    """Packs, additive schema, the fence held by ``-holder``."""
+    packs = steps.resolve_packs(c.engine, c.args.namespace, c.args.pack_install_id or ())
+    out["packs"] = packs
+    c.say(f"step 1: packs {', '.join(packs)}")
+    out["schema"] = steps.apply_schema(c.engine, on_created=lambda label: c.say(f"  {label}: created")).as_json()
+    armed = steps.arm_fence(c.engine, c.args.namespace, holder=c.args.holder, packs=packs, timeout_s=c.args.timeout)
+    out["fence"] = armed.as_json()
+    c.say(f"  fence {armed.fence_id}: {armed.outcome}")
+    return armed
+
+
+def _run_step_2(c: Command, out: dict[str, Any]) -> None:
+    """Wait for the drain; a stuck drain stops with its report (exit 3), the deadline with exit 4."""
     c.say("step 2: waiting for old projection work to drain (keep the old workers and resolvers running)")
     deadline = _now() + dt.timedelta(seconds=c.args.drain_timeout)
 
@@ -333,54 +352,63 @@ def cmd_run(c: Command) -> tuple[int, dict[str, Any]]:
         return report.drained, report.counts_text(), report.as_json()
 
     out["drain"] = _wait("the drain", drained, c.args.drain_timeout, c.args.poll_interval, c)
+
+
+def _run_step_3(c: Command, out: dict[str, Any]) -> None:
+    """Wait until every old writer stopped, take the person's confirmation, re-check the registry."""
     c.say("step 3: stop every old writer, receipt materializer and worker now (keep the fence)")
 
     def stopped():
-        ev = steps.writer_evidence(c.engine, ns, stale_heartbeat=c.stale)
+        ev = steps.writer_evidence(c.engine, c.args.namespace, stale_heartbeat=c.stale)
         live = [p["process_id"] for p in ev.live]
         return not live, (f"{len(live)} old writer(s) still live: {', '.join(live)}" if live else "every old writer stopped"), ev
+
     evidence = _wait("every old writer stopping", stopped, c.args.writers_stop_timeout, c.args.poll_interval, c)
     confirmed_by = _confirm(c, evidence)
-    check = steps.recheck_writers(c.engine, ns, evidence_taken_at=evidence.checked_at, stale_heartbeat=c.stale)
+    check = steps.recheck_writers(c.engine, c.args.namespace, evidence_taken_at=evidence.checked_at, stale_heartbeat=c.stale)
     out["confirmation"] = {"confirmed_by": confirmed_by, **check.as_json()}
     if not check.holds:
         raise Stopped(f"cutover not performed: old writer(s) {', '.join(check.came_back)} came back after the evidence "
                       "was taken. Nothing was confirmed; the fence stays armed.", out["confirmation"])
+
+
+def _run_step_4(c: Command, out: dict[str, Any]) -> None:
+    """Audit and checkpoint each pack; a refusal stops (exit 3) with every finding."""
     c.say("step 4: audit and checkpoint, per pack")
     out["checkpoints"] = []
-    for pack in packs:
+    for pack in out["packs"]:
         result = steps.checkpoint(c.engine, pack, timeout_s=c.args.timeout, written_by=c.args.holder)
         out["checkpoints"].append(result.as_json())
         code, _ = _checkpoint_outcome(c, result)
         if code != EXIT_OK:
             raise Stopped(f"{result.summary()}. Old missing or ambiguous responsibility needs a separately reviewed "
                           "recovery decision; the fence stays armed.", out)
+
+
+def _run_step_5(c: Command, out: dict[str, Any], fence_id: int) -> None:
+    """Start the host (with ``-host-command``), wait for readiness, release the fence, verify no old writer ran."""
+    from ..projection.fence import fence_row
+
     c.say("step 5: start the new host" + (f" ({c.args.host_command})" if c.args.host_command else " now") +
           ", then readiness, then the fence is released")
     if c.args.host_command:
         out["host_pid"] = _start_host(c.args.host_command)
 
     def ready():
-        r = steps.readiness(c.engine, ns, stale_heartbeat=c.stale)
+        r = steps.readiness(c.engine, c.args.namespace, stale_heartbeat=c.stale)
         return r.ready, ("ready" if r.ready else "not ready: " + "; ".join(r.reasons)), r.as_json()
 
     out["readiness"] = _wait("the new host's readiness", ready, c.args.readiness_timeout, c.args.poll_interval, c)
-    released = steps.release_fence(c.engine, ns, int(armed.fence_id), holder=c.args.holder, stale_heartbeat=c.stale,
+    released = steps.release_fence(c.engine, c.args.namespace, fence_id, holder=c.args.holder, stale_heartbeat=c.stale,
                                    timeout_s=c.args.timeout)
     out["release"] = released.as_json()
     c.say(f"  fence {released.fence_id}: {released.outcome}; admission resumes through the new host")
     with c.engine.connect() as conn:
-        from ..projection.fence import fence_row
-
-        released_at = dt.datetime.fromisoformat(fence_row(conn, int(armed.fence_id))["ReleasedAt"])
-    seen = steps.verify_no_old_writer(c.engine, ns, released_at=released_at)
+        released_at = dt.datetime.fromisoformat(fence_row(conn, fence_id)["ReleasedAt"])
+    seen = steps.verify_no_old_writer(c.engine, c.args.namespace, released_at=released_at)
     out["old_writers_after_release"] = seen
     if seen:
         raise Stopped("old-protocol writer(s) ran after the release: " + ", ".join(p["process_id"] for p in seen), out)
-    out["outcome"] = "cut_over"
-    c.say(f"cutover complete for {ns}: " + ", ".join(f"{r['pack_install_id']}={r['legacy_max_ordinal']}" for r in out["checkpoints"])
-          + ". Do not restart an old writer after this point.")
-    return EXIT_OK, out
 
 
 def _start_host(command: str) -> int:
