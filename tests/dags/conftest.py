@@ -12,7 +12,7 @@ import pathlib
 
 import pytest
 
-from tests.dags.airflow_harness import connection_json, migrate_metadata_db
+from tests.dags.airflow_harness import connection_json, load_dag, migrate_metadata_db
 
 
 @pytest.fixture(scope="session")
@@ -34,3 +34,29 @@ def tenant_connection(monkeypatch):
         return conn_id
 
     return _make
+
+
+# ---------------------------------------------------------------------------
+# The cutover DAG's fixtures (modules of another DAG define their own ``dag`` / ``tenant``)
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def dag(airflow_db):
+    """The cutover DAG, parsed fresh per test: in-process task runs may mutate the DAG's params."""
+    from tests.dags.cutover_support import DAG_ID
+
+    return load_dag(DAG_ID)
+
+
+@pytest.fixture
+def tenant(mysql_url, tenant_connection):
+    """``(engine, conn_id)``: a fresh MariaDB tenant with the Part A schema and its Airflow connection."""
+    from nexus_cutover.db import make_engine
+    from nexus_cutover.schema import create_legacy_schema
+
+    engine = make_engine(mysql_url)
+    create_legacy_schema(engine)
+    conn_id = tenant_connection("nexus_tenant_acme_test", mysql_url)
+    yield engine, conn_id
+    engine.dispose()

@@ -16,7 +16,7 @@ from nexus_airflow.faults import FAULT_ENV
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
 from nexus_cutover.schema import create_legacy_schema
-from tests.dags.airflow_harness import HitlAnswerer, clear_and_rerun, load_dag, run_dag
+from tests.dags.airflow_harness import HitlAnswerer, clear_and_rerun, run_dag
 from tests.dags.cutover_support import (
     DAG_ID,
     PACKS,
@@ -42,11 +42,6 @@ FAULTS = [
     ("resume_admission.after_write", "resume_admission"),
     ("final_old_writer_check.before_emit", "final_old_writer_check"),
 ]
-
-
-@pytest.fixture
-def dag(airflow_db):
-    return load_dag(DAG_ID)  # fresh per test: in-process task runs may mutate the DAG's params
 
 
 def _protocol_rows_full(engine):

@@ -9,31 +9,14 @@ import re
 import subprocess
 import sys
 
-import pytest
 from sqlalchemy import select, update
 
 from nexus_cutover import catalog
-from nexus_cutover.db import make_engine
-from nexus_cutover.schema import create_legacy_schema
-from tests.dags.airflow_harness import HitlAnswerer, collect, load_dag, next_logical_date, run_dag
+from tests.dags.airflow_harness import HitlAnswerer, collect, next_logical_date, run_dag
 from tests.dags.cutover_support import DAG_ID, NS, PACKS, Deployer, base_conf, drained_tenant, history_bytes, max_ordinal, snapshot
 
 CONFIRM = "Confirm: all old writers stopped"
 Registry = catalog.ProcessRegistry
-
-
-@pytest.fixture
-def dag(airflow_db):
-    return load_dag(DAG_ID)
-
-
-@pytest.fixture
-def tenant(mysql_url, tenant_connection):
-    engine = make_engine(mysql_url)
-    create_legacy_schema(engine)
-    conn_id = tenant_connection("nexus_tenant_acme_guards", mysql_url)
-    yield engine, conn_id
-    engine.dispose()
 
 
 def _heartbeat_now(engine, process_id: str) -> None:

@@ -17,7 +17,7 @@ from nexus_cutover.db import make_engine
 from nexus_cutover.projection import drain
 from nexus_cutover.schema import create_legacy_schema
 from nexus_sim.scenario import utcnow
-from tests.dags.airflow_harness import HitlAnswerer, load_dag, run_dag
+from tests.dags.airflow_harness import HitlAnswerer, run_dag
 from tests.dags.cutover_support import (
     DAG_ID,
     NS,
@@ -35,20 +35,6 @@ from tests.support import table_checksum
 
 CONFIRM = "Confirm: all old writers stopped"
 DOWNSTREAM_OF_DRAIN = ("check_old_writers", "confirm_writers_stopped", "start_new_host", "resume_admission")
-
-
-@pytest.fixture
-def dag(airflow_db):
-    return load_dag(DAG_ID)  # fresh per test: in-process task runs may mutate the DAG's params
-
-
-@pytest.fixture
-def tenant(mysql_url, tenant_connection):
-    engine = make_engine(mysql_url)
-    create_legacy_schema(engine)
-    conn_id = tenant_connection("nexus_tenant_acme_test", mysql_url)
-    yield engine, conn_id
-    engine.dispose()
 
 
 def asset_events(uri: str) -> list[dict]:

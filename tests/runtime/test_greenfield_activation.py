@@ -171,6 +171,20 @@ def _wait_for(condition, timeout_s=20.0):
     return condition()
 
 
+def _running_host(engine):
+    """The reference host ``h`` of NS in a thread (short heartbeat): (recorder, stop event, exit codes, thread)."""
+    from nexus_cutover.runtime.host import run_host
+
+    recorder, stop, codes = Recorder(), threading.Event(), []
+    host = threading.Thread(
+        target=lambda: codes.append(
+            run_host(engine, NS, process_id="h", stop_event=stop, execute=recorder, heartbeat_s=HEARTBEAT_S, poll_s=0.02)
+        )
+    )
+    host.start()
+    return recorder, stop, codes, host
+
+
 def _process(engine, pid):
     with engine.connect() as conn:
         return conn.execute(select(catalog.ProcessRegistry).where(catalog.ProcessRegistry.c.ProcessId == pid)).first()
@@ -178,20 +192,13 @@ def _process(engine, pid):
 
 def test_running_host_skips_a_new_pack_until_activated_then_serves_it_without_a_restart(range_engine, caplog, monkeypatch):
     from nexus_cutover.runtime import activation
-    from nexus_cutover.runtime.host import run_host
 
     reads = []
     real = activation.pack_protocols
     monkeypatch.setattr(activation, "pack_protocols", lambda conn, ns: reads.append(time.monotonic()) or real(conn, ns))
     caplog.set_level(logging.INFO, logger="nexus_cutover.runtime")
     range_tenant(range_engine, build=_receipts(PACK, "rc-1", "rc-2"))
-    recorder, stop, codes = Recorder(), threading.Event(), []
-    host = threading.Thread(
-        target=lambda: codes.append(
-            run_host(range_engine, NS, process_id="h", stop_event=stop, execute=recorder, heartbeat_s=HEARTBEAT_S, poll_s=0.02)
-        )
-    )
-    host.start()
+    recorder, stop, codes, host = _running_host(range_engine)
     try:
         assert _wait_for(lambda: _unconfirmed(range_engine, PACK) == 0 and recorder.seen.get(PACK) == ["rc-1", "rc-2"])
         activated_at = _process(range_engine, "h").ActivatedAt
@@ -298,17 +305,10 @@ def test_served_claim_and_the_pack_read_are_index_reads(mysql_range_engine):
 
 
 def test_running_host_stops_serving_a_pack_uninstalled_under_it(range_engine, caplog):
-    from nexus_cutover.runtime.host import run_host
 
     caplog.set_level(logging.INFO, logger="nexus_cutover.runtime")
     range_tenant(range_engine, packs=(PACK, NEW))
-    recorder, stop, codes = Recorder(), threading.Event(), []
-    host = threading.Thread(
-        target=lambda: codes.append(
-            run_host(range_engine, NS, process_id="h", stop_event=stop, execute=recorder, heartbeat_s=HEARTBEAT_S, poll_s=0.02)
-        )
-    )
-    host.start()
+    recorder, stop, codes, host = _running_host(range_engine)
     try:
         assert _wait_for(lambda: getattr(_process(range_engine, "h"), "ActivatedAt", None) is not None)
         with range_engine.begin() as conn:
