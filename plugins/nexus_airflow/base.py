@@ -94,7 +94,8 @@ def holder_is_active_run(context, log):
 
     A holder that is not a run of this Airflow (e.g. a fence armed by hand or by
     the CLI) holds nothing of a run's and may be adopted; so may a run that
-    cannot be found (deleted) or that ended.
+    ended. A run whose state cannot be read counts as active: adopting a fence
+    on a guess could interleave two cutovers, refusing only waits.
     """
 
     def active(holder: str) -> bool:
@@ -104,9 +105,10 @@ def holder_is_active_run(context, log):
             return False
         try:
             state = str(context["ti"].get_dagrun_state(dag_id=dag_id, run_id=run_id))
-        except Exception as exc:  # noqa: BLE001 - an unknown run holds nothing
-            log.warning("could not read the state of run %s of %s (%s): treating it as finished", run_id, dag_id, exc)
-            return False
+        except Exception as exc:  # noqa: BLE001 - unreadable: refuse rather than guess
+            log.error("could not read the state of run %s of %s (%s): treating it as still holding the tenant",
+                      run_id, dag_id, exc)
+            return True
         state = state.rsplit(".", 1)[-1].lower()  # an enum's repr, or its value
         log.info("the fence's holder %s is %s", holder, state)
         return state in HOLDING_RUN_STATES
