@@ -1,0 +1,628 @@
+"""The history digest: proof, per tenant and inside the run, that the cutover changed no historical row.
+
+Taken after the writer-stop confirmation (old writers stopped, the fence armed:
+history can no longer change) and verified again at the end of the run, after
+the new host has worked and admission resumed. Read only, always.
+
+What is history (of namespace NS):
+
+* ``_System_Event`` rows of NS whose ``EnqueueOrdinal`` is at or below their
+  pack's cutoff (``LegacyMaxOrdinal``; a pack without a checkpoint yet: every
+  row), and
+* ``_System_WorkItem`` rows of NS with ``InputStartOrdinal IS NULL`` (old
+  projection and ordinary work).
+
+What the range runtime admits after the cutoff (Events above it, range
+WorkItems) is not history and may change, like the selected Event of range work
+the new host claims, which is above the cutoff. Which rows are history is
+decided by their content, never by their id (TiDB ids are not ordered).
+
+The definition (one, for every server and for SQLite, where Python computes it):
+
+* Row hash: ``CRC32`` of the UTF-8 text ``CONCAT_WS(US, v1, ..., vn, nullmask)``:
+  every catalog column in catalog order as MySQL renders it (integers in
+  decimal, ``DATETIME(6)`` as ``YYYY-MM-DD HH:MM:SS.ffffff``, text as UTF-8),
+  NULLs skipped and told apart by ``nullmask`` (one ``0``/``1`` per nullable column).
+* Chunks: keyset over the primary key, ``chunk_rows`` history rows each; chunk
+  *i* covers ``(hi[i-1], hi[i]]``, the first from minus infinity and, when
+  verified, the last to plus infinity (an extra row anywhere is inside one).
+  Per chunk, in the server: the row count, ``BIT_XOR`` of the row hashes,
+  ``BIT_XOR`` of the keys, ``SUM`` of the row hashes, ``SUM(hash * (key & 2^31-1))``
+  (with the first three, these locate one differing row of a chunk: its key and
+  old hash), and per column a 16-bit fingerprint of ``BIT_XOR`` of its values (or
+  their ``CRC32``) and its non-NULL count (which columns differ).
+* The short hash: the first 16 hex digits of a SHA-256 over the canonical JSON
+  of the tables and their chunks.
+
+Each chunk is one statement in its own short read transaction (TiDB: a bounded
+read, far from the statement caps); memory holds one chunk's summary per
+chunk, never rows (SQLite: one chunk's rows). A digest interrupted by a timeout
+or a lost connection has written nothing: run it again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+import time
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import BigInteger, Column, Connection, DateTime, Engine, Integer, Table, case, cast, func, inspect, select
+from sqlalchemy.dialects import mysql
+from sqlalchemy.sql import ColumnElement
+
+from .. import catalog, tx
+from ..clock import utcnow
+from ..db import Deadline
+from ..errors import BadInput, MissingSchema
+
+log = logging.getLogger(__name__)
+
+DIGEST_VERSION = 1
+DEFAULT_CHUNK_ROWS = 5000
+MAX_CHUNK_ROWS = 10_000
+SEPARATOR = "\x1f"  # ASCII unit separator between column values
+MASK31 = (1 << 31) - 1
+MASK32 = (1 << 32) - 1
+MASK64 = (1 << 64) - 1
+_FOLD_VALUE, _FOLD_COUNT = 0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F
+_NO_LIMIT = 1 << 62  # a LIMIT that keeps the per-row subquery materialized (computed once per row)
+EXAMPLES = 20
+
+Event, WorkItem, Protocol, PackInstall = (
+    catalog.Event, catalog.WorkItem, catalog.ConnectorProjectionProtocol, catalog.PackInstall)
+HISTORY_TABLES: tuple[Table, ...] = (Event, WorkItem)
+
+
+def _pk(table: Table) -> Column:
+    (pk,) = table.primary_key.columns
+    return pk
+
+
+def _kind(col: Column) -> str:
+    if isinstance(col.type, Integer | BigInteger):
+        return "int"
+    if isinstance(col.type, DateTime):
+        return "time"
+    return "text"
+
+
+# -- which rows are history -----------------------------------------------------------------
+
+
+def pack_cutoffs(conn: Connection, namespace: str) -> dict[str, int]:
+    """``LegacyMaxOrdinal`` of every checkpointed pack of ``namespace`` (all incarnations)."""
+    rows = conn.execute(
+        select(Protocol.c.PackInstallId, Protocol.c.LegacyMaxOrdinal)
+        .join(PackInstall, PackInstall.c.PackInstallId == Protocol.c.PackInstallId)
+        .where(PackInstall.c.Namespace == namespace)
+    )
+    return {p: int(o) for p, o in rows}
+
+
+def history_rows(table: Table, namespace: str, cutoffs: dict[str, int]) -> list[ColumnElement[bool]]:
+    """The WHERE terms that select ``table``'s history rows of ``namespace`` (module docstring)."""
+    terms: list[ColumnElement[bool]] = [table.c.Namespace == namespace]
+    if table is WorkItem:
+        terms.append(WorkItem.c.InputStartOrdinal.is_(None))
+    elif cutoffs:
+        limit = case(*((Event.c.PackInstallId == p, o) for p, o in sorted(cutoffs.items())), else_=MASK64 >> 1)
+        terms.append(Event.c.EnqueueOrdinal <= limit)
+    return terms
+
+
+def require_columns(engine: Engine, tables: Iterable[tuple[Table, Sequence[str]]]) -> None:
+    """MissingSchema naming every ``table.column`` the digest reads that the live table lacks."""
+    live = inspect(engine)
+    missing = []
+    for table, names in tables:
+        if not live.has_table(table.name):
+            missing.append(table.name)
+            continue
+        present = {c["name"] for c in live.get_columns(table.name)}
+        missing += [f"{table.name}.{n}" for n in names if n not in present]
+    if missing:
+        raise MissingSchema(missing, "the history digest reads every column of _System_Event and _System_WorkItem; "
+                                     "run apply_schema (nexus-cutover apply-schema) first")
+
+
+# -- one chunk ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One chunk's summary; ``hi`` is its greatest key (None: an empty table)."""
+
+    hi: int | None
+    rows: int
+    crc: int
+    key_xor: int
+    hash_sum: int
+    weighted_sum: int
+    columns: str  # 4 hex digits per column: the per-column fingerprints
+
+    def as_list(self) -> list:
+        return [self.hi, self.rows, self.crc, self.key_xor, self.hash_sum, self.weighted_sum, self.columns]
+
+    @classmethod
+    def from_list(cls, raw: Sequence) -> Chunk:
+        hi, rows, crc, key_xor, hash_sum, weighted_sum, columns = raw
+        return cls(None if hi is None else int(hi), int(rows), int(crc), int(key_xor), int(hash_sum),
+                   int(weighted_sum), str(columns))
+
+    def same_content(self, other: Chunk) -> bool:
+        return self.as_list()[1:] == other.as_list()[1:]
+
+
+def _fold(value_xor: int, count: int) -> int:
+    return (((value_xor & MASK64) * _FOLD_VALUE + count * _FOLD_COUNT) & MASK64) >> 48
+
+
+def _fingerprints(xors: Sequence[int], counts: Sequence[int]) -> str:
+    return "".join(f"{_fold(x, n):04x}" for x, n in zip(xors, counts, strict=True))
+
+
+class _Summer:
+    """The per-chunk aggregates over (key, row hash, column values), the Python copy of the SQL."""
+
+    def __init__(self, ncols: int):
+        self.rows = self.crc = self.key_xor = self.hash_sum = self.weighted_sum = 0
+        self.hi: int | None = None
+        self.xors = [0] * ncols
+        self.counts = [0] * ncols
+
+    def add(self, key: int, row_hash: int, values: Sequence[int | None]) -> None:
+        self.rows += 1
+        self.hi = key if self.hi is None else max(self.hi, key)
+        self.crc ^= row_hash
+        self.key_xor ^= key & MASK64
+        self.hash_sum += row_hash
+        self.weighted_sum += row_hash * (key & MASK31)
+        for i, v in enumerate(values):
+            if v is not None:
+                self.xors[i] ^= v & MASK64
+                self.counts[i] += 1
+
+    def chunk(self) -> Chunk:
+        return Chunk(self.hi, self.rows, self.crc, self.key_xor, self.hash_sum, self.weighted_sum,
+                     _fingerprints(self.xors, self.counts))
+
+
+class _Shape:
+    """How one table's rows are hashed: its columns (catalog order) and both spellings of the definition."""
+
+    def __init__(self, table: Table, names: Sequence[str] | None = None):
+        self.table = table
+        self.pk = _pk(table)
+        self.columns = [table.c[n] for n in names] if names is not None else list(table.columns)
+        self.kinds = [_kind(c) for c in self.columns]
+        self.nullable = [i for i, c in enumerate(self.columns) if c.nullable]
+
+    # SQL (MySQL, MariaDB, TiDB) ------------------------------------------------------------
+
+    def _text(self, i: int) -> ColumnElement:
+        c = self.columns[i]
+        return cast(c, mysql.CHAR(charset="utf8mb4")) if self.kinds[i] == "text" else c
+
+    def _value(self, i: int) -> ColumnElement:
+        return self.columns[i] if self.kinds[i] == "int" else func.crc32(self._text(i))
+
+    def row_hash_sql(self) -> ColumnElement:
+        mask = func.concat(*(func.isnull(self.columns[i]) for i in self.nullable)) if self.nullable else ""
+        return func.crc32(func.concat_ws(SEPARATOR, *(self._text(i) for i in range(len(self.columns))), mask))
+
+    def per_row(self, where: Sequence[ColumnElement[bool]], limit: int):
+        """The materialized per-row subquery: key, row hash, and each column's value to fingerprint."""
+        return (
+            select(self.pk.label("k"), self.row_hash_sql().label("h"),
+                   *(self._value(i).label(f"c{i}") for i in range(len(self.columns))))
+            .where(*where).order_by(self.pk).limit(limit).subquery("r")
+        )
+
+    def chunk_sql(self, where: Sequence[ColumnElement[bool]], limit: int):
+        r = self.per_row(where, limit)
+        cols = [r.c[f"c{i}"] for i in range(len(self.columns))]
+        return select(
+            func.max(r.c.k), func.count(), func.bit_xor(r.c.h), func.bit_xor(r.c.k), func.sum(r.c.h),
+            func.sum(r.c.h * r.c.k.op("&")(MASK31)),
+            *(func.bit_xor(c) for c in cols), *(func.count(cols[i]) for i in self.nullable),
+        )
+
+    def chunk_from_sql_row(self, row: Sequence) -> Chunk:
+        hi, rows, crc, key_xor, hash_sum, weighted, *rest = row
+        n = len(self.columns)
+        xors, nonnull = rest[:n], dict(zip(self.nullable, rest[n:], strict=True))
+        counts = [int(nonnull.get(i, rows)) for i in range(n)]
+        return Chunk(None if hi is None else int(hi), int(rows), int(crc or 0), int(key_xor or 0), int(hash_sum or 0),
+                     int(weighted or 0), _fingerprints([int(x or 0) for x in xors], counts))
+
+    # Python (SQLite) ------------------------------------------------------------------------
+
+    def _render(self, i: int, v: Any) -> str:
+        if self.kinds[i] == "time":
+            return v.strftime("%Y-%m-%d %H:%M:%S.%f") if isinstance(v, dt.datetime) else str(v)
+        return str(v)
+
+    def hash_values(self, values: Sequence[Any]) -> tuple[int, list[int | None]]:
+        """(row hash, per-column values to fingerprint) of one row's column values, in Python."""
+        texts = [None if v is None else self._render(i, v) for i, v in enumerate(values)]
+        mask = "".join("1" if values[i] is None else "0" for i in self.nullable)
+        row_hash = zlib.crc32(SEPARATOR.join([t for t in texts if t is not None] + [mask]).encode())
+        fps: list[int | None] = []
+        for i, (v, t) in enumerate(zip(values, texts, strict=True)):
+            fps.append(None if v is None else (int(v) if self.kinds[i] == "int" else zlib.crc32(t.encode())))
+        return row_hash, fps
+
+    def rows_sql(self, where: Sequence[ColumnElement[bool]], limit: int | None = None):
+        stmt = select(*self.columns).where(*where).order_by(self.pk)
+        return stmt.limit(limit) if limit is not None else stmt
+
+    def key_index(self) -> int:
+        return self.columns.index(self.pk)
+
+
+def _is_mysql(conn: Connection) -> bool:
+    return conn.dialect.name in ("mysql", "mariadb")
+
+
+def _chunk_in(conn: Connection, shape: _Shape, where: Sequence[ColumnElement[bool]], limit: int) -> Chunk:
+    """One chunk's summary: in the server on MySQL-protocol servers, in Python on SQLite."""
+    if _is_mysql(conn):
+        return shape.chunk_from_sql_row(conn.execute(shape.chunk_sql(where, limit)).one())
+    summer = _Summer(len(shape.columns))
+    key = shape.key_index()
+    for row in conn.execute(shape.rows_sql(where, limit)):
+        row_hash, fps = shape.hash_values(row)
+        summer.add(int(row[key]), row_hash, fps)
+    return summer.chunk()
+
+
+def _row_hashes_in(conn: Connection, shape: _Shape, where: Sequence[ColumnElement[bool]]) -> dict[int, int]:
+    """Key -> row hash of the rows ``where`` selects (narrowing only: a handful of rows)."""
+    if _is_mysql(conn):
+        stmt = select(shape.pk, shape.row_hash_sql()).where(*where)
+        return {int(k): int(h) for k, h in conn.execute(stmt)}
+    key = shape.key_index()
+    return {int(row[key]): shape.hash_values(row)[0] for row in conn.execute(shape.rows_sql(where))}
+
+
+def _range(shape: _Shape, lo: int | None, hi: int | None) -> list[ColumnElement[bool]]:
+    terms = []
+    if lo is not None:
+        terms.append(shape.pk > lo)
+    if hi is not None:
+        terms.append(shape.pk <= hi)
+    return terms
+
+
+# -- the digest -------------------------------------------------------------------------------
+
+
+@dataclass
+class TableDigest:
+    table: str
+    pk: str
+    columns: list[str]
+    chunks: list[Chunk] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return sum(c.rows for c in self.chunks)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"pk": self.pk, "columns": self.columns, "rows": self.rows, "chunks": [c.as_list() for c in self.chunks]}
+
+
+@dataclass
+class HistoryDigest:
+    namespace: str
+    chunk_rows: int
+    cutoffs: dict[str, int]
+    tables: dict[str, TableDigest]
+    taken_at: str = ""
+    seconds: float = 0.0
+
+    @property
+    def rows(self) -> dict[str, int]:
+        return {name: t.rows for name, t in self.tables.items()}
+
+    @property
+    def chunk_count(self) -> dict[str, int]:
+        return {name: len(t.chunks) for name, t in self.tables.items()}
+
+    @property
+    def short_hash(self) -> str:
+        canonical = {"version": DIGEST_VERSION, "namespace": self.namespace,
+                     "tables": {n: {"columns": t.columns, "chunks": [c.as_list() for c in t.chunks]}
+                                for n, t in sorted(self.tables.items())}}
+        return hashlib.sha256(json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+    def summary(self) -> dict[str, Any]:
+        """What the log, the XCom ``return_value``, the Asset event and the status view show."""
+        return {"hash": self.short_hash, "rows": self.rows, "chunks": self.chunk_count, "chunk_rows": self.chunk_rows,
+                "cutoffs": self.cutoffs, "taken_at": self.taken_at, "seconds": round(self.seconds, 3)}
+
+    def summary_text(self) -> str:
+        rows = ", ".join(f"{n} {r} rows / {self.chunk_count[n]} chunks" for n, r in self.rows.items())
+        return f"history digest {self.short_hash} of namespace {self.namespace}: {rows}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"version": DIGEST_VERSION, "namespace": self.namespace, "hash": self.short_hash,
+                "chunk_rows": self.chunk_rows, "cutoffs": self.cutoffs, "taken_at": self.taken_at,
+                "seconds": round(self.seconds, 3), "tables": {n: t.as_json() for n, t in self.tables.items()}}
+
+    @classmethod
+    def from_json(cls, raw: Any, *, source: str = "the digest") -> HistoryDigest:
+        """Parse a saved digest; BadInput naming what is wrong (never a partial digest)."""
+        try:
+            if not isinstance(raw, dict) or raw.get("version") != DIGEST_VERSION:
+                raise ValueError(f"not a version-{DIGEST_VERSION} history digest")
+            tables = {}
+            for name, t in raw["tables"].items():
+                table = catalog.metadata.tables.get(name)
+                if table is None or table not in HISTORY_TABLES:
+                    raise ValueError(f"unknown table {name!r}")
+                unknown = [c for c in t["columns"] if c not in table.c]
+                if unknown:
+                    raise ValueError(f"{name} has no column(s) {', '.join(unknown)} in the catalog")
+                tables[name] = TableDigest(name, str(t["pk"]), list(t["columns"]), [Chunk.from_list(c) for c in t["chunks"]])
+            digest = cls(str(raw["namespace"]), int(raw["chunk_rows"]), {str(k): int(v) for k, v in raw["cutoffs"].items()},
+                         tables, str(raw.get("taken_at", "")), float(raw.get("seconds", 0.0)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BadInput(f"{source} is not a usable history digest: {exc}") from exc
+        if raw.get("hash") not in (None, digest.short_hash):
+            raise BadInput(f"{source} is damaged: its chunks hash to {digest.short_hash}, it says {raw['hash']}")
+        return digest
+
+
+def _check_chunk_rows(chunk_rows: int) -> None:
+    if not 1 <= chunk_rows <= MAX_CHUNK_ROWS:
+        raise BadInput(f"chunk rows must be between 1 and {MAX_CHUNK_ROWS}, got {chunk_rows}")
+
+
+class _Progress:
+    def __init__(self, what: str, every_s: float):
+        self.what, self.every_s = what, every_s
+        self.started = self.last = time.monotonic()
+
+    def tick(self, table: str, rows: int, chunks: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every_s:
+            self.last = now
+            log.info("%s: %s, %d rows in %d chunks so far (%.0fs)", self.what, table, rows, chunks, now - self.started)
+
+    @property
+    def seconds(self) -> float:
+        return time.monotonic() - self.started
+
+
+def _digest_table(engine: Engine, shape: _Shape, where: list, chunk_rows: int, deadline: Deadline | None,
+                  on_chunk: Callable[[str, Chunk], None] | None, progress: _Progress) -> TableDigest:
+    """One table's chunks, keyset over its primary key, each chunk its own short read."""
+    name = shape.table.name
+    td = TableDigest(name, shape.pk.name, [c.name for c in shape.columns])
+    lo: int | None = None
+    while True:
+        terms = where + _range(shape, lo, None)
+        chunk = tx.read(engine, lambda conn: _chunk_in(conn, shape, terms, chunk_rows),  # noqa: B023 - called at once
+                        what=f"digesting {name} after {shape.pk.name} {lo}", deadline=deadline)
+        if chunk.rows == 0:
+            return td
+        td.chunks.append(chunk)
+        lo = chunk.hi
+        if on_chunk is not None:
+            on_chunk(name, chunk)
+        progress.tick(name, td.rows, len(td.chunks))
+        if chunk.rows < chunk_rows:
+            return td
+
+
+def compute_digest(
+    engine: Engine,
+    namespace: str,
+    *,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    deadline: Deadline | None = None,
+    on_chunk: Callable[[str, Chunk], None] | None = None,
+    progress_every_s: float = 10.0,
+) -> HistoryDigest:
+    """The digest of every history row of ``namespace`` as it is now (read only; see the module docstring).
+
+    ``on_chunk(table, chunk)`` is called after each chunk (progress; the fault tests' seam).
+    """
+    _check_chunk_rows(chunk_rows)
+    require_columns(engine, [(t, [c.name for c in t.columns]) for t in HISTORY_TABLES])
+    cutoffs = tx.read(engine, lambda conn: pack_cutoffs(conn, namespace), what="reading the pack cutoffs", deadline=deadline)
+    taken_at = utcnow().isoformat()
+    progress = _Progress(f"history digest of {namespace}", progress_every_s)
+    tables = {}
+    for table in HISTORY_TABLES:
+        tables[table.name] = _digest_table(engine, _Shape(table), history_rows(table, namespace, cutoffs), chunk_rows,
+                                           deadline, on_chunk, progress)
+    digest = HistoryDigest(namespace, chunk_rows, cutoffs, tables, taken_at, progress.seconds)
+    log.info("%s (%.1fs)", digest.summary_text(), digest.seconds)
+    return digest
+
+
+# -- verification -------------------------------------------------------------------------------
+
+
+@dataclass
+class Difference:
+    """One difference between a digest and the rows now: a named row, or a chunk whose rows cannot be told apart."""
+
+    table: str
+    pk: str
+    kind: str  # changed | missing | extra | several
+    key: int | None
+    lo: int | None
+    hi: int | None
+    columns: list[str]
+    rows_then: int
+    rows_now: int
+
+    @property
+    def text(self) -> str:
+        where = f"{self.table} {self.pk} {self.key}"
+        cols = ", ".join(self.columns) or "undetermined"
+        if self.kind == "changed":
+            return f"{where} changed: column(s) {cols} differ"
+        if self.kind == "missing":
+            return f"{where} is missing: deleted, or no longer a history row"
+        if self.kind == "extra":
+            return f"{where} is extra: a history row (at or below its cutoff) that was not there at the digest"
+        span = f"({'-inf' if self.lo is None else self.lo}, {'+inf' if self.hi is None else self.hi}]"
+        return (f"{self.table} rows with {self.pk} in {span} differ ({self.rows_then} rows then, {self.rows_now} now; "
+                f"column(s) {cols}): more than one row of this chunk changed, so the digest cannot name them one by one")
+
+    def as_json(self) -> dict[str, Any]:
+        return {"table": self.table, "pk": self.pk, "kind": self.kind, "key": self.key, "range": [self.lo, self.hi],
+                "columns": self.columns, "rows_then": self.rows_then, "rows_now": self.rows_now, "text": self.text}
+
+
+@dataclass
+class DigestVerification:
+    expected: HistoryDigest
+    rows_now: dict[str, int]
+    chunks_differing: dict[str, int]
+    differences: list[Difference]
+    seconds: float
+    cutoffs_now: dict[str, int]
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+    def summary(self) -> str:
+        if self.ok:
+            return (f"history digest {self.expected.short_hash} verified: no history row of {self.expected.namespace} "
+                    f"changed ({', '.join(f'{n} {r} rows' for n, r in self.rows_now.items())})")
+        shown = "; ".join(d.text for d in self.differences[:EXAMPLES])
+        more = f" (and {len(self.differences) - EXAMPLES} more)" if len(self.differences) > EXAMPLES else ""
+        return (f"history digest {self.expected.short_hash} does NOT verify: {len(self.differences)} difference(s) in "
+                f"history rows of {self.expected.namespace}: {shown}{more}")
+
+    def as_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "hash": self.expected.short_hash, "rows_then": self.expected.rows, "rows_now": self.rows_now,
+                "chunks_differing": self.chunks_differing, "cutoffs_now": self.cutoffs_now,
+                "differences": [d.as_json() for d in self.differences], "seconds": round(self.seconds, 3),
+                "summary": self.summary()}
+
+
+def _differing_columns(shape: _Shape, then: Chunk, now: Chunk) -> list[str]:
+    return [c.name for i, c in enumerate(shape.columns) if then.columns[4 * i: 4 * i + 4] != now.columns[4 * i: 4 * i + 4]]
+
+
+def _signed(key_xor: int) -> int:
+    return key_xor - (1 << 64) if key_xor >= 1 << 63 else key_xor
+
+
+def _narrow(conn: Connection, shape: _Shape, where: list, lo: int | None, hi: int | None, then: Chunk,
+            now: Chunk) -> Difference:
+    """Name the one row that explains the difference of a chunk, or say that several rows differ."""
+    columns = _differing_columns(shape, then, now)
+    base = dict(table=shape.table.name, pk=shape.pk.name, lo=lo, hi=hi, rows_then=then.rows, rows_now=now.rows)
+    crc_delta, sum_delta, weighted_delta = then.crc ^ now.crc, then.hash_sum - now.hash_sum, then.weighted_sum - now.weighted_sum
+    in_range = [*where, *_range(shape, lo, hi)]
+    if abs(then.rows - now.rows) == 1:
+        key = _signed(then.key_xor ^ now.key_xor)
+        inside = (lo is None or key > lo) and (hi is None or key <= hi)
+        present = _row_hashes_in(conn, shape, [*in_range, shape.pk == key]) if inside else {}
+        if then.rows > now.rows and inside and not present:
+            old = sum_delta
+            if 0 <= old <= MASK32 and old == crc_delta and weighted_delta == old * (key & MASK31):
+                return Difference(kind="missing", key=key, columns=[], **base)
+        if now.rows > then.rows and key in present:
+            new = present[key]
+            if -sum_delta == new == crc_delta and -weighted_delta == new * (key & MASK31):
+                return Difference(kind="extra", key=key, columns=[], **base)
+    elif then.rows == now.rows and then.key_xor == now.key_xor and sum_delta and weighted_delta % sum_delta == 0:
+        low_bits = weighted_delta // sum_delta
+        if 0 <= low_bits <= MASK31:
+            candidates = _row_hashes_in(conn, shape, [*in_range, shape.pk.op("&")(MASK31) == low_bits])
+            for key, new in sorted(candidates.items()):
+                old = new + sum_delta
+                if 0 <= old <= MASK32 and old ^ new == crc_delta:
+                    return Difference(kind="changed", key=key, columns=columns, **base)
+    return Difference(kind="several", key=None, columns=columns, **base)
+
+
+def _verify_table(engine: Engine, shape: _Shape, where: list, expected: HistoryDigest, deadline: Deadline | None,
+                  progress: _Progress) -> tuple[list[Difference], int]:
+    """(differences, history rows now) of one table, over the digest's chunk ranges (the last one open-ended)."""
+    name, n = shape.table.name, len(shape.columns)
+    recorded = expected.tables[name].chunks or [Chunk(None, 0, 0, 0, 0, 0, _fingerprints([0] * n, [0] * n))]
+    differences: list[Difference] = []
+    rows_now = 0
+    lo: int | None = None
+    for i, then in enumerate(recorded):
+        hi = None if i == len(recorded) - 1 else then.hi
+        terms = where + _range(shape, lo, hi)
+
+        def compare(conn: Connection, lo=lo, hi=hi, then=then, terms=terms) -> tuple[Chunk, Difference | None]:
+            now = _chunk_in(conn, shape, terms, _NO_LIMIT)
+            return now, (None if now.same_content(then) else _narrow(conn, shape, where, lo, hi, then, now))
+
+        now, difference = tx.read(engine, compare, what=f"verifying {name} after {shape.pk.name} {lo}", deadline=deadline)
+        rows_now += now.rows
+        if difference is not None:
+            differences.append(difference)
+            log.error("history digest %s: %s", expected.short_hash, difference.text)
+        progress.tick(name, rows_now, i + 1)
+        lo = then.hi
+    return differences, rows_now
+
+
+def verify_digest(
+    engine: Engine,
+    expected: HistoryDigest,
+    *,
+    deadline: Deadline | None = None,
+    progress_every_s: float = 10.0,
+) -> DigestVerification:
+    """Every history row of the digest's namespace, compared chunk by chunk with ``expected`` (read only).
+
+    History is taken with the cutoffs in force now, so rows admitted above them
+    (and range work) are ignored wherever their ids fall; any changed, missing
+    or extra history row is a :class:`Difference`, named by key where one row
+    explains its chunk.
+    """
+    names = {t: [c for c in expected.tables[t.name].columns] for t in HISTORY_TABLES if t.name in expected.tables}
+    if len(names) != len(HISTORY_TABLES):
+        raise BadInput("the digest does not cover both _System_Event and _System_WorkItem")
+    require_columns(engine, list(names.items()))
+    ns = expected.namespace
+    cutoffs = tx.read(engine, lambda conn: pack_cutoffs(conn, ns), what="reading the pack cutoffs", deadline=deadline)
+    progress = _Progress(f"verifying history digest {expected.short_hash}", progress_every_s)
+    rows_now: dict[str, int] = {}
+    differing: dict[str, int] = {}
+    differences: list[Difference] = []
+    for table, cols in names.items():
+        found, rows_now[table.name] = _verify_table(engine, _Shape(table, cols), history_rows(table, ns, cutoffs),
+                                                   expected, deadline, progress)
+        differing[table.name] = len(found)
+        differences += found
+    result = DigestVerification(expected, rows_now, differing, differences, progress.seconds, cutoffs)
+    (log.info if result.ok else log.error)("%s (%.1fs)", result.summary(), result.seconds)
+    return result
+
+
+def load_digest(path: str) -> HistoryDigest:
+    """A digest saved with ``nexus-cutover digest -out FILE``; BadInput naming the file when it is not one."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = json.load(fh)
+    except OSError as exc:
+        raise BadInput(f"cannot read the digest file {path}: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"the digest file {path} is not JSON: {exc}") from exc
+    return HistoryDigest.from_json(raw, source=f"the digest file {path}")
+
+
+__all__ = ["HistoryDigest", "DigestVerification", "Difference", "compute_digest", "verify_digest", "load_digest",
+           "history_rows", "pack_cutoffs", "DEFAULT_CHUNK_ROWS"]
