@@ -96,9 +96,7 @@ def build(server_url, name: str, rows: int):
 
 def value_counts(engine) -> list[tuple]:
     with engine.connect() as conn:
-        return conn.execute(
-            text(f"SELECT FieldHistoryEligible, COUNT(*), SUM(ChangeId) FROM `{AUDIT}` GROUP BY 1 ORDER BY 1")
-        ).all()
+        return conn.execute(text(f"SELECT FieldHistoryEligible, COUNT(*), SUM(ChangeId) FROM `{AUDIT}` GROUP BY 1 ORDER BY 1")).all()
 
 
 def batched(engine, batch_size: int):
@@ -162,14 +160,22 @@ def main() -> int:
         if same:  # figures for bench/run_all.py (NEXUS_BENCH_RESULTS or bench/results.json)
             import benchlib  # bench/ is on sys.path when this runs as a script
 
-            benchlib.merge_results({
-                "materialize_vs_setbased": round(batch_rate / set_rate, 3),
-                "materialize_rows_per_s": round(batch_rate),
-                "materialize_setbased_rows_per_s": round(set_rate),
-                "materialize_run": {"rows": result.rows, "batches": result.batches, "largest_batch": largest,
-                                    "batch_s": batch_s, "setbased_s": set_s, "peak_kib": peak_big / 1024,
-                                    "peak_kib_tenth": peak_small / 1024},
-            })
+            benchlib.merge_results(
+                {
+                    "materialize_vs_setbased": round(batch_rate / set_rate, 3),
+                    "materialize_rows_per_s": round(batch_rate),
+                    "materialize_setbased_rows_per_s": round(set_rate),
+                    "materialize_run": {
+                        "rows": result.rows,
+                        "batches": result.batches,
+                        "largest_batch": largest,
+                        "batch_s": batch_s,
+                        "setbased_s": set_s,
+                        "peak_kib": peak_big / 1024,
+                        "peak_kib_tenth": peak_small / 1024,
+                    },
+                }
+            )
         return 0 if same else 1
     finally:
         for e in engines:

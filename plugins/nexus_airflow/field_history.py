@@ -43,22 +43,47 @@ OPTIONAL_VERSION_PATTERN = r"^$|^\d+(\.\d+)*$"
 
 FH_FIELDS: dict[str, Field] = {
     **TENANT_FIELDS,
-    "target_stage": Field(1, "Target stage", "Run the gates up to this stage; earlier stages are re-verified, not redone.",
-                          {"type": "integer", "enum": [1, 2, 3]}, int),
-    "stage1_release": Field(_REQUIRED, "Stage-1 release",
-                            "The Runtime API / outbox worker release that preserves FieldHistoryEligible (e.g. 4.12.0).",
-                            {"type": "string", "pattern": VERSION_PATTERN}),
-    "producer_release": Field("", "Producer-cutover release",
-                              "The release whose producers always stamp (e.g. 4.13.0). Required for stages 2 and 3.",
-                              {"type": "string", "pattern": OPTIONAL_VERSION_PATTERN}, lambda v: v or ""),
-    "batch_size": Field(2000, "Materialization batch size", "Rows per materialization transaction (TiDB-safe: a few thousand at most).",
-                        {"type": "integer", "minimum": 1, "maximum": 10000}, int),
-    "materialize_timeout": Field(1800, "Materialization timeout (s)",
-                                 "Bound of one materialization call; committed batches stay and a clear resumes.",
-                                 {"type": "integer", "minimum": 1, "maximum": 7 * 86400}, int),
-    "drain_timeout": Field(3600, "Outbox drain timeout (s)",
-                           "How long stage_2_drain_outbox waits for pre-cutover outbox work to be delivered.",
-                           {"type": "integer", "minimum": 1, "maximum": 7 * 86400}, int),
+    "target_stage": Field(
+        1,
+        "Target stage",
+        "Run the gates up to this stage; earlier stages are re-verified, not redone.",
+        {"type": "integer", "enum": [1, 2, 3]},
+        int,
+    ),
+    "stage1_release": Field(
+        _REQUIRED,
+        "Stage-1 release",
+        "The Runtime API / outbox worker release that preserves FieldHistoryEligible (e.g. 4.12.0).",
+        {"type": "string", "pattern": VERSION_PATTERN},
+    ),
+    "producer_release": Field(
+        "",
+        "Producer-cutover release",
+        "The release whose producers always stamp (e.g. 4.13.0). Required for stages 2 and 3.",
+        {"type": "string", "pattern": OPTIONAL_VERSION_PATTERN},
+        lambda v: v or "",
+    ),
+    "batch_size": Field(
+        2000,
+        "Materialization batch size",
+        "Rows per materialization transaction (TiDB-safe: a few thousand at most).",
+        {"type": "integer", "minimum": 1, "maximum": 10000},
+        int,
+    ),
+    "materialize_timeout": Field(
+        1800,
+        "Materialization timeout (s)",
+        "Bound of one materialization call; committed batches stay and a clear resumes.",
+        {"type": "integer", "minimum": 1, "maximum": 7 * 86400},
+        int,
+    ),
+    "drain_timeout": Field(
+        3600,
+        "Outbox drain timeout (s)",
+        "How long stage_2_drain_outbox waits for pre-cutover outbox work to be delivered.",
+        {"type": "integer", "minimum": 1, "maximum": 7 * 86400},
+        int,
+    ),
     "stale_heartbeat": STALE_HEARTBEAT_FIELD,
     "poll_interval": poll_interval_field("How often the drain sensor looks at the outbox."),
     "notify_conn_id": NOTIFY_FIELD,
@@ -177,16 +202,21 @@ class Stage3Operator(_GateOperator):
 
         ti = context["ti"]
         updated_by = f"airflow:{ti.dag_id}:{ti.run_id}"[:128]
-        return stage_3(
-            engine, producer_release=p.require_producer_release(), updated_by=updated_by, namespace=p.tenant
-        )
+        return stage_3(engine, producer_release=p.require_producer_release(), updated_by=updated_by, namespace=p.tenant)
 
 
 class OutboxDrainPoller(_EnginePoller):
     """Pre-cutover Audit V2 outbox work: ``drained``, ``stuck`` (failed rows, no live worker), ``timed_out`` or waiting."""
 
-    def __init__(self, conn_id: str, namespace: str, deadline: str, stale_heartbeat_s: float, producer_release: str,
-                 initial_remaining: int | None = None):
+    def __init__(
+        self,
+        conn_id: str,
+        namespace: str,
+        deadline: str,
+        stale_heartbeat_s: float,
+        producer_release: str,
+        initial_remaining: int | None = None,
+    ):
         super().__init__(conn_id, namespace, deadline, stale_heartbeat_s)
         self.producer_release = producer_release
         self.initial = initial_remaining
@@ -195,7 +225,9 @@ class OutboxDrainPoller(_EnginePoller):
         from nexus_cutover.field_history.gates import outbox_drain_state
 
         state = outbox_drain_state(
-            self.engine, producer_release=self.producer_release, namespace=self.namespace,
+            self.engine,
+            producer_release=self.producer_release,
+            namespace=self.namespace,
             heartbeat_window_s=self.stale.total_seconds(),
         )
         if self.initial is None:
@@ -207,12 +239,15 @@ class OutboxDrainPoller(_EnginePoller):
         if state.drained:
             return {"state": "drained", "message": "pre-cutover outbox work drained", "report": report}
         if state.stuck_reasons:
-            return {"state": "stuck", "message": progress + "; stuck: " + "; ".join(state.stuck_reasons),
-                    "report": report}
+            return {"state": "stuck", "message": progress + "; stuck: " + "; ".join(state.stuck_reasons), "report": report}
         if self.expired():
             return {"state": "timed_out", "message": progress + "; drain_timeout reached", "report": report}
-        return {"state": WAITING, "message": progress + f"; {state.live_workers} live worker(s)",
-                "remaining": state.remaining, "report": report}
+        return {
+            "state": WAITING,
+            "message": progress + f"; {state.live_workers} live worker(s)",
+            "remaining": state.remaining,
+            "report": report,
+        }
 
 
 class OutboxDrainSensor(StatusPollSensor):
@@ -234,8 +269,13 @@ class OutboxDrainSensor(StatusPollSensor):
         p = FieldHistoryParams.from_context(context)
         with domain_errors(context, self.log):
             release = p.require_producer_release()
-        return {"conn_id": p.conn_id, "namespace": p.tenant, "deadline": deadline_in(p.drain_timeout),
-                "stale_heartbeat_s": p.stale_heartbeat, "producer_release": release}
+        return {
+            "conn_id": p.conn_id,
+            "namespace": p.tenant,
+            "deadline": deadline_in(p.drain_timeout),
+            "stale_heartbeat_s": p.stale_heartbeat,
+            "producer_release": release,
+        }
 
     def finish(self, context, result: dict[str, Any]) -> Any:
         report = result.get("report", {})
@@ -243,7 +283,8 @@ class OutboxDrainSensor(StatusPollSensor):
             self.log.info("pre-cutover outbox work drained")
             return report
         stop(
-            context, self.log,
+            context,
+            self.log,
             f"the pre-cutover outbox drain is {result['state']}: {result.get('message')} "
             "(no outbox row was changed); resolve it with the outbox worker, then clear stage_2_drain_outbox",
             report,

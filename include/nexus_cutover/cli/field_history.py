@@ -38,8 +38,10 @@ def _batch_size_arg(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROGRAM,
-        description=("Field History eligibility of one tenant database (NEXUS_TENANT_DSN). Exit 0 done, 2 bad input, "
-                     "3 a gate stopped, 4 timeout, 1 other."),
+        description=(
+            "Field History eligibility of one tenant database (NEXUS_TENANT_DSN). Exit 0 done, 2 bad input, "
+            "3 a gate stopped, 4 timeout, 1 other."
+        ),
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="{status,materialize,stage1,stage2,stage3}")
     status = commands.add_parser("status", help="NULL rows, eligible NULL rows, rows by value, switches, producers")
@@ -70,21 +72,28 @@ def _run_gate(args, engine) -> tuple[int, dict]:
     if args.command == "stage1":
         reports = [gates.stage_1(engine, stage1_release=args.stage1_release, namespace=args.namespace)]
     elif args.command == "stage3":
-        reports = [gates.stage_3(engine, producer_release=args.producer_release, updated_by=f"{PROGRAM}:cli",
-                                 namespace=args.namespace)]
+        reports = [gates.stage_3(engine, producer_release=args.producer_release, updated_by=f"{PROGRAM}:cli", namespace=args.namespace)]
     else:
         reports = [gates.stage_2_producers(engine, producer_release=args.producer_release, namespace=args.namespace)]
         if reports[-1].passed:
             drain = gates.outbox_drain_state(engine, producer_release=args.producer_release, namespace=args.namespace)
             if not drain.drained:
                 code = 3 if drain.stuck_reasons else 4
-                return code, {"passed": False, "reports": [r.as_dict() for r in reports], "outbox": drain.as_dict(),
-                              "summary": "; ".join(drain.stuck_reasons) or f"{drain.remaining} pre-cutover outbox row(s) "
-                              "still being delivered: rerun once the outbox worker drained them"}
+                return code, {
+                    "passed": False,
+                    "reports": [r.as_dict() for r in reports],
+                    "outbox": drain.as_dict(),
+                    "summary": "; ".join(drain.stuck_reasons)
+                    or f"{drain.remaining} pre-cutover outbox row(s) still being delivered: rerun once the outbox worker drained them",
+                }
             reports.append(gates.stage_2_materialize(engine, batch_size=args.batch_size, deadline=Deadline(args.timeout)))
     passed = all(r.passed for r in reports)
-    return (0 if passed else 3), {"passed": passed, "reports": [r.as_dict() for r in reports],
-                                  "summary": "; ".join(r.summary for r in reports), "rendered": [r.render() for r in reports]}
+    return (0 if passed else 3), {
+        "passed": passed,
+        "reports": [r.as_dict() for r in reports],
+        "summary": "; ".join(r.summary for r in reports),
+        "rendered": [r.render() for r in reports],
+    }
 
 
 def _print_status(st: FieldHistoryStatus) -> None:

@@ -162,8 +162,7 @@ def stage_2_producers(engine: Engine, *, producer_release: str, namespace: str |
         require_eligibility_column(engine)
 
     def evidence(conn: Connection) -> tuple[list[dict], int, list[dict]]:
-        return (_lagging_findings(conn, STAGE_2_ROLES, producer_release, namespace),
-                *unstamped_by_new_producers(conn, producer_release))
+        return (_lagging_findings(conn, STAGE_2_ROLES, producer_release, namespace), *unstamped_by_new_producers(conn, producer_release))
 
     findings, unstamped, examples = tx.read(engine, evidence, what="checking Field History stage 2 producers")
     findings += [{"finding": "unstamped_row", **e} for e in examples]

@@ -122,8 +122,12 @@ def _run_batch(engine: Engine, lo: int | None, batch_size: int, deadline: Deadli
         return hi, set_true, set_false
 
     return tx.run(
-        engine, body, what=f"materializing the batch after ChangeId {lo}", deadline=deadline,
-        retry=BATCH_RETRY, lock_wait_s=BATCH_LOCK_WAIT_S,
+        engine,
+        body,
+        what=f"materializing the batch after ChangeId {lo}",
+        deadline=deadline,
+        retry=BATCH_RETRY,
+        lock_wait_s=BATCH_LOCK_WAIT_S,
     )
 
 
