@@ -16,6 +16,7 @@ from nexus_airflow.operators import (
     ArmFenceOperator,
     AuditCheckpointOperator,
     FinalOldWriterCheckOperator,
+    HistoryDigestOperator,
     ResolvePacksOperator,
     ResumeAdmissionOperator,
 )
@@ -30,10 +31,12 @@ to durable input ranges, in the order of seed 000 "Existing-data cutover":
 
 1. **apply_schema** (additive DDL) and **arm_fence** (one non-expiring `*` admission fence);
 2. **wait_for_drain** until no old projection WorkItem is pending/blocked/retry/processing;
-3. **check_old_writers** + **confirm_writers_stopped** (a person confirms; the fence stays armed);
+3. **check_old_writers** + **confirm_writers_stopped** (a person confirms; the fence stays armed), then
+   **history_digest** (chunk checksums of every history Event/WorkItem row: the proof's "before");
 4. **audit_and_checkpoint**, one per pack: the audit and the one-time `LegacyMaxOrdinal`;
 5. **start_new_host**, **verify_readiness**, **resume_admission** (release the fence), and
-   **final_old_writer_check**, which emits the Asset event `nexus://<tenant>/connector-projection-ranges`.
+   **final_old_writer_check** (no old writer after the release, the history digest verified: no history
+   row changed), which emits the Asset event `nexus://<tenant>/connector-projection-ranges`.
 
 Trigger with at least `tenant`; the DB is the Airflow connection `conn_id`
 (default `nexus_tenant_<tenant>`). `dry_run` runs every check and logs the
@@ -101,6 +104,13 @@ with DAG(
         "is live, or started or heartbeated since the evidence, fails the run. No default: **Reject or no answer** "
         "ends the run FAILED, cutover not performed, fence still armed, no checkpoint written.",
     )
+    history_digest = HistoryDigestOperator(
+        task_id="history_digest",
+        doc_md="Read only: the digest of every history `_System_Event` / `_System_WorkItem` row of the tenant "
+        "(chunks by primary key, each checksum computed in the server), taken now that no old writer can change "
+        "them. Summary (hash, rows, chunks) in the log and XCom; `final_old_writer_check` verifies it at the end. "
+        "**Stops** at `digest_timeout` or on a missing column (named): it wrote nothing, clear it.",
+    )
     audit_and_checkpoint = AuditCheckpointOperator.partial(
         task_id="audit_and_checkpoint",
         doc_md="One per pack: the Controlplane lifecycle entrypoint (same as `connector-projection-cutover`) with "
@@ -132,8 +142,10 @@ with DAG(
         outlets=[AssetAlias(ASSET_ALIAS)],
         trigger_rule=TriggerRule.ALL_SUCCESS,
         doc_md="Reports any old-protocol writer seen after the fence release (**do not restart an old writer "
-        "after this point**); on success emits the Asset event nexus://<tenant>/connector-projection-ranges "
-        "with the per-pack cutoffs as extra.",
+        "after this point**), then verifies the history digest: any history row changed, missing or extra since "
+        "`history_digest` fails the task, named by key with the columns that differ (rows admitted above the "
+        "cutoffs and range work may change). On success emits the Asset event "
+        "nexus://<tenant>/connector-projection-ranges with the per-pack cutoffs and the verified digest as extra.",
     )
 
     (
@@ -143,6 +155,7 @@ with DAG(
         >> wait_for_drain
         >> check_old_writers
         >> confirm_writers_stopped
+        >> history_digest
         >> audit_and_checkpoint
         >> start_new_host
         >> verify_readiness

@@ -30,7 +30,8 @@ POOL = "nexus_tenant_rollout"
 MAX_PARALLEL_TENANTS = 4
 #: Fields of the per-tenant form a rollout may set for every tenant (never a DSN: connections are per tenant).
 SHARED_FIELDS = ("drain_timeout", "stale_heartbeat", "host_controller", "host_http_conn_id", "dry_run",
-                 "poll_interval", "writers_stop_timeout", "confirm_timeout", "checkpoint_timeout", "readiness_timeout")
+                 "poll_interval", "writers_stop_timeout", "confirm_timeout", "checkpoint_timeout", "digest_timeout",
+                 "readiness_timeout")
 
 DOC = f"""
 # Tenant rollout

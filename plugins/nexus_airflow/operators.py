@@ -8,9 +8,11 @@ JSON-serializable result, and converges when cleared and rerun:
 * ``resolve_packs``: read only;
 * ``apply_schema``: present objects are skipped; the v2 prerequisite is checked first, never created;
 * ``arm_fence``: reuses the identical fence; refuses (listing them) on active overrides;
+* ``history_digest``: read only; taken again from the rows on rerun (the same rows give the same digest);
 * ``audit_and_checkpoint``: the checkpoint returns an existing row unchanged; a refusal fails with every finding;
 * ``resume_admission``: gated on readiness; an already released fence is a no-op success;
-* ``final_old_writer_check``: read only; reports any old writer seen after the release; emits the Asset event.
+* ``final_old_writer_check``: read only; reports any old writer seen after the release and any history row
+  changed since the digest; emits the Asset event.
 
 Heavy imports (SQLAlchemy, the domain package) happen inside ``execute`` only.
 """
@@ -113,6 +115,28 @@ class ArmFenceOperator(BaseOperator):
         return out
 
 
+DIGEST_KEY = "digest"  # XCom key of the full digest (chunks); return_value holds its summary
+
+
+class HistoryDigestOperator(BaseOperator):
+    """The history digest of the tenant, once old writers are confirmed stopped (read only, also on a dry run).
+
+    Pushes the full digest (XCom ``digest``, what ``final_old_writer_check``
+    verifies) and returns its summary: hash, rows and chunks per table.
+    """
+
+    def execute(self, context) -> dict[str, Any]:
+        from nexus_cutover.projection import steps
+
+        p = params_of(context)
+        with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
+            digest = steps.history_digest(engine, p.tenant, timeout_s=p.digest_timeout,
+                                          on_chunk=lambda _table, _chunk: fault_point("history_digest.mid_way"))
+        self.log.info("%s; taken in %.1fs%s", digest.summary_text(), digest.seconds, " (dry run)" if p.dry_run else "")
+        context["ti"].xcom_push(key=DIGEST_KEY, value=digest.as_json())
+        return digest.summary()
+
+
 class AuditCheckpointOperator(BaseOperator):
     """Audit one pack under the namespace/pack locks and write its one-time LegacyMaxOrdinal (mapped per pack)."""
 
@@ -195,14 +219,10 @@ def dry_run_verdict(ti) -> str:
 
 
 class FinalOldWriterCheckOperator(BaseOperator):
-    """Report any old-protocol writer seen after the fence release; on success emit the tenant's Asset event."""
+    """No old-protocol writer after the fence release, no history row changed since the digest; then the Asset event."""
 
     def execute(self, context) -> dict[str, Any]:
         from airflow.sdk import Asset, AssetAlias
-
-        from nexus_cutover.clock import utcnow
-        from nexus_cutover.projection import steps
-        from nexus_cutover.projection.fence import fence_row
 
         p = params_of(context)
         ti = context["ti"]
@@ -217,23 +237,53 @@ class FinalOldWriterCheckOperator(BaseOperator):
             return {"dry_run": True, "plan": plan(self.log, []), "cutoffs": cutoffs, "verdict": verdict}
         fence_id = (ti.xcom_pull(task_ids="arm_fence") or {}).get("fence_id")
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
-            with engine.connect() as conn:
-                fence = fence_row(conn, int(fence_id)) if fence_id is not None else None
-            if fence_id is None and (ti.xcom_pull(task_ids="arm_fence") or {}).get("outcome") == "not_needed":
-                released_at = utcnow()  # no release to date: look at live ones
-            elif not fence or not fence.get("ReleasedAt"):
-                stop(context, self.log, f"fence {fence_id} is not released: clear resume_admission")
-            else:
-                released_at = dt.datetime.fromisoformat(fence["ReleasedAt"])
-            seen = steps.verify_no_old_writer(engine, p.tenant, released_at=released_at)
+            released_at = self._no_old_writer_since_release(context, engine, p, fence_id)
+            history = self._history_unchanged(context, engine, p)
+        fault_point("final_old_writer_check.before_emit")
+        extra = {"tenant": p.tenant, "cutoffs": cutoffs, "fence_id": fence_id, "released_at": released_at.isoformat(),
+                 "history_digest": history}
+        context["outlet_events"][AssetAlias(ASSET_ALIAS)].add(Asset(asset_uri(p.tenant)), extra=extra)
+        self.log.info("cutover complete for %s: %s. Do not restart an old writer after this point.", p.tenant, extra)
+        return extra
+
+    def _no_old_writer_since_release(self, context, engine, p, fence_id) -> dt.datetime:
+        from nexus_cutover.clock import utcnow
+        from nexus_cutover.projection import steps
+        from nexus_cutover.projection.fence import fence_row
+
+        with engine.connect() as conn:
+            fence = fence_row(conn, int(fence_id)) if fence_id is not None else None
+        if fence_id is None and (context["ti"].xcom_pull(task_ids="arm_fence") or {}).get("outcome") == "not_needed":
+            released_at = utcnow()  # no release to date: look at live ones
+        elif not fence or not fence.get("ReleasedAt"):
+            stop(context, self.log, f"fence {fence_id} is not released: clear resume_admission")
+        else:
+            released_at = dt.datetime.fromisoformat(fence["ReleasedAt"])
+        seen = steps.verify_no_old_writer(engine, p.tenant, released_at=released_at)
         if seen:
             stop(context, self.log,
                  f"{len(seen)} old-protocol writer(s) ran after the fence release at {released_at.isoformat()}: "
                  + ", ".join(x["process_id"] for x in seen)
                  + ". Do not restart an old writer after this point: stop them now and review what they admitted.",
                  {"old_writers_after_release": seen})
-        fault_point("final_old_writer_check.before_emit")
-        extra = {"tenant": p.tenant, "cutoffs": cutoffs, "fence_id": fence_id, "released_at": released_at.isoformat()}
-        context["outlet_events"][AssetAlias(ASSET_ALIAS)].add(Asset(asset_uri(p.tenant)), extra=extra)
-        self.log.info("cutover complete for %s: %s. Do not restart an old writer after this point.", p.tenant, extra)
-        return extra
+        return released_at
+
+    def _history_unchanged(self, context, engine, p) -> dict[str, Any]:
+        """The digest of ``history_digest`` verified against the rows now; stops naming every difference."""
+        from nexus_cutover.projection import steps
+        from nexus_cutover.projection.digest import HistoryDigest
+
+        raw = context["ti"].xcom_pull(task_ids="history_digest", key=DIGEST_KEY)
+        if raw is None:
+            stop(context, self.log, "this run has no history digest in XCom (history_digest did not run, or its XCom "
+                 "was cleared): the run cannot prove that history is unchanged. Clearing history_digest takes a new "
+                 "digest, which proves only from then on")
+        verification = steps.verify_history(engine, HistoryDigest.from_json(raw), timeout_s=p.digest_timeout)
+        if not verification.ok:
+            stop(context, self.log,
+                 f"{verification.summary()}. The cutover must never change a history row: stop whatever changed "
+                 "them and review the rows named (XCom report.history) against the tenant's backup.",
+                 {"message": verification.summary(), "history": verification.as_json()})
+        self.log.info("%s", verification.summary())
+        return {"hash": verification.expected.short_hash, "rows": verification.rows_now, "verified": True,
+                "chunks": verification.expected.chunk_count, "seconds": round(verification.seconds, 3)}

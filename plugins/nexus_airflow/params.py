@@ -112,6 +112,9 @@ CUTOVER_FIELDS: dict[str, Field] = {
                                 maximum=30 * 86400),
     "checkpoint_timeout": _seconds(300, "Audit/checkpoint timeout (s)",
                                    "Bound of each pack's audit + checkpoint call (lock waits included).", maximum=86400),
+    "digest_timeout": _seconds(1800, "History digest timeout (s)",
+                               "Bound of the history digest and of its verification at the end (each is read only).",
+                               maximum=86400),
     "readiness_timeout": _seconds(1800, "Readiness timeout (s)", "How long verify_readiness waits for the new host to activate.",
                                   maximum=86400),
     "notify_conn_id": NOTIFY_FIELD,
@@ -186,6 +189,7 @@ class RunParams:
     writers_stop_timeout: int
     confirm_timeout: int
     checkpoint_timeout: int
+    digest_timeout: int
     readiness_timeout: int
 
     @classmethod

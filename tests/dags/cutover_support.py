@@ -37,6 +37,7 @@ def base_conf(conn_id: str, **overrides: Any) -> dict[str, Any]:
         "readiness_timeout": 60,
         "confirm_timeout": 300,
         "checkpoint_timeout": 30,
+        "digest_timeout": 60,
         "host_controller": "http",
         "host_http_conn_id": "nexus_deployer_test",
     }

@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from nexus_cutover import catalog
 from tests.dags.airflow_harness import HitlAnswerer, collect, next_logical_date, run_dag
@@ -61,6 +61,43 @@ def test_an_answer_on_unchanged_evidence_records_its_age(dag, tenant, tenant_con
     answer = result.xcom("confirm_writers_stopped")
     assert answer["chosen_options"] == [CONFIRM] and answer["evidence_age_s"] >= 0
     assert result.xcom("confirm_writers_stopped", key="recheck")["came_back"] == []
+    digest = result.xcom("history_digest")  # the proof of "nothing changed", taken after the confirmation
+    with engine.connect() as conn:
+        works = conn.execute(select(func.count()).select_from(catalog.WorkItem)).scalar()
+    assert digest["rows"]["_System_WorkItem"] == works and digest["rows"]["_System_Event"] > 0
+    final = result.xcom("final_old_writer_check")
+    assert final["history_digest"]["verified"] is True and final["history_digest"]["hash"] == digest["hash"]
+
+
+class HistoryChangingDeployer(Deployer):
+    """Starts the new host, but first changes one history row: what a buggy new runtime or a rogue script would do."""
+
+    def __init__(self, engine, work_id: int):
+        super().__init__(engine)
+        self.work_id = work_id
+
+    def start_host(self, tenant: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(update(catalog.WorkItem).where(catalog.WorkItem.c.WorkId == self.work_id)
+                         .values(Status="pending", Attempt=7))
+        super().start_host(tenant)
+
+
+def test_a_history_row_changed_after_the_digest_fails_the_final_check_naming_it(dag, tenant, tenant_connection):
+    engine, conn_id = tenant
+    drained_tenant().write(engine)
+    with engine.connect() as conn:
+        work_id = conn.execute(select(func.min(catalog.WorkItem.c.WorkId))).scalar()
+    with HistoryChangingDeployer(engine, work_id) as deployer, HitlAnswerer(DAG_ID, {"confirm_writers_stopped": CONFIRM}):
+        tenant_connection("nexus_deployer_test", raw_json=deployer.connection_json)
+        result = run_dag(dag, base_conf(conn_id))
+    assert result.state == "failed" and result.state_of("final_old_writer_check") == "failed", result.task_states
+    assert result.state_of("resume_admission") == "success"  # the cutover itself happened; the proof failed
+    report = result.xcom("final_old_writer_check", key="report")
+    (difference,) = report["history"]["differences"]
+    assert (difference["kind"], difference["key"], difference["columns"]) == ("changed", work_id, ["Attempt", "Status"])
+    assert f"_System_WorkItem WorkId {work_id} changed" in report["message"]
+    assert "Next:" in report["message"]
 
 
 def test_a_second_run_for_the_same_tenant_stops_at_once_naming_the_holder_and_the_first_completes(

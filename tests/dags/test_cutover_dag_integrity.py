@@ -13,7 +13,7 @@ from tests.dags.airflow_harness import DAGS_FOLDER, PLUGINS_FOLDER, load_dag
 DAG_ID = "connector_projection_cutover"
 ORDER = [
     "resolve_packs", "apply_schema", "arm_fence", "wait_for_drain", "check_old_writers", "confirm_writers_stopped",
-    "audit_and_checkpoint", "start_new_host", "verify_readiness", "resume_admission", "final_old_writer_check",
+    "history_digest", "audit_and_checkpoint", "start_new_host", "verify_readiness", "resume_admission", "final_old_writer_check",
 ]
 
 

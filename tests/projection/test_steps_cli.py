@@ -12,7 +12,7 @@ import sys
 import threading
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
@@ -74,12 +74,21 @@ def test_run_end_to_end_with_the_old_runtime_draining_then_the_reference_host(te
     old = threading.Thread(target=sim.run, kwargs={"poll_s": 0.05, "exit_when_drained": True}, daemon=True)
     old.start()
     host = f"{sys.executable} -m nexus_cutover.cli.host --namespace {NS}"
-    proc = cli(url, "run", "-namespace", NS, *FAST, "--confirm-writers-stopped", "-host-command", host, "-json")
+    saved = tenant_digest_path(url)
+    proc = cli(url, "run", "-namespace", NS, *FAST, "--confirm-writers-stopped", "-host-command", host,
+               "-digest-out", saved, "-json")
     out = as_json(proc)
     _kill(out.get("host_pid"))
     old.join(timeout=30)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert out["outcome"] == "cut_over" and out["confirmation"]["came_back"] == []
+    assert out["history"]["ok"] and out["history"]["hash"] == out["history_digest"]["hash"]
+    with engine.connect() as conn:
+        history_rows = conn.execute(select(func.count()).select_from(catalog.WorkItem)).scalar()
+    assert out["history_digest"]["rows"]["_System_WorkItem"] == history_rows  # the host made no range work: no receipt
+    later = cli(url, "verify", "-namespace", NS, "-expect", saved, "-json")
+    assert later.returncode == 0, later.stderr
+    assert as_json(later)["history"]["ok"] and as_json(later)["old_writers_after_release"] == []
     assert sorted(c["pack_install_id"] for c in out["checkpoints"]) == ["pk-a", "pk-b", "pk-c"]
     assert all(c["outcome"] == "written" for c in out["checkpoints"])
     assert out["release"]["outcome"] == "released" and out["old_writers_after_release"] == []
@@ -89,6 +98,33 @@ def test_run_end_to_end_with_the_old_runtime_draining_then_the_reference_host(te
     again = cli(url, "run", "-namespace", NS, *FAST, "-json")  # complete: nothing to do, no confirmation asked
     assert again.returncode == 0, again.stderr
     assert as_json(again)["outcome"] == "nothing_to_do"
+
+
+def tenant_digest_path(url: str) -> str:
+    import tempfile
+
+    return os.path.join(tempfile.mkdtemp(prefix="nexus-digest-"), "digest.json")
+
+
+def test_digest_saved_then_verified_names_a_row_changed_since(tenant):
+    engine, url = tenant
+    saved = tenant_digest_path(url)
+    assert cli(url, "apply-schema", "-json").returncode == 0
+    taken = cli(url, "digest", "-namespace", NS, "-out", saved, "-chunk-rows", "3", "-json")
+    assert taken.returncode == 0, taken.stderr
+    summary = as_json(taken)["digest"]
+    assert summary["chunks"]["_System_Event"] > 1 and len(summary["hash"]) == 16
+    same = cli(url, "verify", "-namespace", NS, "-expect", saved)
+    assert same.returncode == 0, same.stderr
+    assert "verified" in same.stdout and "no released cutover fence yet" in same.stdout
+    with engine.begin() as conn:
+        work_id = conn.execute(select(func.min(catalog.WorkItem.c.WorkId))).scalar()
+        conn.execute(update(catalog.WorkItem).where(catalog.WorkItem.c.WorkId == work_id).values(Status="pending"))
+    changed = cli(url, "verify", "-namespace", NS, "-expect", saved, "-json")
+    assert changed.returncode == 3
+    assert f"_System_WorkItem WorkId {work_id} changed: column(s) Status differ" in changed.stderr
+    assert cli(url, "verify", "-namespace", "other", "-expect", saved).returncode == 2
+    assert cli(url, "digest", "-namespace", NS, "-chunk-rows", "0").returncode == 2
 
 
 def test_run_without_a_person_refuses_to_confirm_and_writes_no_checkpoint(tenant):

@@ -5,7 +5,8 @@
 Commands (each one function of :mod:`nexus_cutover.projection.steps`):
 ``plan``, ``apply-schema``, ``arm-fence``, ``drain [--wait]``, ``writers``,
 ``checkpoint`` (identical to ``connector-projection-cutover``), ``activate-pack``,
-``readiness``, ``release-fence``, ``verify``, ``status``, and ``run`` (all five
+``digest`` (the history digest, ``-out FILE`` to keep it), ``readiness``,
+``release-fence``, ``verify`` (``-expect FILE``: also re-check a saved digest), ``status``, and ``run`` (all five
 steps in order, stopping where the DAG stops; the writer-stop confirmation is
 an interactive prompt or ``--confirm-writers-stopped``, never a default).
 
@@ -33,6 +34,7 @@ from ..db import DSN_ENV_TENANT, dsn_from_env, make_engine, mask_dsn
 from ..errors import BadInput, LockTimeout, Refused
 from ..liveness import DEFAULT_STALE_HEARTBEAT_S
 from ..projection import steps
+from ..projection.digest import DEFAULT_CHUNK_ROWS
 from .common import configure_logging, default_holder, duration_arg, flag, print_json, run_command
 
 PROGRAM = "nexus-cutover"
@@ -67,6 +69,7 @@ class Command:
         self.args = args
         self.engine = engine
         self.stale = dt.timedelta(seconds=args.stale_heartbeat)
+        self.digest = None  # the history digest `run` takes at step 3 and verifies at step 5
 
     def say(self, text: str) -> None:
         if not self.args.json:
@@ -179,16 +182,69 @@ def _released_at(c: Command) -> dt.datetime:
     return dt.datetime.fromisoformat(fence["ReleasedAt"])
 
 
+def cmd_digest(c: Command) -> tuple[int, dict[str, Any]]:
+    digest = steps.history_digest(c.engine, c.args.namespace, timeout_s=c.args.timeout, chunk_rows=c.args.chunk_rows)
+    if c.args.out:
+        _save_digest(digest, c.args.out)
+        c.say(f"saved to {c.args.out}: check it later with `nexus-cutover verify -namespace {c.args.namespace} "
+              f"-expect {c.args.out}`")
+    c.say(digest.summary_text())
+    return EXIT_OK, {"namespace": c.args.namespace, "digest": digest.summary(), "out": c.args.out}
+
+
+def _save_digest(digest, path: str) -> None:
+    import json
+
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(digest.as_json(), fh)
+    except OSError as exc:
+        raise BadInput(f"cannot write the digest to {path}: {exc.strerror}") from exc
+
+
+def _verify_expected(c: Command, report: dict[str, Any]) -> str | None:
+    """Re-check the digest saved in ``-expect FILE``; the failure text, or None when it verifies."""
+    from ..projection.digest import load_digest
+
+    expected = load_digest(c.args.expect)
+    if expected.namespace != c.args.namespace:
+        raise BadInput(f"{c.args.expect} is the digest of namespace {expected.namespace!r}, not {c.args.namespace!r}")
+    verification = steps.verify_history(c.engine, expected, timeout_s=c.args.timeout)
+    report["history"] = verification.as_json()
+    c.say(verification.summary())
+    if verification.ok:
+        return None
+    return verification.summary() + ". The cutover must never change a history row: review the rows named."
+
+
 def cmd_verify(c: Command) -> tuple[int, dict[str, Any]]:
-    since = _released_at(c)
-    seen = steps.verify_no_old_writer(c.engine, c.args.namespace, released_at=since)
-    report = {"namespace": c.args.namespace, "since": since.isoformat(), "old_writers_after_release": seen}
-    if seen:
-        raise Stopped(f"{len(seen)} old-protocol writer(s) ran after {since.isoformat()}: "
-                      + ", ".join(p["process_id"] for p in seen)
-                      + ". Do not restart an old writer after this point: stop them and review what they admitted.", report)
-    c.say(f"no old-protocol writer ran after {since.isoformat()}")
+    report: dict[str, Any] = {"namespace": c.args.namespace}
+    problems = []
+    if c.args.expect:
+        problems.append(_verify_expected(c, report))
+    if c.args.since or not c.args.expect or _has_release(c):
+        since = _released_at(c)
+        seen = steps.verify_no_old_writer(c.engine, c.args.namespace, released_at=since)
+        report.update({"since": since.isoformat(), "old_writers_after_release": seen})
+        if seen:
+            problems.append(f"{len(seen)} old-protocol writer(s) ran after {since.isoformat()}: "
+                            + ", ".join(p["process_id"] for p in seen)
+                            + ". Do not restart an old writer after this point: stop them and review what they admitted.")
+        else:
+            c.say(f"no old-protocol writer ran after {since.isoformat()}")
+    else:
+        c.say("no released cutover fence yet: the old-writer check starts at the release")
+    problems = [p for p in problems if p]
+    if problems:
+        raise Stopped(" ".join(problems), report)
     return EXIT_OK, report
+
+
+def _has_release(c: Command) -> bool:
+    from ..projection.fence import last_released_cutover_fence
+
+    with c.engine.connect() as conn:
+        return last_released_cutover_fence(conn, c.args.namespace) is not None
 
 
 def cmd_status(c: Command) -> tuple[int, dict[str, Any]]:
@@ -370,6 +426,12 @@ def _run_step_3(c: Command, out: dict[str, Any]) -> None:
     if not check.holds:
         raise Stopped(f"cutover not performed: old writer(s) {', '.join(check.came_back)} came back after the evidence "
                       "was taken. Nothing was confirmed; the fence stays armed.", out["confirmation"])
+    c.digest = steps.history_digest(c.engine, c.args.namespace, timeout_s=c.args.timeout, chunk_rows=c.args.chunk_rows)
+    out["history_digest"] = c.digest.summary()
+    c.say(f"  {c.digest.summary_text()}")
+    if c.args.digest_out:
+        _save_digest(c.digest, c.args.digest_out)
+        c.say(f"  saved to {c.args.digest_out}")
 
 
 def _run_step_4(c: Command, out: dict[str, Any]) -> None:
@@ -409,6 +471,12 @@ def _run_step_5(c: Command, out: dict[str, Any], fence_id: int) -> None:
     out["old_writers_after_release"] = seen
     if seen:
         raise Stopped("old-protocol writer(s) ran after the release: " + ", ".join(p["process_id"] for p in seen), out)
+    verification = steps.verify_history(c.engine, c.digest, timeout_s=c.args.timeout)
+    out["history"] = verification.as_json()
+    c.say(f"  {verification.summary()}")
+    if not verification.ok:
+        raise Stopped(verification.summary() + ". The cutover must never change a history row: review the rows named.",
+                      out)
 
 
 def _start_host(command: str) -> int:
@@ -431,11 +499,15 @@ COMMANDS: dict[str, tuple[Callable[[Command], tuple[int, dict[str, Any]]], str, 
     "writers": (cmd_writers, "step 3: the old-writer evidence (exit 3 while one is live)", ("ns",)),
     "checkpoint": (cmd_checkpoint, "step 4: audit + one-time checkpoint of one pack (= connector-projection-cutover)", ("pack", "dry")),
     "activate-pack": (cmd_activate_pack, "greenfield: write cutoff 0 for a pack with no Event and no WorkItem", ("pack",)),
+    "digest": (cmd_digest, "step 3: the history digest of every history Event/WorkItem row (-out FILE keeps it)",
+               ("ns", "digest")),
     "readiness": (cmd_readiness, "step 5: is the new host registered, activated and heartbeating (exit 3 if not)", ("ns",)),
     "release-fence": (cmd_release_fence, "step 5: release the fence -holder holds, once the new host is ready", ("ns", "fence", "dry")),
-    "verify": (cmd_verify, "step 5: no old-protocol writer ran after the fence release (exit 3 if one did)", ("ns", "since")),
+    "verify": (cmd_verify, "step 5: no old-protocol writer ran after the fence release; with -expect FILE, no history "
+               "row changed since that digest (exit 3 otherwise)", ("ns", "since", "expect")),
     "status": (cmd_status, "one tenant's state, as the status view shows it", ("ns",)),
-    "run": (cmd_run, "all five steps in order in one process, stopping where the DAG stops", ("ns", "packs", "waits", "run")),
+    "run": (cmd_run, "all five steps in order in one process, stopping where the DAG stops",
+            ("ns", "packs", "waits", "run", "digest")),
 }
 
 
@@ -465,6 +537,12 @@ def build_parser() -> argparse.ArgumentParser:
             flag(p, "fence-id", type=int, metavar="N", help="the fence to release (default: the cutover fence in force)")
         if "since" in groups:
             flag(p, "since", metavar="ISO", help="check from this UTC time (default: the last cutover fence release)")
+        if "digest" in groups:
+            flag(p, "chunk-rows", type=int, default=DEFAULT_CHUNK_ROWS, metavar="N",
+                 help=f"history rows per digest chunk (default {DEFAULT_CHUNK_ROWS})")
+            flag(p, "digest-out" if name == "run" else "out", metavar="FILE", help="save the full digest (JSON) here")
+        if "expect" in groups:
+            flag(p, "expect", metavar="FILE", help="a digest saved by `digest -out` or `run -digest-out`: re-check it")
         if "waits" in groups:
             if name == "drain":
                 p.add_argument("--wait", action="store_true", help="wait until drained or stuck")

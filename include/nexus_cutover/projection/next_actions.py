@@ -29,6 +29,10 @@ NEXT_ACTION: dict[str, str] = {
         "confirm only when no old binary can resume; the database cannot prove it. If a writer came back: "
         "stop it, clear `check_old_writers`"
     ),
+    "history_digest": (
+        "it is read only and wrote nothing: a timeout or a lost connection, clear the task; a missing column, "
+        "clear `apply_schema` first"
+    ),
     "audit_and_checkpoint": (
         "a fence finding: clear `arm_fence` (or have L2 revoke the override), then this task; a refusal needs"
         " a **separately reviewed recovery decision**; the cutoff is never used to hide it. Do not mark input"
@@ -46,7 +50,9 @@ NEXT_ACTION: dict[str, str] = {
         "to release"
     ),
     "final_old_writer_check": (
-        "**do not restart an old writer after this point**: stop it and review what it admitted"
+        "**do not restart an old writer after this point**: stop it and review what it admitted. A history "
+        "difference names the rows changed since the digest: stop whatever changed them and review those rows "
+        "against the tenant's backup; nothing here rewrites them"
     ),
 }
 

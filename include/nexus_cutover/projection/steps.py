@@ -11,12 +11,15 @@ functions; the modules behind them read (drain, writers, audit) or write
 2. :func:`drain` -- until no old projection WorkItem is pending, blocked, retry
    or processing; stuck work is reported, never changed.
 3. :func:`writer_evidence`, then a person confirms every old writer stopped,
-   then :func:`recheck_writers` when the answer arrives.
+   then :func:`recheck_writers` when the answer arrives, then
+   :func:`history_digest`: the chunk checksums of every history row, taken now
+   that nothing old can change them.
 4. :func:`checkpoint` per pack -- under the namespace/pack locks: the fence
    precondition, the audit, the one-time ``LegacyMaxOrdinal``.
 5. :func:`readiness` of the new host, :func:`release_fence` (admission resumes,
    only while ready, in the releasing transaction), :func:`verify_no_old_writer`
-   (no old writer ran after the release).
+   (no old writer ran after the release) and :func:`verify_history` (no history
+   row changed since the digest).
 
 Nothing here UPDATEs or DELETEs an Event or WorkItem or changes a WorkItem's
 status; there is no step that skips a refusal.
@@ -33,10 +36,12 @@ from sqlalchemy import Connection, Engine
 
 from .. import schema
 from ..clock import utcnow
+from ..db import Deadline
 from ..errors import Refused
 from . import fence as fences
 from . import writers
 from .checkpoint import CheckpointResult, run_checkpoint
+from .digest import DEFAULT_CHUNK_ROWS, DigestVerification, HistoryDigest, compute_digest, verify_digest
 from .drain import DrainReport, drain_report
 from .plan import resolve_packs as _resolve_packs
 from .plan import schema_plan
@@ -161,6 +166,20 @@ def recheck_writers(
     return WriterRecheck(evidence_taken_at, now, [p["process_id"] for p in ev.live], since)
 
 
+def history_digest(
+    engine: Engine, namespace: str, *, timeout_s: float, chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    on_chunk: Callable[[str, Any], None] | None = None,
+) -> HistoryDigest:
+    """Step 3c. The digest of every history Event and WorkItem row of the namespace (read only).
+
+    Taken after the confirmation, while the fence holds: history can no longer
+    change, so any difference found by :func:`verify_history` was made after
+    this point. Chunk checksums are computed in the server; an interrupted
+    digest wrote nothing and is simply taken again.
+    """
+    return compute_digest(engine, namespace, chunk_rows=chunk_rows, deadline=Deadline(timeout_s), on_chunk=on_chunk)
+
+
 def checkpoint(
     engine: Engine, pack_install_id: str, *, timeout_s: float, written_by: str, dry_run: bool = False,
     fence_planned: bool = False,
@@ -218,3 +237,13 @@ def verify_no_old_writer(engine: Engine, namespace: str, *, released_at: dt.date
     Do not restart an old writer after this point: any one listed needs review.
     """
     return writers.old_processes_since(engine, namespace, released_at)
+
+
+def verify_history(engine: Engine, expected: HistoryDigest, *, timeout_s: float) -> DigestVerification:
+    """Step 5d. Every history row compared with the digest of step 3c (read only).
+
+    Rows admitted above the cutoffs and range work are not history and may
+    change; every changed, missing or extra history row is named by key (and
+    the columns that differ) where one row explains its chunk.
+    """
+    return verify_digest(engine, expected, deadline=Deadline(timeout_s))
