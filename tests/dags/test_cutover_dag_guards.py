@@ -67,6 +67,11 @@ def test_an_answer_on_unchanged_evidence_records_its_age(dag, tenant, tenant_con
     assert digest["rows"]["_System_WorkItem"] == works and digest["rows"]["_System_Event"] > 0
     final = result.xcom("final_old_writer_check")
     assert final["history_digest"]["verified"] is True and final["history_digest"]["hash"] == digest["hash"]
+    from nexus_status.proofs import latest_proofs  # what the status view shows for the tenant
+
+    proof = latest_proofs([NS])[NS]["cutover"]
+    assert proof["run_id"] == result.run_id and proof["verified"] is True and proof["digest"]["hash"] == digest["hash"]
+    assert "verified: no history row changed" in proof["text"]
 
 
 class HistoryChangingDeployer(Deployer):
@@ -98,6 +103,10 @@ def test_a_history_row_changed_after_the_digest_fails_the_final_check_naming_it(
     assert (difference["kind"], difference["key"], difference["columns"]) == ("changed", work_id, ["Attempt", "Status"])
     assert f"_System_WorkItem WorkId {work_id} changed" in report["message"]
     assert "Next:" in report["message"]
+    from nexus_status.proofs import latest_proofs
+
+    proof = latest_proofs([NS])[NS]["cutover"]
+    assert proof["verified"] is False and proof["differences"] == 1 and f"WorkId {work_id} changed" in proof["text"]
 
 
 def test_a_second_run_for_the_same_tenant_stops_at_once_naming_the_holder_and_the_first_completes(

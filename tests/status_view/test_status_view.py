@@ -110,6 +110,7 @@ def test_status_page_in_chromium(stack, tmp_path, mysql_url):
         "protocol_version": 1, "legacy_max_ordinal": acme_cutoff,
         "written_at": by_tenant["acme"]["packs"][0]["checkpoint"]["written_at"], "written_by": "status-view-test"}}]
     assert by_tenant["acme"]["database"].startswith("mysql")
+    assert by_tenant["acme"]["proofs"] == {} and by_tenant["demo"]["proofs"] == {}  # no run of either DAG yet
 
     with Browser() as browser:
         browser.set_cookie(stack.base_url, "_token", stack.token)
@@ -135,6 +136,7 @@ def test_status_page_in_chromium(stack, tmp_path, mysql_url):
     assert f"{live}\n" in demo_row or f"{live} " in demo_row
     assert "pk-crm-sync: no checkpoint" in demo_row and "pk-billing: no checkpoint" in demo_row
     assert "stage 1" in demo_row
+    assert "no cutover run recorded" in demo_row and "no cutover run recorded" in acme_row  # proofs column
     assert f"pk-acme: LegacyMaxOrdinal {acme_cutoff}" in acme_row
     assert "checkpointed" in acme_row
     assert acme["password"] not in html

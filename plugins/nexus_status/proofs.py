@@ -1,0 +1,128 @@
+"""What each tenant's latest runs proved, read from the Airflow metadata DB (read only).
+
+The tenant database holds no digest: the proofs live with the runs that made
+them. For each tenant (a run's ``conf["tenant"]``), the latest run of
+
+* the cutover DAG: the ``history_digest`` summary (hash, rows, chunks) and
+  whether ``final_old_writer_check`` verified it (or the differences it named);
+* the Field History DAG: the decisions digest of ``stage_2_materialize`` and
+  the read-equivalence comparison of ``stage_3``.
+
+Only summaries leave this module (never chunks, never a connection).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from typing import Any
+
+CUTOVER_DAG = "connector_projection_cutover"
+FIELD_HISTORY_DAG = "field_history_eligibility"
+log = logging.getLogger(__name__)
+MAX_RUNS = 1000  # the newest runs looked at, all tenants together
+TASKS = {
+    CUTOVER_DAG: ("history_digest", "final_old_writer_check"),
+    FIELD_HISTORY_DAG: ("stage_2_materialize", "stage_3"),
+}
+
+
+def _value(raw: Any) -> Any:
+    if isinstance(raw, str | bytes):
+        with contextlib.suppress(ValueError):
+            return json.loads(raw)
+    return raw
+
+
+def _latest_runs(session, tenants: set[str]) -> dict[tuple[str, str], str]:
+    """(dag_id, tenant) -> run_id of the newest run of each DAG for each tenant."""
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy import select
+
+    rows = session.execute(
+        select(DagRun.dag_id, DagRun.run_id, DagRun.conf)
+        .where(DagRun.dag_id.in_(list(TASKS)))
+        .order_by(DagRun.run_after.desc())
+        .limit(MAX_RUNS)
+    ).all()
+    latest: dict[tuple[str, str], str] = {}
+    for dag_id, run_id, conf in rows:
+        tenant = (_value(conf) or {}).get("tenant")
+        if tenant in tenants:
+            latest.setdefault((dag_id, tenant), run_id)
+    return latest
+
+
+def _xcoms(session, runs: dict[tuple[str, str], str]) -> dict[tuple[str, str, str], Any]:
+    """(run_id, task_id, key) -> value of the proof tasks' ``return_value`` and ``report`` XComs of ``runs``."""
+    from airflow.models.xcom import XComModel
+    from sqlalchemy import select
+
+    if not runs:
+        return {}
+    task_ids = [t for tasks in TASKS.values() for t in tasks]
+    rows = session.execute(
+        select(XComModel.run_id, XComModel.task_id, XComModel.key, XComModel.value).where(
+            XComModel.dag_id.in_(list(TASKS)), XComModel.run_id.in_(list(set(runs.values()))),
+            XComModel.task_id.in_(task_ids), XComModel.key.in_(["return_value", "report"]),
+        )
+    ).all()
+    return {(run_id, task_id, key): _value(value) for run_id, task_id, key, value in rows}
+
+
+def cutover_proof(run_id: str, xcoms: dict[tuple[str, str, str], Any]) -> dict[str, Any]:
+    """The history digest of one cutover run and its verification, as the page shows it."""
+    digest = xcoms.get((run_id, "history_digest", "return_value"))
+    final = xcoms.get((run_id, "final_old_writer_check", "return_value")) or {}
+    report = (xcoms.get((run_id, "final_old_writer_check", "report")) or {}).get("history")
+    out: dict[str, Any] = {"run_id": run_id, "digest": None, "verified": None}
+    if not digest or "hash" not in digest:
+        out["text"] = "no history digest yet"
+        return out
+    out["digest"] = {k: digest.get(k) for k in ("hash", "rows", "chunks", "taken_at")}
+    rows = ", ".join(f"{n.removeprefix('_System_')} {r}" for n, r in (digest.get("rows") or {}).items())
+    if (final.get("history_digest") or {}).get("verified"):
+        out["verified"] = True
+        out["text"] = f"history digest {digest['hash']} ({rows}) verified: no history row changed"
+    elif report:
+        out["verified"] = False
+        out["differences"] = len(report.get("differences", []))
+        out["text"] = f"history digest {digest['hash']} NOT verified: {report.get('summary', '')}"[:600]
+    else:
+        out["text"] = f"history digest {digest['hash']} ({rows}) taken {digest.get('taken_at', '')}; verified at the run's end"
+    return out
+
+
+def field_history_proof(run_id: str, xcoms: dict[tuple[str, str, str], Any]) -> dict[str, Any]:
+    """The decisions digest of stage 2 and the read-equivalence comparison of stage 3 of one Field History run."""
+    out: dict[str, Any] = {"run_id": run_id}
+    for task in TASKS[FIELD_HISTORY_DAG]:
+        report = xcoms.get((run_id, task, "return_value")) or xcoms.get((run_id, task, "report")) or {}
+        counts = report.get("counts") if isinstance(report, dict) else None
+        if counts:
+            out[task] = {k: v for k, v in counts.items() if k.startswith(("decided", "compat", "boolean", "compared",
+                                                                         "differing", "chunks"))}
+            out[task]["passed"] = report.get("passed")
+    return out
+
+
+def latest_proofs(tenants: list[str]) -> dict[str, dict[str, Any]]:
+    """tenant -> {"cutover": ..., "field_history": ...} for the tenants that have runs; {} without a metadata DB."""
+    try:
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            runs = _latest_runs(session, set(tenants))
+            xcoms = _xcoms(session, runs)
+    except Exception as exc:  # noqa: BLE001 - no metadata DB (a unit call): the tenant databases still show
+        log.warning("the runs' proofs could not be read from the metadata DB: %s", exc)
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for (dag_id, tenant), run_id in runs.items():
+        proofs = out.setdefault(tenant, {})
+        if dag_id == CUTOVER_DAG:
+            proofs["cutover"] = cutover_proof(run_id, xcoms)
+        else:
+            proofs["field_history"] = field_history_proof(run_id, xcoms)
+    return out
