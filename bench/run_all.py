@@ -38,6 +38,7 @@ import benchlib  # noqa: E402
 FIGURES = (
     "audit_vs_server_floor", "audit_peak_rss_mb", "audit_rss_growth_mb", "drain_poke_ratio", "payload_read_ratio",
     "admission_vs_insert", "materialize_vs_setbased", "dag_parse_s", "triggerer_mb_per_waiting_tenant",
+    "digest_vs_server_floor", "digest_verify_vs_server_floor", "digest_peak_rss_mb", "digest_rss_growth_mb",
 )
 
 #: (comparison, bound, unit) per figure; ``dag_parse_s`` is checked per DAG file.
@@ -51,6 +52,10 @@ GOALS = {
     "materialize_vs_setbased": (">=", 0.5, "x UPDATE"),
     "dag_parse_s": ("<", 0.2, "s"),
     "triggerer_mb_per_waiting_tenant": (None, None, "MB"),
+    "digest_vs_server_floor": ("<=", 1.5, "x floor"),
+    "digest_verify_vs_server_floor": ("<=", 1.5, "x floor"),
+    "digest_peak_rss_mb": ("<", 100.0, "MB"),
+    "digest_rss_growth_mb": ("<=", 10.0, "MB"),
 }
 
 #: Companion figures printed under a figure when a step provides them.
@@ -58,6 +63,7 @@ COMPANIONS = {
     "admission_vs_insert": ("admission_events_per_s",),
     "materialize_vs_setbased": ("materialize_rows_per_s",),
     "triggerer_mb_per_waiting_tenant": ("triggerer_cpu_ms_per_tenant_per_min", "triggerer_poke_queries_per_s"),
+    "digest_vs_server_floor": ("digest_vs_one_statement_checksum",),
 }
 
 
@@ -85,6 +91,9 @@ def runtime_figures(stdout: str) -> dict:
 
 STEPS = [
     Step("audit", "bench_audit.py", ("audit_vs_server_floor", "audit_peak_rss_mb", "audit_rss_growth_mb"),
+         full=["--generations", "10", "100", "1000"], quick=["--generations", "10", "50", "--lanes", "40", "--repeat", "1"]),
+    Step("digest", "bench_digest.py", ("digest_vs_server_floor", "digest_verify_vs_server_floor", "digest_peak_rss_mb",
+                                       "digest_rss_growth_mb"),
          full=["--generations", "10", "100", "1000"], quick=["--generations", "10", "50", "--lanes", "40", "--repeat", "1"]),
     Step("drain", "bench_drain.py", ("drain_poke_ratio",),
          full=["--generations", "10", "1000"], quick=["--generations", "10", "50", "--lanes", "40", "--pokes", "15"]),

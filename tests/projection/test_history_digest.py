@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import delete, insert, select, text, update
+from sqlalchemy.engine import make_url
 
 from nexus_cutover import catalog
 from nexus_cutover.db import Deadline, make_engine
@@ -24,13 +25,14 @@ NS, PACK = "tenant-d", "pk-d"
 Event, WorkItem = catalog.Event, catalog.WorkItem
 
 
-def history(engine, *, seed: int = 3, lanes: int = 3, generations: int = 4, receipts: int = 0) -> TenantScenario:
+def history(engine, *, seed: int = 3, lanes: int = 3, generations: int = 4, receipts: int = 0,
+            text: str = "Zoë Łukasz 東京 ✓") -> TenantScenario:
     """A drained old-protocol history with every column kind, NULLs, and a non-ASCII payload."""
     sc = TenantScenario(namespace=NS)
     pack = sc.pack(PACK)
     drained_pack_history(pack, random.Random(seed), lanes=lanes, generations=generations, legacy_zero_lanes=1)
     lane = pack.lane("unicode")
-    event = lane.event(payload='{"name": "Zoë Łukasz 東京 ✓"}', received_at=dt.datetime(2026, 1, 2, 3, 4, 5, 678901))
+    event = lane.event(payload=json.dumps({"name": text}, ensure_ascii=False), received_at=dt.datetime(2026, 1, 2, 3, 4, 5, 678901))
     lane.work_item(event, attempt=2, lease_owner="old-worker-1", blocked_on=None)
     sc.ordinary_work(event)
     other = TenantScenario(namespace="someone-else", event_id_start=10_000, work_id_start=10_000)
@@ -73,6 +75,23 @@ def test_sqlite_and_mariadb_compute_the_same_digest_for_the_same_rows(mysql_url,
     assert on_mysql.rows == on_sqlite.rows and on_mysql.rows[Event.name] > 10
     assert on_mysql.as_json()["tables"] == on_sqlite.as_json()["tables"]
     assert on_mysql.short_hash == on_sqlite.short_hash
+
+
+def test_a_latin1_tenant_hashes_the_utf8_text_like_every_other_backend(mysql_url, sqlite_url):
+    """Text stored in another charset is converted before hashing: the same rows, the same digest."""
+    latin1 = make_url(mysql_url)
+    with make_engine(latin1).begin() as conn:
+        conn.execute(text(f"ALTER DATABASE `{latin1.database}` CHARACTER SET latin1 COLLATE latin1_swedish_ci"))
+    digests = []
+    for url in (mysql_url, sqlite_url):
+        with prepared_engine(url, make_cutover_ready) as eng:
+            history(eng, seed=2, text="Zoë Ångström café")
+            digests.append(compute_digest(eng, NS, chunk_rows=5))
+    with make_engine(latin1).connect() as conn:
+        charset = conn.execute(text("SELECT CHARACTER_SET_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "
+                                    "DATABASE() AND TABLE_NAME = '_System_Event' AND COLUMN_NAME = 'Payload'")).scalar()
+    assert charset == "latin1"
+    assert digests[0].short_hash == digests[1].short_hash
 
 
 def test_a_digest_taken_on_one_backend_verifies_on_the_other(mysql_url, sqlite_url):

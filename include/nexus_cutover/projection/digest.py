@@ -52,7 +52,21 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, Connection, DateTime, Engine, Integer, Table, case, cast, func, inspect, select
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    DateTime,
+    Engine,
+    Integer,
+    String,
+    Table,
+    case,
+    cast,
+    func,
+    inspect,
+    select,
+)
 from sqlalchemy.dialects import mysql
 from sqlalchemy.sql import ColumnElement
 
@@ -116,19 +130,41 @@ def history_rows(table: Table, namespace: str, cutoffs: dict[str, int]) -> list[
     return terms
 
 
-def require_columns(engine: Engine, tables: Iterable[tuple[Table, Sequence[str]]]) -> None:
-    """MissingSchema naming every ``table.column`` the digest reads that the live table lacks."""
+UTF8_CHARSETS = ("utf8mb4", "utf8mb3", "utf8", "ascii")  # stored bytes already are the UTF-8 text
+
+
+def require_columns(engine: Engine, tables: Iterable[tuple[Table, Sequence[str]]]) -> dict[str, set[str]]:
+    """MissingSchema naming every ``table.column`` the digest reads that the live table lacks.
+
+    Returns, per table, its text columns stored in a charset other than UTF-8
+    (MySQL-protocol servers only): only those are converted before hashing, so
+    the hash is of the UTF-8 text everywhere at no cost where it already is.
+    """
     live = inspect(engine)
-    missing = []
+    missing: list[str] = []
+    convert: dict[str, set[str]] = {}
     for table, names in tables:
         if not live.has_table(table.name):
             missing.append(table.name)
             continue
-        present = {c["name"] for c in live.get_columns(table.name)}
-        missing += [f"{table.name}.{n}" for n in names if n not in present]
+        columns = {c["name"]: c for c in live.get_columns(table.name)}
+        missing += [f"{table.name}.{n}" for n in names if n not in columns]
+        if engine.dialect.name in ("mysql", "mariadb"):
+            default = live.get_table_options(table.name).get("mysql_default charset", "utf8mb4")
+            convert[table.name] = {n for n in names if n in columns and _charset(columns[n]["type"], default) not in UTF8_CHARSETS}
     if missing:
         raise MissingSchema(missing, "the history digest reads every column of _System_Event and _System_WorkItem; "
                                      "run apply_schema (nexus-cutover apply-schema) first")
+    return convert
+
+
+def _charset(sql_type: Any, table_default: str) -> str:
+    """The charset a reflected column stores its text in (the table's default unless the column says otherwise)."""
+    if not isinstance(sql_type, String):
+        return "utf8mb4"  # not text
+    charset = getattr(sql_type, "charset", None)
+    collation = getattr(sql_type, "collation", None)
+    return (charset or (collation.split("_", 1)[0] if collation else table_default)).lower()
 
 
 # -- one chunk ------------------------------------------------------------------------------
@@ -196,8 +232,9 @@ class _Summer:
 class _Shape:
     """How one table's rows are hashed: its columns (catalog order) and both spellings of the definition."""
 
-    def __init__(self, table: Table, names: Sequence[str] | None = None):
+    def __init__(self, table: Table, names: Sequence[str] | None = None, convert: Iterable[str] = ()):
         self.table = table
+        self.convert = set(convert)
         self.pk = _pk(table)
         self.columns = [table.c[n] for n in names] if names is not None else list(table.columns)
         self.kinds = [_kind(c) for c in self.columns]
@@ -207,7 +244,7 @@ class _Shape:
 
     def _text(self, i: int) -> ColumnElement:
         c = self.columns[i]
-        return cast(c, mysql.CHAR(charset="utf8mb4")) if self.kinds[i] == "text" else c
+        return cast(c, mysql.CHAR(charset="utf8mb4")) if c.name in self.convert else c
 
     def _value(self, i: int) -> ColumnElement:
         return self.columns[i] if self.kinds[i] == "int" else func.crc32(self._text(i))
@@ -264,6 +301,11 @@ class _Shape:
 
     def key_index(self) -> int:
         return self.columns.index(self.pk)
+
+
+def row_hash(table: Table, convert: Iterable[str] = ()) -> ColumnElement:
+    """The row hash of ``table`` as a server expression (MySQL dialect): what every chunk folds."""
+    return _Shape(table, convert=convert).row_hash_sql()
 
 
 def _is_mysql(conn: Connection) -> bool:
@@ -436,14 +478,15 @@ def compute_digest(
     ``on_chunk(table, chunk)`` is called after each chunk (progress; the fault tests' seam).
     """
     _check_chunk_rows(chunk_rows)
-    require_columns(engine, [(t, [c.name for c in t.columns]) for t in HISTORY_TABLES])
+    convert = require_columns(engine, [(t, [c.name for c in t.columns]) for t in HISTORY_TABLES])
     cutoffs = tx.read(engine, lambda conn: pack_cutoffs(conn, namespace), what="reading the pack cutoffs", deadline=deadline)
     taken_at = utcnow().isoformat()
     progress = _Progress(f"history digest of {namespace}", progress_every_s)
     tables = {}
     for table in HISTORY_TABLES:
-        tables[table.name] = _digest_table(engine, _Shape(table), history_rows(table, namespace, cutoffs), chunk_rows,
-                                           deadline, on_chunk, progress)
+        shape = _Shape(table, convert=convert.get(table.name, ()))
+        tables[table.name] = _digest_table(engine, shape, history_rows(table, namespace, cutoffs), chunk_rows, deadline,
+                                           on_chunk, progress)
     digest = HistoryDigest(namespace, chunk_rows, cutoffs, tables, taken_at, progress.seconds)
     log.info("%s (%.1fs)", digest.summary_text(), digest.seconds)
     return digest
@@ -595,7 +638,7 @@ def verify_digest(
     names = {t: [c for c in expected.tables[t.name].columns] for t in HISTORY_TABLES if t.name in expected.tables}
     if len(names) != len(HISTORY_TABLES):
         raise BadInput("the digest does not cover both _System_Event and _System_WorkItem")
-    require_columns(engine, list(names.items()))
+    convert = require_columns(engine, list(names.items()))
     ns = expected.namespace
     cutoffs = tx.read(engine, lambda conn: pack_cutoffs(conn, ns), what="reading the pack cutoffs", deadline=deadline)
     progress = _Progress(f"verifying history digest {expected.short_hash}", progress_every_s)
@@ -603,7 +646,8 @@ def verify_digest(
     differing: dict[str, int] = {}
     differences: list[Difference] = []
     for table, cols in names.items():
-        found, rows_now[table.name] = _verify_table(engine, _Shape(table, cols), history_rows(table, ns, cutoffs),
+        shape = _Shape(table, cols, convert.get(table.name, ()))
+        found, rows_now[table.name] = _verify_table(engine, shape, history_rows(table, ns, cutoffs),
                                                    expected, deadline, progress)
         differing[table.name] = len(found)
         differences += found

@@ -1,0 +1,139 @@
+"""The history digest and its verification against the server floor, and the digest process's memory.
+
+    bash scripts/with-mariadb.sh .venv/bin/python bench/bench_digest.py [--generations 10 100 1000] [--lanes 400]
+
+For each history depth H: build the walking workload (bench/workload.py, the
+audit's), then in the same run on the same server measure
+
+* the server floor of the audit bench (every index entry of the pack's Event and
+  WorkItem ranges read once, nothing shipped to the client);
+* the one-statement checksum: the digest's own row hash, ``BIT_XOR(CRC32(...))``
+  over each whole table in a single statement (no chunks, no locator, no
+  column fingerprints): the cheapest in-server checksum of every column;
+* the digest (keyset chunks of ``--chunk-rows``) and its verification, in a
+  child process that reports its peak RSS.
+
+Best of ``--repeat`` for each; printed as ratios and merged into ``bench/results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from sqlalchemy import func, select, text
+from sqlalchemy.engine import make_url
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import workload  # noqa: E402
+
+from nexus_cutover.db import make_engine  # noqa: E402
+from nexus_cutover.projection import digest as digests  # noqa: E402
+
+RESULTS = Path(os.environ.get("NEXUS_BENCH_RESULTS") or Path(__file__).resolve().parent / "results.json")
+
+CHILD = r"""
+import json, resource, sys, time
+from nexus_cutover.db import make_engine
+from nexus_cutover.projection.digest import compute_digest, verify_digest
+engine = make_engine(sys.argv[1])
+takes, checks = [], []
+for _ in range(int(sys.argv[4])):
+    started = time.perf_counter()
+    digest = compute_digest(engine, sys.argv[2], chunk_rows=int(sys.argv[3]))
+    takes.append(time.perf_counter() - started)
+    started = time.perf_counter()
+    result = verify_digest(engine, digest)
+    checks.append(time.perf_counter() - started)
+    assert result.ok, result.summary()
+print(json.dumps({"digest_s": min(takes), "verify_s": min(checks), "rows": digest.rows, "chunks": digest.chunk_count,
+                  "xcom_bytes": len(json.dumps(digest.as_json())),
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def one_statement_checksum_seconds(engine) -> float:
+    """The digest's row hash folded over each whole history table in one statement per table."""
+    started = time.perf_counter()
+    with engine.connect() as conn:
+        for table in digests.HISTORY_TABLES:
+            where = digests.history_rows(table, workload.NAMESPACE, {})
+            conn.execute(select(func.count(), func.bit_xor(digests.row_hash(table))).where(*where)).one()
+    return time.perf_counter() - started
+
+
+def measure(server_url: str, lanes: int, generations: int, inputs: int, repeat: int, chunk_rows: int) -> dict:
+    name = f"bench_{uuid.uuid4().hex[:8]}"
+    server = make_url(server_url)
+    admin = make_engine(server.set(database="mysql"))
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE DATABASE `{name}`"))
+    url = server.set(database=name).render_as_string(hide_password=False)
+    engine = make_engine(url)
+    try:
+        build_s = workload.build(engine, lanes=lanes, generations=generations, inputs=inputs)
+        expected = workload.expected_counts(lanes, generations, inputs)
+        floor = min(workload.server_floor_seconds(engine) for _ in range(repeat))
+        one_statement = min(one_statement_checksum_seconds(engine) for _ in range(repeat))
+        child = subprocess.run([sys.executable, "-c", CHILD, url, workload.NAMESPACE, str(chunk_rows), str(repeat)],
+                               capture_output=True, text=True, check=True)
+        run = json.loads(child.stdout.strip().splitlines()[-1])
+        assert run["rows"] == {"_System_Event": expected["events"], "_System_WorkItem": expected["work_items"]}, run
+        return {
+            "generations": generations, "events": expected["events"], "work_items": expected["work_items"],
+            "build_s": build_s, "floor_s": floor, "one_statement_s": one_statement, **run,
+            "digest_vs_floor": run["digest_s"] / floor, "verify_vs_floor": run["verify_s"] / floor,
+            "digest_vs_one_statement": run["digest_s"] / one_statement,
+        }
+    finally:
+        engine.dispose()
+        with admin.begin() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
+        admin.dispose()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--generations", type=int, nargs="+", default=[10, 100, 1000])
+    parser.add_argument("--lanes", type=int, default=400)
+    parser.add_argument("--inputs", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--chunk-rows", type=int, default=digests.DEFAULT_CHUNK_ROWS)
+    args = parser.parse_args()
+    server_url = os.environ.get("NEXUS_TEST_MYSQL_URL")
+    if not server_url:
+        sys.exit("set NEXUS_TEST_MYSQL_URL (or run through scripts/with-mariadb.sh)")
+    rows = []
+    print(f"{'H':>6} {'rows':>9} {'floor s':>8} {'1-stmt s':>8} {'digest s':>8} {'verify s':>8} "
+          f"{'d/floor':>7} {'v/floor':>7} {'d/1-stmt':>8} {'rss MB':>7} {'XCom kB':>8}")
+    for h in args.generations:
+        r = measure(server_url, args.lanes, h, args.inputs, args.repeat, args.chunk_rows)
+        rows.append(r)
+        print(f"{h:>6} {r['events'] + r['work_items']:>9} {r['floor_s']:>8.3f} {r['one_statement_s']:>8.3f} "
+              f"{r['digest_s']:>8.3f} {r['verify_s']:>8.3f} {r['digest_vs_floor']:>7.2f} {r['verify_vs_floor']:>7.2f} "
+              f"{r['digest_vs_one_statement']:>8.2f} {r['peak_rss_mb']:>7.1f} {r['xcom_bytes'] / 1024:>8.1f}", flush=True)
+    top, bottom = rows[-1], rows[0]
+    figures = {
+        "digest_vs_server_floor": round(top["digest_vs_floor"], 3),
+        "digest_verify_vs_server_floor": round(top["verify_vs_floor"], 3),
+        "digest_vs_one_statement_checksum": round(top["digest_vs_one_statement"], 3),
+        "digest_peak_rss_mb": round(top["peak_rss_mb"], 1),
+        "digest_rss_growth_mb": round(top["peak_rss_mb"] - bottom["peak_rss_mb"], 1),
+        "digest_runs": rows,
+        "digest_measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    merged = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    merged.update(figures)
+    RESULTS.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
+    print(json.dumps({k: v for k, v in figures.items() if k != "digest_runs"}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
