@@ -250,6 +250,13 @@ def run_demo(state_dir: pathlib.Path, *, keep_up: bool = False) -> int:
                 f"and its XCom 'report'")
             return 1
         say("   cutover run succeeded: cutoffs written, new host active, fence released")
+        digest = stack.xcom(CUTOVER_DAG, run_id, "history_digest") or {}
+        verified = (stack.xcom(CUTOVER_DAG, run_id, "final_old_writer_check") or {}).get("history_digest") or {}
+        if digest.get("hash"):
+            rows = ", ".join(f"{n} {name.removeprefix('_System_')}s" for name, n in digest["rows"].items())
+            say(f"   history digest {digest['hash']} ({rows}, {sum(digest['chunks'].values())} chunks) taken after the "
+                f"confirmation; " + ("verified at the end: no history row changed" if verified.get("verified")
+                                    else "NOT verified"))
 
         fh_outcome = "not run"
         try:

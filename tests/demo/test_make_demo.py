@@ -55,6 +55,8 @@ def test_make_demo_twice(tmp_path):
         assert re.search(r"cutoff pk-billing\s+LegacyMaxOrdinal=\d+", out)
         assert re.search(r"new host:\s+\S+ \(activated\)", out)
         assert "fence:               none in force" in out
+        assert re.search(r"history digest [0-9a-f]{16} \(\d+ Events, \d+ WorkItems, \d+ chunks\) taken after the "
+                         r"confirmation; verified at the end: no history row changed", out), out[-6000:]
         assert "field history stage: stage 3 done" in out
         pids = [int(p) for p in re.findall(r"old-protocol runtime started \(pid (\d+)\)", out)]
         pids += [int(p) for p in re.findall(r"new host started by start_new_host: pid (\d+)", out)]
