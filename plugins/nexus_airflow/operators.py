@@ -127,9 +127,16 @@ class HistoryDigestOperator(BaseOperator):
 
     def execute(self, context) -> dict[str, Any]:
         from nexus_cutover.projection import steps
+        from nexus_cutover.schema import missing_projection_schema
 
         p = params_of(context)
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
+            missing = missing_projection_schema(engine)
+            if p.dry_run and missing:
+                # The digest reads InputStartOrdinal and the checkpoints; on a dry run apply_schema created nothing.
+                return {"dry_run": True, "taken": False, "missing_schema": missing,
+                        "plan": plan(self.log, [f"(read only) take the history digest once apply_schema has created "
+                                                f"{', '.join(missing)}"])}
             digest = steps.history_digest(engine, p.tenant, timeout_s=p.digest_timeout,
                                           on_chunk=lambda _table, _chunk: fault_point("history_digest.mid_way"))
         self.log.info("%s; taken in %.1fs%s", digest.summary_text(), digest.seconds, " (dry run)" if p.dry_run else "")

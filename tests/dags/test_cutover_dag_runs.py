@@ -241,6 +241,8 @@ def test_dry_run_checks_everything_and_writes_nothing(dag, tenant):
     assert result.xcom("wait_for_drain")["state"] == "draining"  # one look, no wait
     assert result.xcom("audit_and_checkpoint", map_index=0)["outcome"] == "not_audited"
     assert result.xcom("confirm_writers_stopped")["dry_run"] is True
+    digest = result.xcom("history_digest")  # read only, but it needs the schema apply_schema would add
+    assert digest["taken"] is False and "InputStartOrdinal" in " ".join(digest["missing_schema"])
     assert len(asset_events(f"nexus://{NS}/connector-projection-ranges")) == events_before
 
 
@@ -255,6 +257,7 @@ def test_dry_run_after_the_schema_step_audits_without_writing(dag, tenant):
     sc.write(engine)
     result = run_dag(dag, base_conf(conn_id, dry_run=True))
     assert result.state == "failed"
+    assert result.xcom("history_digest")["rows"]["_System_WorkItem"] == len(sc.work_items)  # taken on a dry run too
     assert result.xcom("audit_and_checkpoint", map_index=0)["outcome"] == "would_write"
     assert result.state_of("audit_and_checkpoint[1]") == "failed"
     assert result.xcom("audit_and_checkpoint", map_index=1, key="findings")[0]["finding"] == "live_work"
