@@ -36,6 +36,7 @@ FAULTS = [
     ("wait_for_drain.poll", "wait_for_drain"),
     ("check_old_writers.poll", "check_old_writers"),
     ("confirm_writers_stopped.before_ask", "confirm_writers_stopped"),
+    ("history_digest.mid_way", "history_digest"),
     ("audit_and_checkpoint.after_write", "audit_and_checkpoint[0]"),
     ("start_new_host.after_write", "start_new_host"),
     ("verify_readiness.poll", "verify_readiness"),
@@ -81,6 +82,7 @@ def test_fail_once_then_rerun_converges(dag, mysql_url, tenant_connection, monke
         if rows_after_fault:  # the checkpoint written before the fault is the one that stays
             assert _protocol_rows_full(engine) == rows_after_fault
             assert {second.xcom("audit_and_checkpoint", map_index=i)["outcome"] for i in range(2)} == {"already_written"}
+        assert second.xcom("final_old_writer_check")["history_digest"]["verified"] is True
         if point.startswith(("start_new_host", "verify_readiness", "resume_admission", "final_old_writer_check")):
             assert len(deployer.requests) == 1  # the rerun found the host running and did not start another
     finally:
