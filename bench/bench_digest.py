@@ -20,23 +20,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
-from sqlalchemy import func, select, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import func, select
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # noqa: E402
 import workload  # noqa: E402
 
 from nexus_cutover.db import make_engine  # noqa: E402
 from nexus_cutover.projection import digest as digests  # noqa: E402
-
-RESULTS = Path(os.environ.get("NEXUS_BENCH_RESULTS") or Path(__file__).resolve().parent / "results.json")
 
 CHILD = r"""
 import json, resource, sys, time
@@ -68,34 +64,26 @@ def one_statement_checksum_seconds(engine) -> float:
     return time.perf_counter() - started
 
 
-def measure(server_url: str, lanes: int, generations: int, inputs: int, repeat: int, chunk_rows: int) -> dict:
-    name = f"bench_{uuid.uuid4().hex[:8]}"
-    server = make_url(server_url)
-    admin = make_engine(server.set(database="mysql"))
-    with admin.begin() as conn:
-        conn.execute(text(f"CREATE DATABASE `{name}`"))
-    url = server.set(database=name).render_as_string(hide_password=False)
-    engine = make_engine(url)
-    try:
-        build_s = workload.build(engine, lanes=lanes, generations=generations, inputs=inputs)
-        expected = workload.expected_counts(lanes, generations, inputs)
-        floor = min(workload.server_floor_seconds(engine) for _ in range(repeat))
-        one_statement = min(one_statement_checksum_seconds(engine) for _ in range(repeat))
+def measure(lanes: int, generations: int, inputs: int, repeat: int, chunk_rows: int) -> dict:
+    with benchlib.fresh_database("bench_digest") as url:
+        engine = make_engine(url)
+        try:
+            build_s = workload.build(engine, lanes=lanes, generations=generations, inputs=inputs)
+            expected = workload.expected_counts(lanes, generations, inputs)
+            floor = min(workload.server_floor_seconds(engine) for _ in range(repeat))
+            one_statement = min(one_statement_checksum_seconds(engine) for _ in range(repeat))
+        finally:
+            engine.dispose()
         child = subprocess.run([sys.executable, "-c", CHILD, url, workload.NAMESPACE, str(chunk_rows), str(repeat)],
                                capture_output=True, text=True, check=True)
-        run = json.loads(child.stdout.strip().splitlines()[-1])
-        assert run["rows"] == {"_System_Event": expected["events"], "_System_WorkItem": expected["work_items"]}, run
-        return {
-            "generations": generations, "events": expected["events"], "work_items": expected["work_items"],
-            "build_s": build_s, "floor_s": floor, "one_statement_s": one_statement, **run,
-            "digest_vs_floor": run["digest_s"] / floor, "verify_vs_floor": run["verify_s"] / floor,
-            "digest_vs_one_statement": run["digest_s"] / one_statement,
-        }
-    finally:
-        engine.dispose()
-        with admin.begin() as conn:
-            conn.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
-        admin.dispose()
+    run = json.loads(child.stdout.strip().splitlines()[-1])
+    assert run["rows"] == {"_System_Event": expected["events"], "_System_WorkItem": expected["work_items"]}, run
+    return {
+        "generations": generations, "events": expected["events"], "work_items": expected["work_items"],
+        "build_s": build_s, "floor_s": floor, "one_statement_s": one_statement, **run,
+        "digest_vs_floor": run["digest_s"] / floor, "verify_vs_floor": run["verify_s"] / floor,
+        "digest_vs_one_statement": run["digest_s"] / one_statement,
+    }
 
 
 def main() -> int:
@@ -106,14 +94,12 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--chunk-rows", type=int, default=digests.DEFAULT_CHUNK_ROWS)
     args = parser.parse_args()
-    server_url = os.environ.get("NEXUS_TEST_MYSQL_URL")
-    if not server_url:
-        sys.exit("set NEXUS_TEST_MYSQL_URL (or run through scripts/with-mariadb.sh)")
+    benchlib.server_url()  # exits with a hint when no server is named
     rows = []
     print(f"{'H':>6} {'rows':>9} {'floor s':>8} {'1-stmt s':>8} {'digest s':>8} {'verify s':>8} "
           f"{'d/floor':>7} {'v/floor':>7} {'d/1-stmt':>8} {'rss MB':>7} {'XCom kB':>8}")
     for h in args.generations:
-        r = measure(server_url, args.lanes, h, args.inputs, args.repeat, args.chunk_rows)
+        r = measure(args.lanes, h, args.inputs, args.repeat, args.chunk_rows)
         rows.append(r)
         print(f"{h:>6} {r['events'] + r['work_items']:>9} {r['floor_s']:>8.3f} {r['one_statement_s']:>8.3f} "
               f"{r['digest_s']:>8.3f} {r['verify_s']:>8.3f} {r['digest_vs_floor']:>7.2f} {r['verify_vs_floor']:>7.2f} "
@@ -126,11 +112,9 @@ def main() -> int:
         "digest_peak_rss_mb": round(top["peak_rss_mb"], 1),
         "digest_rss_growth_mb": round(top["peak_rss_mb"] - bottom["peak_rss_mb"], 1),
         "digest_runs": rows,
-        "digest_measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "digest_measured_at": benchlib.now_utc(),
     }
-    merged = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    merged.update(figures)
-    RESULTS.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
+    benchlib.merge_results(figures)
     print(json.dumps({k: v for k, v in figures.items() if k != "digest_runs"}))
     return 0
 
