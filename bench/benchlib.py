@@ -61,13 +61,14 @@ def server_version() -> str:
 
 
 @contextlib.contextmanager
-def fresh_database(prefix: str = "bench") -> Iterator[str]:
-    """A new empty database on the server; yields its URL (with password: never print it)."""
+def fresh_database(prefix: str = "bench", charset: str | None = None) -> Iterator[str]:
+    """A new empty database on the server (in ``charset``, else the server's default); yields its URL
+    (with password: never print it)."""
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     server = make_url(server_url())
     admin = make_engine(server.set(database="mysql"))
     with admin.begin() as conn:
-        conn.execute(text(f"CREATE DATABASE `{name}`"))
+        conn.execute(text(f"CREATE DATABASE `{name}`" + (f" CHARACTER SET {charset}" if charset else "")))
     try:
         yield server.set(database=name).render_as_string(hide_password=False)
     finally:

@@ -24,8 +24,7 @@ mariadb-install-db --no-defaults --datadir="$work/data" --user=root \
   || { cat "$work/install.log"; exit 1; }
 "$MARIADBD" --no-defaults --datadir="$work/data" --socket="$work/sock" --port="$port" \
   --bind-address=127.0.0.1 --user=root --pid-file="$work/pid" --log-error="$work/error.log" \
-  --innodb-buffer-pool-size=256M --max-connections=300 --skip-name-resolve \
-  --character-set-server=utf8mb4 --collation-server=utf8mb4_general_ci &
+  --innodb-buffer-pool-size=256M --max-connections=300 --skip-name-resolve &
 for _ in $(seq 100); do
   mariadb-admin --no-defaults --socket="$work/sock" -uroot ping >/dev/null 2>&1 && break
   sleep 0.1

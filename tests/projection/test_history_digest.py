@@ -26,7 +26,7 @@ Event, WorkItem = catalog.Event, catalog.WorkItem
 
 
 def history(engine, *, seed: int = 3, lanes: int = 3, generations: int = 4, receipts: int = 0,
-            text: str = "Zoë Łukasz 東京 ✓") -> TenantScenario:
+            text: str = "Zoë Ångström café") -> TenantScenario:
     """A drained old-protocol history with every column kind, NULLs, and a non-ASCII payload."""
     sc = TenantScenario(namespace=NS)
     pack = sc.pack(PACK)
@@ -65,11 +65,21 @@ def test_unchanged_history_verifies_and_the_summary_says_what_was_covered(engine
     assert result.rows_now == digest.rows and "verified" in result.summary()
 
 
+def in_charset(url: str, charset: str) -> str:
+    """``url``'s database switched to ``charset`` (before any table exists), as a tenant may be created."""
+    db = make_url(url)
+    admin = make_engine(db)
+    with admin.begin() as conn:
+        conn.execute(text(f"ALTER DATABASE `{db.database}` CHARACTER SET {charset}"))
+    admin.dispose()
+    return url
+
+
 def test_sqlite_and_mariadb_compute_the_same_digest_for_the_same_rows(mysql_url, sqlite_url):
     digests = []
-    for url in (mysql_url, sqlite_url):
+    for url in (in_charset(mysql_url, "utf8mb4"), sqlite_url):  # utf8mb4, as TiDB: any text
         with prepared_engine(url, make_cutover_ready) as eng:
-            history(eng, seed=11)
+            history(eng, seed=11, text="Zoë Łukasz 東京 ✓")
             digests.append(compute_digest(eng, NS, chunk_rows=5))
     on_mysql, on_sqlite = digests
     assert on_mysql.rows == on_sqlite.rows and on_mysql.rows[Event.name] > 10
@@ -79,17 +89,17 @@ def test_sqlite_and_mariadb_compute_the_same_digest_for_the_same_rows(mysql_url,
 
 def test_a_latin1_tenant_hashes_the_utf8_text_like_every_other_backend(mysql_url, sqlite_url):
     """Text stored in another charset is converted before hashing: the same rows, the same digest."""
-    latin1 = make_url(mysql_url)
-    with make_engine(latin1).begin() as conn:
-        conn.execute(text(f"ALTER DATABASE `{latin1.database}` CHARACTER SET latin1 COLLATE latin1_swedish_ci"))
+    latin1 = make_url(in_charset(mysql_url, "latin1"))
     digests = []
     for url in (mysql_url, sqlite_url):
         with prepared_engine(url, make_cutover_ready) as eng:
             history(eng, seed=2, text="Zoë Ångström café")
             digests.append(compute_digest(eng, NS, chunk_rows=5))
-    with make_engine(latin1).connect() as conn:
+    look = make_engine(latin1)
+    with look.connect() as conn:
         charset = conn.execute(text("SELECT CHARACTER_SET_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "
                                     "DATABASE() AND TABLE_NAME = '_System_Event' AND COLUMN_NAME = 'Payload'")).scalar()
+    look.dispose()
     assert charset == "latin1"
     assert digests[0].short_hash == digests[1].short_hash
 
