@@ -42,3 +42,19 @@ class Unreachable(CutoverError):
     """The database could not be reached (exit 1: not the caller's input)."""
 
     exit_code = 1
+
+
+class ReadEquivalenceBroken(Refused):
+    """A Field History materialization batch would change what a reader returns; that batch was rolled back.
+
+    ``rows`` holds one dict per differing row (``change_id``, ``before``, ``after``, ``why``);
+    the message names each of them. Batches committed before it stay committed:
+    ``batches``, ``decided_rows`` and ``decided_digest`` describe them.
+    """
+
+    def __init__(self, message: str, rows: list[dict] | None = None):
+        self.rows = list(rows or [])
+        self.batches = 0
+        self.decided_rows = 0
+        self.decided_digest: str | None = None
+        super().__init__(message)

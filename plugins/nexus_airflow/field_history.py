@@ -195,14 +195,20 @@ class Stage2MaterializeOperator(_GateOperator):
 
 
 class Stage3Operator(_GateOperator):
+    """Stage 3: its report (XCom ``return_value``, or ``report`` when it refuses) carries the whole-table read comparison."""
+
     stage = 3
 
     def run_gate(self, engine, p, context):
         from nexus_cutover.field_history.gates import stage_3
+        from nexus_cutover.field_history.status import render_comparison
 
         ti = context["ti"]
         updated_by = f"airflow:{ti.dag_id}:{ti.run_id}"[:128]
-        return stage_3(engine, producer_release=p.require_producer_release(), updated_by=updated_by, namespace=p.tenant)
+        report = stage_3(engine, producer_release=p.require_producer_release(), updated_by=updated_by, namespace=p.tenant)
+        if report.comparison:
+            self.log.info("%s", render_comparison(report.comparison))
+        return report
 
 
 class OutboxDrainPoller(_EnginePoller):

@@ -1,20 +1,26 @@
-"""The materializer's batch queries run on indexes (EXPLAIN on MariaDB)."""
+"""The materializer's batch queries, its proof and the stage-3 read comparison run on indexes (EXPLAIN on MariaDB)."""
 
 from __future__ import annotations
 
 from sqlalchemy import text
 
-from nexus_cutover.field_history.materialize import batch_upper_bound, stamp_statement
+from nexus_cutover.field_history.materialize import batch_bounds, batch_rows, boolean_accepted, compat_accepted, decide_statement
+from nexus_cutover.field_history.status import chunk_counts, differing_rows
 from nexus_sim.scenario import TenantScenario
 
 AUDIT = "_System_AuditFieldChange"
 INTERVAL = "_System_FieldHistoryTrackingInterval"
+PROBES = ("ref", "index_subquery")  # a per-row lookup on the interval index (MariaDB names the EXISTS form index_subquery)
 
 
-def explain(engine, stmt) -> dict[str, dict]:
+def explain(engine, stmt) -> list[dict]:
     sql = str(stmt.compile(dialect=engine.dialect, compile_kwargs={"literal_binds": True}))
     with engine.connect() as conn:
-        return {r["table"]: dict(r) for r in conn.execute(text("EXPLAIN " + sql)).mappings()}
+        return [dict(r) for r in conn.exec_driver_sql("EXPLAIN " + sql).mappings()]  # as compiled: % stays escaped
+
+
+def by_table(plan: list[dict]) -> dict[str, dict]:
+    return {r["table"]: r for r in plan}
 
 
 def populate(engine) -> None:
@@ -28,15 +34,35 @@ def populate(engine) -> None:
         conn.execute(text(f"ANALYZE TABLE {AUDIT}, {INTERVAL}"))
 
 
-def test_batch_bound_is_a_primary_key_range_scan(mysql_fh_engine):
-    populate(mysql_fh_engine)
-    plan = explain(mysql_fh_engine, batch_upper_bound(100, 2000))
+def assert_pk_range_with_interval_probe(plan: dict[str, dict]) -> None:
     assert plan[AUDIT]["key"] == "PRIMARY" and plan[AUDIT]["type"] == "range", plan
+    assert plan[INTERVAL]["key"] == "ix_TrackingInterval_Field" and plan[INTERVAL]["type"] in PROBES, plan
 
 
-def test_stamp_updates_use_the_primary_key_range_and_the_interval_index(mysql_fh_engine):
+def test_the_batch_bounds_and_the_locked_batch_read_are_primary_key_range_scans(mysql_fh_engine):
     populate(mysql_fh_engine)
-    for value in (True, False):
-        plan = explain(mysql_fh_engine, stamp_statement(value, 100, 2100))
-        assert plan[AUDIT]["key"] == "PRIMARY" and plan[AUDIT]["type"] == "range", plan
-        assert plan[INTERVAL]["key"] == "ix_TrackingInterval_Field" and plan[INTERVAL]["type"] == "ref", plan
+    for stmt in (batch_bounds(100, 2000), batch_rows(100, 2000)):
+        audit = [r for r in explain(mysql_fh_engine, stmt) if r["table"] == AUDIT]
+        assert len(audit) == 1 and audit[0]["key"] == "PRIMARY" and audit[0]["type"] == "range", audit
+
+
+def test_the_deciding_update_uses_the_primary_key_range_and_the_interval_index(mysql_fh_engine):
+    populate(mysql_fh_engine)
+    assert_pk_range_with_interval_probe(by_table(explain(mysql_fh_engine, decide_statement(100, 2100))))
+
+
+def test_the_batch_proof_reads_are_primary_key_ranges(mysql_fh_engine):
+    populate(mysql_fh_engine)
+    assert_pk_range_with_interval_probe(by_table(explain(mysql_fh_engine, compat_accepted(100, 2100))))
+    plan = by_table(explain(mysql_fh_engine, boolean_accepted(100, 2100)))
+    assert plan[AUDIT]["key"] == "PRIMARY" and plan[AUDIT]["type"] == "range" and INTERVAL not in plan, plan
+
+
+def test_each_stage_3_chunk_is_one_primary_key_range_with_the_interval_probe(mysql_fh_engine):
+    populate(mysql_fh_engine)
+    for stmt in (chunk_counts(2500, 7500), differing_rows(100, 5100, 10)):
+        plan = explain(mysql_fh_engine, stmt)
+        audit = [r for r in plan if r["table"] == AUDIT]
+        assert len(audit) == 1 and audit[0]["key"] == "PRIMARY" and audit[0]["type"] == "range", plan
+        interval = [r for r in plan if r["table"] == INTERVAL]
+        assert interval and all(r["key"] == "ix_TrackingInterval_Field" and r["type"] in PROBES for r in interval), plan

@@ -5,12 +5,18 @@
     field-history-eligibility stage1 -stage1-release R [-namespace NS] [-json]
     field-history-eligibility stage2 -producer-release R [-namespace NS] [-batch-size N] [-timeout 30m] [-json]
     field-history-eligibility stage3 -producer-release R [-namespace NS] [-json]
+    field-history-eligibility stage3 -check [-json]
 
 The target database comes from ``NEXUS_TENANT_DSN``. Exit codes: 0 done,
 2 bad input (usage, malformed DSN, missing schema), 3 a gate stopped (its
-report names what to fix; nothing was switched), 4 timed out or could not
-take the row locks (committed batches stay; rerun to resume), 1 other.
-All logic lives in :mod:`nexus_cutover.field_history` (the same gates the DAG runs).
+report names what to fix; nothing was switched), a materialization batch's
+read-equivalence proof broke (that batch rolled back, the earlier ones kept),
+or ``stage3 -check`` found rows whose read result would flip, 4 timed out or
+could not take the row locks (committed batches stay; rerun to resume), 1 other.
+``stage3 -check`` prints stage 3's whole-table read comparison in one read-only
+transaction and switches nothing (it needs no release: it compares the two
+readers only). All logic lives in :mod:`nexus_cutover.field_history` (the same
+gates the DAG runs).
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ import logging
 import sys
 
 from ..db import DSN_ENV_TENANT, Deadline, dsn_from_env, make_engine, mask_dsn
+from ..errors import ReadEquivalenceBroken
 from ..field_history.materialize import DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE, materialize
-from ..field_history.status import FieldHistoryStatus, read_status
+from ..field_history.status import FieldHistoryStatus, read_comparison, read_status
 from .common import configure_logging, duration_arg, flag, positive_int_arg, print_json, run_command
 
 PROGRAM = "field-history-eligibility"
@@ -53,14 +60,21 @@ def build_parser() -> argparse.ArgumentParser:
     for name, release, help_text in (
         ("stage1", "stage1-release", "stage 1: the nullable column, and every runtime_api / outbox worker on the stage-1 release"),
         ("stage2", "producer-release", "stage 2: producers stamp, pre-cutover outbox work drained, legacy rows materialized"),
-        ("stage3", "producer-release", "stage 3: no eligible NULL row, no pre-cutover producer or outbox work; then the switches"),
+        ("stage3", "producer-release", "stage 3: equal readers over the whole table, producers and outbox done; then the switches"),
     ):
         gate = commands.add_parser(name, help=help_text, description=help_text)
-        flag(gate, release, required=True, metavar="RELEASE", help="the dotted release, e.g. 4.13.0")
+        flag(gate, release, required=name != "stage3", metavar="RELEASE", help="the dotted release, e.g. 4.13.0")
         flag(gate, "namespace", default=None, metavar="NS", help="only this namespace's processes (default: all)")
         if name == "stage2":
             flag(gate, "batch-size", type=_batch_size_arg, default=DEFAULT_BATCH_SIZE, metavar="N", help="rows per transaction")
             flag(gate, "timeout", type=duration_arg, default=1800.0, metavar="DURATION", help="bound of materialization (30m)")
+        if name == "stage3":
+            flag(
+                gate,
+                "check",
+                action="store_true",
+                help="only print the whole-table read comparison, read-only, switching nothing (exit 0 equal, 3 not)",
+            )
         gate.add_argument("-json", "--json", dest="json", action="store_true", help="print one JSON object on stdout")
     return parser
 
@@ -111,8 +125,67 @@ def _print_status(st: FieldHistoryStatus) -> None:
         print(f"outbox: {c.rows} {c.status} row(s) from producer {c.producer_version}")
 
 
+def _check_stage_3(engine, as_json: bool) -> int:
+    """``stage3 -check``: the read comparison, read-only; exit 0 when equal, 3 when a row's read result would flip."""
+    comparison = read_comparison(engine)
+    code = 0 if comparison.equal else 3
+    summary = (
+        "equal: no row's read result would flip; nothing switched (-check)"
+        if comparison.equal
+        else f"{comparison.flips} row(s) would read differently after the switch; nothing switched (-check)"
+    )
+    if as_json:
+        print_json(
+            {
+                "command": "stage3",
+                "check": True,
+                "exit_code": code,
+                "passed": comparison.equal,
+                "summary": summary,
+                "comparison": comparison.as_dict(),
+            }
+        )
+    else:
+        print(comparison.render())
+        print(summary)
+    return code
+
+
+def _materialize(engine, args) -> int:
+    try:
+        result = materialize(engine, batch_size=args.batch_size, deadline=Deadline(args.timeout))
+    except ReadEquivalenceBroken as exc:
+        sys.stderr.write(f"{PROGRAM}: error: {exc}\n")
+        if args.json:
+            print_json(
+                {
+                    "outcome": "refused",
+                    "error": str(exc),
+                    "error_class": type(exc).__name__,
+                    "exit_code": exc.exit_code,
+                    "differences": exc.rows,
+                    "batches": exc.batches,
+                    "decided_rows": exc.decided_rows,
+                    "decided_digest": exc.decided_digest,
+                }
+            )
+        return exc.exit_code
+    if args.json:
+        print_json({"outcome": "materialized" if result.rows else "unchanged", **result.as_dict()})
+    else:
+        print(
+            f"materialized {result.rows} row(s): {result.set_true} TRUE, {result.set_false} FALSE "
+            f"in {result.batches} batch(es); {result.remaining} materializable row(s) remain; "
+            f"decided digest {result.decided_digest} over {result.decided_rows} row(s) (this run's)"
+        )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "stage3" and not args.check and not args.producer_release:
+        parser.error("stage3 needs -producer-release RELEASE (or -check, to print the read comparison only)")
     configure_logging()
 
     def body() -> int:
@@ -124,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
                 st = read_status(engine)
                 print_json(st.as_dict()) if args.json else _print_status(st)
                 return 0
+            if args.command == "stage3" and args.check:
+                return _check_stage_3(engine, args.json)
             if args.command.startswith("stage"):
                 code, out = _run_gate(args, engine)
                 if args.json:
@@ -131,17 +206,9 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     print("\n".join(out.get("rendered") or [out["summary"]]))
                 return code
-            result = materialize(engine, batch_size=args.batch_size, deadline=Deadline(args.timeout))
+            return _materialize(engine, args)
         finally:
             engine.dispose()
-        if args.json:
-            print_json({"outcome": "materialized" if result.rows else "unchanged", **result.as_dict()})
-        else:
-            print(
-                f"materialized {result.rows} row(s): {result.set_true} TRUE, {result.set_false} FALSE "
-                f"in {result.batches} batch(es); {result.remaining} materializable row(s) remain"
-            )
-        return 0
 
     code = run_command(body, program=PROGRAM, json_errors=getattr(args, "json", False), json_fields={"outcome": "error"})
     sys.stdout.flush()

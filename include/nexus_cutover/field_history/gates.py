@@ -13,6 +13,12 @@ Invariants:
   ``_System_Event`` / ``_System_WorkItem``; stage 2 writes only NULL eligibility
   values (through :mod:`.materialize`), stage 3 only the two runtime switches.
 * Deployed = not stopped (see :mod:`.inventory`); versions compare numerically.
+* Stage 2 reports the digest of the decisions its run made (``decided_rows``,
+  ``decided_digest``: this run's rows only); a batch whose read-equivalence
+  proof broke stops it with the differing rows as findings.
+* Stage 3 switches only on an equal whole-table read comparison
+  (:func:`.status.compare_readers`) made inside the switch's locked transaction,
+  and reports that comparison either way.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from sqlalchemy import Connection, Engine, func, select
 
 from .. import catalog, tx
 from ..db import Deadline, translate_errors
+from ..errors import ReadEquivalenceBroken
 from ..locks import lifecycle_lock_names
 from ..schema import apply_steps, field_history_steps
 from . import provenance
@@ -37,10 +44,10 @@ from .inventory import (
     pre_cutover_outbox,
     producer_processes,
 )
-from .materialize import DEFAULT_BATCH_SIZE, materialize
+from .materialize import DEFAULT_BATCH_SIZE, Seam, materialize
 from .prerequisites import require_eligibility_column, require_tables
 from .settings import FINAL_VALUES, read_settings, write_final_settings_in
-from .status import eligible_null_count, row_counts
+from .status import compare_readers, render_comparison, row_counts
 from .versions import older_than, parse_version
 
 Audit = catalog.AuditFieldChange
@@ -69,6 +76,7 @@ class GateReport:
     actions: list[str] = field(default_factory=list)
     already_done: bool = False
     removable: list[str] = field(default_factory=list)
+    comparison: dict = field(default_factory=dict)  # stage 3: the read comparison (ReadComparison.as_dict())
 
     def as_dict(self) -> dict:
         return {
@@ -80,12 +88,15 @@ class GateReport:
             "counts": self.counts,
             "actions": self.actions,
             "removable": self.removable,
+            "comparison": self.comparison,
         }
 
     def render(self) -> str:
         lines = [f"stage {self.stage}: {'PASSED' if self.passed else 'STOPPED'}: {self.summary}"]
         lines += [f"  did: {a}" for a in self.actions]
         lines += [f"  count {k} = {v}" for k, v in self.counts.items()]
+        if self.comparison:
+            lines += ["  " + line for line in render_comparison(self.comparison).splitlines()]
         for f in self.findings:
             detail = ", ".join(f"{k}={v}" for k, v in f.items() if k != "finding")
             lines.append(f"  finding {f['finding']}: {detail}")
@@ -252,12 +263,32 @@ def outbox_drain_state(
     return tx.read(engine, state, what="reading the Audit V2 outbox drain")
 
 
-def stage_2_materialize(engine: Engine, *, batch_size: int = DEFAULT_BATCH_SIZE, deadline: Deadline | None = None) -> GateReport:
-    """Materialize legacy rows; passes when no eligible NULL row with a FieldId is left."""
-    result = materialize(engine, batch_size=batch_size, deadline=deadline)
+def stage_2_materialize(
+    engine: Engine,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    deadline: Deadline | None = None,
+    between_read_and_write: Seam | None = None,
+) -> GateReport:
+    """Materialize legacy rows; passes when no eligible NULL row with a FieldId is left.
+
+    A broken read-equivalence proof stops the gate: the batch rolled back, the
+    earlier ones kept, each differing row a finding. ``between_read_and_write``
+    is :func:`.materialize.materialize`'s test seam (no product caller passes it).
+    """
+    try:
+        result = materialize(engine, batch_size=batch_size, deadline=deadline, between_read_and_write=between_read_and_write)
+    except ReadEquivalenceBroken as exc:
+        return _broken_report(engine, exc)
     with translate_errors("counting after materialization"), engine.connect() as conn:
         counts = row_counts(conn)
-    report_counts = {"set_true": result.set_true, "set_false": result.set_false, "batches": result.batches}
+    report_counts = {
+        "set_true": result.set_true,
+        "set_false": result.set_false,
+        "batches": result.batches,
+        "decided_rows": result.decided_rows,
+        "decided_digest": result.decided_digest,
+    }
     report_counts.update({k: v for k, v in counts.as_dict().items() if k != "rows_by_value"})
     actions = [f"materialized {result.rows} row(s): {result.set_true} TRUE, {result.set_false} FALSE"] if result.rows else []
     if counts.materializable_rows:
@@ -273,6 +304,16 @@ def stage_2_materialize(engine: Engine, *, batch_size: int = DEFAULT_BATCH_SIZE,
     return GateReport(2, True, "legacy rows materialized", [], report_counts, actions, already_done=not result.rows)
 
 
+def _broken_report(engine: Engine, exc: ReadEquivalenceBroken) -> GateReport:
+    with translate_errors("counting after materialization"), engine.connect() as conn:
+        counts = row_counts(conn)
+    report_counts = {"batches": exc.batches, "decided_rows": exc.decided_rows, "decided_digest": exc.decided_digest}
+    report_counts.update({k: v for k, v in counts.as_dict().items() if k != "rows_by_value"})
+    findings = [{"finding": "read_equivalence_broken", **row} for row in exc.rows]
+    actions = [f"materialized {exc.decided_rows} row(s) in {exc.batches} batch(es) before the broken one"] if exc.decided_rows else []
+    return GateReport(2, False, str(exc), findings, report_counts, actions)
+
+
 # -- stage 3 ----------------------------------------------------------------
 
 
@@ -284,12 +325,16 @@ def stage_3(
     namespace: str | None = None,
     deadline: Deadline | None = None,
 ) -> GateReport:
-    """Every producer upgraded, no pre-cutover outbox work, zero eligible NULL rows; then the final switches.
+    """Every producer upgraded, no pre-cutover outbox work, an equal read comparison; then the final switches.
 
     The check and the switch are one transaction of the policy (READ COMMITTED,
     holding the namespace lock when ``namespace`` is given, the setting rows read
     FOR UPDATE): the preconditions are verified where the switch relies on them.
-    A refusal switches nothing.
+    The read comparison covers the whole table in keyset chunks
+    (:func:`.status.compare_readers`): equal exactly when no row's read result
+    would flip; its rows that would flip (with the readers of :mod:`.readers`,
+    exactly the eligible NULL rows, counted as ``eligible_null_rows``) are
+    findings. A refusal switches nothing.
     """
     parse_version(producer_release)
     deadline = deadline or Deadline(60.0)
@@ -308,25 +353,29 @@ def stage_3(
 def _stage_3_in(conn: Connection, producer_release: str, updated_by: str, namespace: str | None) -> GateReport:
     findings = _lagging_findings(conn, PRODUCER_ROLES, producer_release, namespace)
     outbox = pre_cutover_outbox(outbox_counts(conn), producer_release, OUTBOX_OPEN + (OUTBOX_FAILED,))
-    eligible_null = eligible_null_count(conn)
     settings = read_settings(conn)
     examples = outbox_examples(conn, producer_release, OUTBOX_OPEN + (OUTBOX_FAILED,), EXAMPLES) if outbox else []
     findings += [{"finding": "pre_cutover_outbox", **e} for e in examples]
+    comparison = compare_readers(conn)
+    findings += [{"finding": "read_flip", **d} for d in comparison.differences]
     counts = {
         "lagging_processes": sum(f["finding"] == "lagging_process" for f in findings),
         "pre_cutover_outbox_rows": sum(c.rows for c in outbox),
-        "eligible_null_rows": eligible_null,
+        "eligible_null_rows": comparison.compat_only,
     }
+    evidence = comparison.as_dict()
     problems = []
     if counts["lagging_processes"]:
         problems.append(f"{counts['lagging_processes']} deployed producer(s) older than {producer_release}")
     if counts["pre_cutover_outbox_rows"]:
         problems.append(f"{counts['pre_cutover_outbox_rows']} pre-cutover outbox row(s) not delivered")
-    if eligible_null:
-        problems.append(f"{eligible_null} eligible NULL row(s): run stage 2 materialization")
+    if comparison.compat_only:
+        problems.append(f"{comparison.compat_only} eligible NULL row(s) would stop being read: run stage 2 materialization")
+    if comparison.boolean_only:
+        problems.append(f"{comparison.boolean_only} row(s) only the boolean-only reader would accept")
     if problems:
         prefix = "switches already final, but " if settings.final else "refused, nothing switched: "
-        return GateReport(3, False, prefix + "; ".join(problems), findings, counts)
+        return GateReport(3, False, prefix + "; ".join(problems), findings, counts, comparison=evidence)
     if settings.final:
         return GateReport(
             3,
@@ -336,6 +385,7 @@ def _stage_3_in(conn: Connection, producer_release: str, updated_by: str, namesp
             counts,
             already_done=True,
             removable=list(REMOVABLE_MACHINERY),
+            comparison=evidence,
         )
     changed = write_final_settings_in(conn, updated_by)
     actions = [f"set {name} = {FINAL_VALUES[name]}" for name in changed]
@@ -347,4 +397,5 @@ def _stage_3_in(conn: Connection, producer_release: str, updated_by: str, namesp
         counts,
         actions,
         removable=list(REMOVABLE_MACHINERY),
+        comparison=evidence,
     )
