@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: deps test test-tidb demo airflow lint bench
+.PHONY: deps test test-tidb demo airflow stack stack-down lint bench
 
 deps:
 	@VENV=$(VENV) bash scripts/bootstrap.sh
@@ -35,6 +35,15 @@ demo: deps
 # The same Airflow with the demo tenant, left up (URL and login printed); Ctrl-C stops it.
 airflow: deps
 	$(BIN)/python scripts/airflow_up.py
+
+# The production topology (issue 13), left up: PostgreSQL metadata, Redis, CeleryExecutor with scheduler,
+# dag-processor, api-server, two triggerers and two Celery workers, the demo tenant on a throwaway MariaDB
+# (scripts/stack.py; URL, login and settings printed). Ctrl-C, or `make stack-down` from another terminal, stops it all.
+stack: deps
+	bash scripts/with-mariadb.sh $(BIN)/python scripts/stack.py up $(if $(PORT),--port $(PORT),)
+
+stack-down:
+	$(BIN)/python scripts/stack.py down
 
 lint: deps
 	$(BIN)/ruff check .

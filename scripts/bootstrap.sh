@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what the project needs on a fresh Debian machine: the MariaDB server
-# (tests), the mysqlclient build headers (providers-mysql), and a venv with the
+# (tests), the mysqlclient build headers (providers-mysql), PostgreSQL and Redis
+# (the production topology of `make stack` and tests/stack), and a venv with the
 # project and its extras. Idempotent: skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,8 @@ command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need_apt+=(m
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 [ -e /usr/include/mysql/mysql.h ] || [ -e /usr/include/mariadb/mysql.h ] || need_apt+=(default-libmysqlclient-dev)
 command -v gcc >/dev/null 2>&1 || need_apt+=(build-essential)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)  # make stack: metadata DB
+command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || need_apt+=(redis-server)  # Celery broker
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium chromium-driver)  # status view test (headless)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "bootstrap: apt-get install ${need_apt[*]}"
@@ -23,7 +26,7 @@ stamp="$VENV/.installed-$(sha1sum pyproject.toml | cut -c1-12)"
 if [ ! -f "$stamp" ]; then
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q -e '.[airflow,test]'
+  "$VENV/bin/pip" install -q -e '.[airflow,test,stack]'
   rm -f "$VENV"/.installed-*
   touch "$stamp"
 fi

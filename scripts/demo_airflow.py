@@ -79,48 +79,13 @@ class ApiError(RuntimeError):
         self.status = status
 
 
-class AirflowStack:
-    """``airflow standalone`` under ``home``, its REST API at ``base_url``."""
+class AirflowApi:
+    """The public REST API (the one the UI uses) of a local Airflow whose ``AIRFLOW_HOME`` is ``home``:
+    login with the generated admin password, then the calls the demo and the tests make."""
 
-    def __init__(self, home: pathlib.Path, *, port: int | None = None, parallelism: int = 4,
-                 extra_env: dict[str, str] | None = None):
-        self.home = pathlib.Path(home).resolve()
-        self.port = port or free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        inherited = {k: v for k, v in os.environ.items() if not _foreign_airflow_setting(k)}
-        self.env = {**inherited, **airflow_env(self.home, self.port, parallelism=parallelism), **(extra_env or {})}
-        self.proc: subprocess.Popen | None = None
-        self.token: str | None = None
-        self.log_path = self.home / "standalone.log"
-
-    # -- lifecycle ----------------------------------------------------------
-
-    def start(self, timeout_s: float = 180.0) -> None:
-        self.home.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as out:
-            self.proc = subprocess.Popen(
-                [str(BIN / "airflow"), "standalone"], env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_restore_sigint,
-            )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"airflow standalone exited with {self.proc.returncode}; see {self.log_path}")
-            if self._healthy():
-                break
-            time.sleep(1.0)
-        else:
-            raise RuntimeError(f"airflow standalone not healthy after {timeout_s:.0f}s; see {self.log_path}")
-        self.login()
-
-    def _healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.base_url}/api/v2/monitor/health", timeout=3) as resp:
-                body = json.loads(resp.read())
-        except (OSError, ValueError):
-            return False
-        return all(body.get(c, {}).get("status") == "healthy" for c in ("metadatabase", "scheduler", "triggerer",
-                                                                          "dag_processor"))
+    home: pathlib.Path
+    base_url: str
+    token: str | None = None
 
     def admin_password(self) -> str:
         path = self.home / "simple_auth_manager_passwords.json.generated"
@@ -131,31 +96,6 @@ class AirflowStack:
                             auth=False)
         self.token = body["access_token"]
         return self.token
-
-    def stop(self, timeout_s: float = 60.0) -> None:
-        """SIGINT (clean stop of every component), then TERM/KILL what is left of this stack's process group."""
-        if self.proc is None or self.proc.poll() is not None and not _group_alive(self.proc.pid):
-            return
-        pgid = self.proc.pid
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pgid, signal.SIGINT)  # the standalone supervisor stops its components itself
-        for sig, wait in ((None, timeout_s), (signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
-            if sig is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pgid, sig)
-            deadline = time.monotonic() + wait
-            while time.monotonic() < deadline:
-                self.proc.poll()
-                if not _group_alive(pgid):
-                    return
-                time.sleep(0.5)
-
-    def __enter__(self) -> AirflowStack:
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     # -- REST ---------------------------------------------------------------
 
@@ -225,6 +165,74 @@ class AirflowStack:
             "PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/{map_index}/hitlDetails",
             {"chosen_options": [option], "params_input": {}})
 
+
+class AirflowStack(AirflowApi):
+    """``airflow standalone`` under ``home``, its REST API at ``base_url``."""
+
+    def __init__(self, home: pathlib.Path, *, port: int | None = None, parallelism: int = 4,
+                 extra_env: dict[str, str] | None = None):
+        self.home = pathlib.Path(home).resolve()
+        self.port = port or free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        inherited = {k: v for k, v in os.environ.items() if not _foreign_airflow_setting(k)}
+        self.env = {**inherited, **airflow_env(self.home, self.port, parallelism=parallelism), **(extra_env or {})}
+        self.proc: subprocess.Popen | None = None
+        self.token: str | None = None
+        self.log_path = self.home / "standalone.log"
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def start(self, timeout_s: float = 180.0) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(
+                [str(BIN / "airflow"), "standalone"], env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_restore_sigint,
+            )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"airflow standalone exited with {self.proc.returncode}; see {self.log_path}")
+            if self._healthy():
+                break
+            time.sleep(1.0)
+        else:
+            raise RuntimeError(f"airflow standalone not healthy after {timeout_s:.0f}s; see {self.log_path}")
+        self.login()
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.base_url}/api/v2/monitor/health", timeout=3) as resp:
+                body = json.loads(resp.read())
+        except (OSError, ValueError):
+            return False
+        return all(body.get(c, {}).get("status") == "healthy" for c in ("metadatabase", "scheduler", "triggerer",
+                                                                          "dag_processor"))
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """SIGINT (clean stop of every component), then TERM/KILL what is left of this stack's process group."""
+        if self.proc is None or self.proc.poll() is not None and not _group_alive(self.proc.pid):
+            return
+        pgid = self.proc.pid
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pgid, signal.SIGINT)  # the standalone supervisor stops its components itself
+        for sig, wait in ((None, timeout_s), (signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+            if sig is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pgid, sig)
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                self.proc.poll()
+                if not _group_alive(pgid):
+                    return
+                time.sleep(0.5)
+
+    def __enter__(self) -> AirflowStack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
 
 def _group_alive(pgid: int) -> bool:
     try:
