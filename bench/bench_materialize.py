@@ -1,21 +1,37 @@
-"""Benchmark: batched stage-2 materialization vs one set-based UPDATE ... JOIN, same MariaDB, one run.
+"""Benchmark: stage-2 materialization (batched, with and without its proof, vs set-based) and stage 3's read comparison.
 
     bash scripts/with-mariadb.sh .venv/bin/python bench/bench_materialize.py [--rows 1000000] [--batch-size 2000]
 
-Builds two identical copies of an audit table (``--rows`` rows: most NULL with a
-FieldId and a sequence, some stamped, some without sequence or FieldId) in two
-fresh databases of the server named by ``NEXUS_TEST_MYSQL_URL``. Then:
+Builds four identical copies of an audit table (``--rows`` rows: most NULL with
+a FieldId and a sequence, some stamped, some without sequence or FieldId) in
+fresh databases of the server named by ``NEXUS_TEST_MYSQL_URL`` (plus copies of
+a tenth and a hundredth of the size). Then, before each timed run, the server's
+dirty pages flushed and the copy warmed by one full scan:
 
 1. baseline: one ``UPDATE a LEFT JOIN interval ... SET FieldHistoryEligible = (match)``
    over copy A, a single transaction of every row;
-2. :func:`nexus_cutover.field_history.materialize.materialize` over copy B, keyset
-   batches of ``--batch-size`` rows, each its own transaction.
+2. the same keyset batches *without* the per-batch read-equivalence proof over
+   copy C, as :mod:`nexus_cutover.field_history.materialize` ran them before it
+   proved anything: each batch's bound and two guarded UPDATEs (TRUE where an
+   interval proves, then FALSE), same transaction policy (built here, in bench/
+   only: the product always proves); and, over copy D, the product's single
+   deciding UPDATE per batch without the proof's reads (what the proof's reads
+   alone cost; without them there is no TRUE/FALSE split);
+3. :func:`nexus_cutover.field_history.materialize.materialize` over copy B, keyset
+   batches of ``--batch-size`` rows, each its own transaction, each proving itself;
+4. on copy B before and after (3): stage 3's whole-table read comparison
+   (:func:`nexus_cutover.field_history.status.read_comparison`, what
+   ``stage3 -check`` runs) vs one full compatibility-reader scan
+   (``SELECT COUNT(*) ... WHERE compat_reader()``), best of ``--repeat`` each.
 
-Prints rows/s of both, the ratio (goal >= 0.5), the largest batch, that both
-copies end identical, and the Python peak memory (tracemalloc) of the batched
-run at --rows and at --rows/10 (it must not grow with the table). The data is
-generated server-side (MariaDB ``INSERT ... SELECT``); nothing is written into
-tests. The databases are dropped at the end.
+Prints rows/s, the ratios batched / set-based (goal >= 0.5), proven / unproven
+(goal <= 1.25; also proven / one UPDATE alone) and comparison / compat scan
+(goal <= 1.5, after materialization: where stage 3 runs it), the largest batch,
+the decided digest, that the copies end identical, and the Python peak memory
+(tracemalloc, in untimed runs) of the proven run at --rows/10 and --rows/100 (it
+must not grow with the table). The data is generated server-side (MariaDB
+``INSERT ... SELECT``); nothing is written into tests. The databases are dropped
+at the end.
 """
 
 from __future__ import annotations
@@ -27,12 +43,14 @@ import time
 import tracemalloc
 import uuid
 
-from sqlalchemy import insert, text
+from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.engine import make_url
 
-from nexus_cutover import catalog
+from nexus_cutover import catalog, tx
 from nexus_cutover.db import make_engine
-from nexus_cutover.field_history.materialize import materialize
+from nexus_cutover.field_history import readers
+from nexus_cutover.field_history.materialize import BATCH_LOCK_WAIT_S, BATCH_RETRY, decide_statement, materialize
+from nexus_cutover.field_history.status import read_comparison
 from nexus_cutover.schema import apply_steps, create_legacy_schema, field_history_steps
 
 FIELDS = 1000
@@ -99,19 +117,131 @@ def value_counts(engine) -> list[tuple]:
         return conn.execute(text(f"SELECT FieldHistoryEligible, COUNT(*), SUM(ChangeId) FROM `{AUDIT}` GROUP BY 1 ORDER BY 1")).all()
 
 
-def batched(engine, batch_size: int):
+def warm(engine) -> None:
+    """Flush the server's dirty pages, then scan the audit table and the intervals once: every timed run starts alike.
+
+    Without the flush, a run right after another pays for writing back the pages the first one dirtied.
+    """
+    settle(engine)
+    with engine.connect() as conn:
+        conn.execute(text(f"SELECT COUNT(*), SUM(LENGTH(RecordId)) FROM `{AUDIT}`")).one()
+        conn.execute(text(f"SELECT COUNT(*), SUM(FieldId) FROM `{INTERVAL}`")).one()
+
+
+def stamp_statement(value: bool, lo, hi: int):
+    """The two guarded UPDATEs materialize ran per batch before its proof: TRUE where proven, then FALSE."""
+    Audit = catalog.AuditFieldChange
+    stmt = update(Audit).where(Audit.c.ChangeId <= hi, readers.proves_true() if value else readers.proves_false())
+    if lo is not None:
+        stmt = stmt.where(Audit.c.ChangeId > lo)
+    return stmt.values({catalog.FIELD_HISTORY_ELIGIBLE.column_name: value})
+
+
+def settle(engine, timeout_s: float = 120.0) -> None:
+    """Until InnoDB has (almost) no dirty pages left, flushing eagerly meanwhile (MariaDB, bench only)."""
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        saved = conn.execute(text("SELECT @@GLOBAL.innodb_max_dirty_pages_pct")).scalar()
+        conn.execute(text("SET GLOBAL innodb_max_dirty_pages_pct = 0"))
+        try:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                dirty = int(conn.execute(text("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'")).one()[1])
+                if dirty < 50:
+                    return
+                time.sleep(0.2)
+        finally:
+            conn.execute(text("SET GLOBAL innodb_max_dirty_pages_pct = :v"), {"v": saved})
+
+
+def unproven_bound(lo, batch_size: int):
+    """The batch bound materialize used before its proof: the batch_size-th materializable row after lo."""
+    Audit = catalog.AuditFieldChange
+    inner = select(Audit.c.ChangeId).where(readers.materializable())
+    if lo is not None:
+        inner = inner.where(Audit.c.ChangeId > lo)
+    inner = inner.order_by(Audit.c.ChangeId).limit(batch_size).subquery("batch")
+    return select(func.max(inner.c.ChangeId))
+
+
+def unproven(engine, batch_size: int, *, one_update: bool = False) -> tuple[int, int, float]:
+    """The same batches without the proof: (rows, batches, seconds). Bench only; the product always proves.
+
+    By default the two guarded UPDATEs of the materializer before the proof (which give the TRUE/FALSE split);
+    ``one_update``: the product's single deciding UPDATE with nothing else, i.e. the product minus its proof reads
+    (and so without the TRUE/FALSE split, which those reads give).
+    """
+
+    def body(conn, lo):
+        hi = conn.scalar(unproven_bound(lo, batch_size))
+        if hi is None:
+            return None, 0
+        if one_update:
+            return hi, conn.execute(decide_statement(lo, hi)).rowcount
+        return hi, conn.execute(stamp_statement(True, lo, hi)).rowcount + conn.execute(stamp_statement(False, lo, hi)).rowcount
+
+    lo, rows, batches = None, 0, 0
+    started = time.perf_counter()
+    while True:
+        hi, n = tx.run(engine, lambda conn, lo=lo: body(conn, lo), what="bench batch", retry=BATCH_RETRY, lock_wait_s=BATCH_LOCK_WAIT_S)
+        if hi is None:
+            return rows, batches, time.perf_counter() - started
+        lo, rows, batches = hi, rows + n, batches + 1
+
+
+def best_of(repeat: int, fn) -> tuple[float, object]:
+    """The fastest of ``repeat`` calls of ``fn`` (seconds, its result)."""
+    best = None
+    for _ in range(repeat):
+        started = time.perf_counter()
+        out = fn()
+        seconds = time.perf_counter() - started
+        if best is None or seconds < best[0]:
+            best = (seconds, out)
+    return best
+
+
+def comparison_vs_scan(engine, repeat: int) -> dict:
+    """Stage 3's whole-table read comparison vs one full compatibility-reader scan, best of ``repeat`` each."""
+
+    def scan():
+        with engine.connect() as conn:
+            return conn.scalar(select(func.count()).select_from(catalog.AuditFieldChange).where(readers.compat_reader()))
+
+    warm(engine)
+    scan_s, accepted = best_of(repeat, scan)
+    compare_s, comparison = best_of(repeat, lambda: read_comparison(engine))
+    assert comparison.compat_accepted == accepted, (comparison.compat_accepted, accepted)
+    return {
+        "ratio": compare_s / scan_s,
+        "compare_s": compare_s,
+        "scan_s": scan_s,
+        "chunks": comparison.chunks,
+        "rows_accepted_by_either": comparison.accepted_by_either,
+        "compat_accepted": accepted,
+        "equal": comparison.equal,
+        "flips": comparison.flips,
+    }
+
+
+def batched(engine, batch_size: int, *, traced: bool = False):
+    """materialize() over ``engine``: (result, seconds, Python peak bytes or None, largest batch).
+
+    Timed runs are not traced: tracemalloc slows Python down, and more so the path that does more in Python.
+    """
     largest = {"rows": 0, "prev": 0}
 
     def on_batch(p):
         largest["rows"] = max(largest["rows"], p.rows_done - largest["prev"])
         largest["prev"] = p.rows_done
 
-    tracemalloc.start()
+    if traced:
+        tracemalloc.start()
     started = time.perf_counter()
     result = materialize(engine, batch_size=batch_size, on_batch=on_batch, progress_every_s=3600)
     seconds = time.perf_counter() - started
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
+    peak = tracemalloc.get_traced_memory()[1] if traced else None
+    if traced:
+        tracemalloc.stop()
     return result, seconds, peak, largest["rows"]
 
 
@@ -119,6 +249,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--batch-size", type=int, default=2000)
+    parser.add_argument("--repeat", type=int, default=3, help="timed repetitions of each stage-3 measurement (best counts)")
     args = parser.parse_args()
     server = os.environ.get("NEXUS_TEST_MYSQL_URL")
     if not server:
@@ -126,36 +257,62 @@ def main() -> int:
         return 2
     server_url = make_url(server)
     tag = uuid.uuid4().hex[:8]
-    names = [f"bench_fh_{tag}_{s}" for s in ("setbased", "batched", "small")]
+    names = [f"bench_fh_{tag}_{s}" for s in ("setbased", "batched", "unproven", "oneupdate", "small", "tiny")]
     engines = []
     try:
         t0 = time.perf_counter()
         a = build(server_url, names[0], args.rows)
         b = build(server_url, names[1], args.rows)
-        small = build(server_url, names[2], args.rows // 10)
-        engines = [a, b, small]
-        print(f"built 2 x {args.rows} rows (+ {args.rows // 10}) in {time.perf_counter() - t0:.1f}s")
+        c = build(server_url, names[2], args.rows)
+        d = build(server_url, names[3], args.rows)
+        small = build(server_url, names[4], args.rows // 10)
+        tiny = build(server_url, names[5], args.rows // 100)
+        engines = [a, b, c, d, small, tiny]
+        print(f"built 4 x {args.rows} rows (+ {args.rows // 10} and {args.rows // 100}) in {time.perf_counter() - t0:.1f}s")
 
+        warm(a)
         with a.begin() as conn:
             started = time.perf_counter()
             set_rows = conn.execute(text(SET_BASED)).rowcount
         set_s = time.perf_counter() - started
 
-        result, batch_s, peak_big, largest = batched(b, args.batch_size)
-        small_result, _, peak_small, _ = batched(small, args.batch_size)
+        warm(c)
+        unproven_rows, unproven_batches, unproven_s = unproven(c, args.batch_size)
+        warm(d)
+        one_rows, _, one_s = unproven(d, args.batch_size, one_update=True)
+        before = comparison_vs_scan(b, args.repeat)  # stage 3's comparison before stage 2: most rows probe an interval
+        warm(b)
+        result, batch_s, _, largest = batched(b, args.batch_size)
+        after = comparison_vs_scan(b, args.repeat)  # ... and where stage 3 runs it: after materialization
+        small_result, _, peak_small, _ = batched(small, args.batch_size, traced=True)
+        tiny_result, _, peak_tiny, _ = batched(tiny, args.batch_size, traced=True)
 
-        set_rate, batch_rate = set_rows / set_s, result.rows / batch_s
-        same = value_counts(a) == value_counts(b)
+        set_rate, batch_rate, unproven_rate = set_rows / set_s, result.rows / batch_s, unproven_rows / unproven_s
+        proof_ratio = batch_s / unproven_s
+        same = value_counts(a) == value_counts(b) == value_counts(c) == value_counts(d) and after["equal"]
+        same = same and unproven_rows == result.rows == one_rows
         print(f"set-based UPDATE ... JOIN : {set_rows} rows in {set_s:.2f}s = {set_rate:,.0f} rows/s (one transaction)")
         print(
+            f"batched, without proof    : {unproven_rows} rows in {unproven_s:.2f}s = {unproven_rate:,.0f} rows/s "
+            f"({unproven_batches} transactions; bench only)"
+        )
+        print(
             f"batched materialize       : {result.rows} rows in {batch_s:.2f}s = {batch_rate:,.0f} rows/s "
-            f"({result.batches} transactions, largest {largest} rows, batch size {args.batch_size})"
+            f"({result.batches} transactions, largest {largest} rows, batch size {args.batch_size}, each proven)"
         )
         print(f"ratio batched / set-based : {batch_rate / set_rate:.2f} (goal >= 0.5)")
+        print(f"ratio proven / unproven   : {proof_ratio:.3f} (goal <= 1.25: the proof adds {100 * (proof_ratio - 1):.1f}%)")
+        print(f"  ... / one UPDATE alone    : {batch_s / one_s:.3f} (the product minus its proof reads: {one_s:.2f}s, no TRUE/FALSE split)")
+        for label, m in (("before stage 2", before), ("after stage 2", after)):
+            print(
+                f"stage-3 comparison {label}: {m['compare_s']:.3f}s ({m['chunks']} chunks, {m['compat_accepted']} accepted, "
+                f"{m['flips']} would flip) vs compat scan {m['scan_s']:.3f}s = {m['ratio']:.3f} (goal <= 1.5)"
+            )
+        print(f"decided digest            : {result.decided_digest} over {result.decided_rows} rows")
         print(f"identical final tables    : {same}")
         print(
-            f"python peak memory        : {peak_big / 1024:.0f} KiB at {result.rows} rows, "
-            f"{peak_small / 1024:.0f} KiB at {small_result.rows} rows"
+            f"python peak memory        : {peak_small / 1024:.0f} KiB at {small_result.rows} rows, "
+            f"{peak_tiny / 1024:.0f} KiB at {tiny_result.rows} rows (tracemalloc; untimed runs)"
         )
         if same:  # figures for bench/run_all.py (NEXUS_BENCH_RESULTS or bench/results.json)
             import benchlib  # bench/ is on sys.path when this runs as a script
@@ -165,14 +322,22 @@ def main() -> int:
                     "materialize_vs_setbased": round(batch_rate / set_rate, 3),
                     "materialize_rows_per_s": round(batch_rate),
                     "materialize_setbased_rows_per_s": round(set_rate),
+                    "materialize_proof_ratio": round(proof_ratio, 3),
+                    "stage3_comparison_vs_compat_scan": round(after["ratio"], 3),
                     "materialize_run": {
                         "rows": result.rows,
                         "batches": result.batches,
                         "largest_batch": largest,
                         "batch_s": batch_s,
+                        "unproven_s": unproven_s,
+                        "one_update_s": one_s,
+                        "proof_reads_ratio": round(batch_s / one_s, 3),
                         "setbased_s": set_s,
-                        "peak_kib": peak_big / 1024,
                         "peak_kib_tenth": peak_small / 1024,
+                        "peak_kib_hundredth": peak_tiny / 1024,
+                        "decided_digest": result.decided_digest,
+                        "stage3_before_materialization": before,
+                        "stage3_after_materialization": after,
                     },
                 }
             )
