@@ -97,14 +97,24 @@ def cutover_proof(run_id: str, xcoms: dict[tuple[str, str, str], Any]) -> dict[s
 def field_history_proof(run_id: str, xcoms: dict[tuple[str, str, str], Any]) -> dict[str, Any]:
     """The decisions digest of stage 2 and the read-equivalence comparison of stage 3 of one Field History run."""
     out: dict[str, Any] = {"run_id": run_id}
-    for task in TASKS[FIELD_HISTORY_DAG]:
-        report = xcoms.get((run_id, task, "return_value")) or xcoms.get((run_id, task, "report")) or {}
-        counts = report.get("counts") if isinstance(report, dict) else None
-        if counts:
-            out[task] = {k: v for k, v in counts.items() if k.startswith(("decided", "compat", "boolean", "compared",
-                                                                         "differing", "chunks"))}
-            out[task]["passed"] = report.get("passed")
+    stage_2 = _report(xcoms, run_id, "stage_2_materialize")
+    counts = stage_2.get("counts") or {}
+    if "decided_digest" in counts:
+        out["stage_2_materialize"] = {"passed": stage_2.get("passed"), "decided_rows": counts.get("decided_rows"),
+                                      "decided_digest": counts["decided_digest"]}
+    comparison = _report(xcoms, run_id, "stage_3").get("comparison") or {}
+    if comparison:
+        out["stage_3"] = {"equal": comparison.get("equal"), "chunks": comparison.get("chunks"),
+                          "compat_accepted": comparison.get("compat_accepted"),
+                          "boolean_only_accepted": comparison.get("boolean_only_accepted"),
+                          "differences": len(comparison.get("differences") or [])}
     return out
+
+
+def _report(xcoms: dict[tuple[str, str, str], Any], run_id: str, task_id: str) -> dict[str, Any]:
+    """A gate's report: its return value, or the report it pushed when it stopped."""
+    value = xcoms.get((run_id, task_id, "return_value")) or xcoms.get((run_id, task_id, "report")) or {}
+    return value if isinstance(value, dict) else {}
 
 
 def latest_proofs(tenants: list[str]) -> dict[str, dict[str, Any]]:

@@ -173,6 +173,14 @@ def test_happy_path_through_stage_3_then_rerun_reverifies(dag, tenant):
     assert settings(tenant) == FINAL
     table = audit_table(tenant)
     assert {cid for cid, v in table.items() if v[2] is True} == compat_set(tenant)
+    from nexus_status.proofs import latest_proofs  # what the status view shows for the tenant
+
+    proof = latest_proofs([result.conf["tenant"]])[result.conf["tenant"]]["field_history"]
+    assert proof["run_id"] == result.run_id
+    decided = proof["stage_2_materialize"]
+    assert decided["decided_rows"] == mat["counts"]["decided_rows"] > 0
+    assert decided["decided_digest"] == mat["counts"]["decided_digest"]
+    assert proof["stage_3"]["equal"] is True and proof["stage_3"]["differences"] == 0
 
     again = run_dag(dag, conf(target_stage=3))
     assert again.state == "success"
