@@ -39,6 +39,7 @@ FIGURES = (
     "audit_vs_server_floor", "audit_peak_rss_mb", "audit_rss_growth_mb", "drain_poke_ratio", "payload_read_ratio",
     "admission_vs_insert", "materialize_vs_setbased", "dag_parse_s", "triggerer_mb_per_waiting_tenant",
     "digest_vs_server_floor", "digest_verify_vs_server_floor", "digest_peak_rss_mb", "digest_rss_growth_mb",
+    "materialize_proof_ratio", "stage3_comparison_vs_compat_scan",
 )
 
 #: (comparison, bound, unit) per figure; ``dag_parse_s`` is checked per DAG file.
@@ -56,6 +57,8 @@ GOALS = {
     "digest_verify_vs_server_floor": ("<=", 1.5, "x floor"),
     "digest_peak_rss_mb": ("<", 100.0, "MB"),
     "digest_rss_growth_mb": ("<=", 10.0, "MB"),
+    "materialize_proof_ratio": ("<=", 1.25, "x unproven"),
+    "stage3_comparison_vs_compat_scan": ("<=", 1.5, "x one scan"),
 }
 
 #: Companion figures printed under a figure when a step provides them.
@@ -99,7 +102,8 @@ STEPS = [
          full=["--generations", "10", "1000"], quick=["--generations", "10", "50", "--lanes", "40", "--pokes", "15"]),
     Step("runtime", "bench_runtime.py", ("payload_read_ratio", "admission_vs_insert"), full=["--json"],
          quick=["--json", "--large", "1000"], from_stdout=runtime_figures),
-    Step("materialize", "bench_materialize.py", ("materialize_vs_setbased",), full=["--rows", "1000000"],
+    Step("materialize", "bench_materialize.py",
+         ("materialize_vs_setbased", "materialize_proof_ratio", "stage3_comparison_vs_compat_scan"), full=["--rows", "1000000"],
          quick=["--rows", "40000"]),
     Step("dag_parse", "bench_dag_parse.py", ("dag_parse_s",), full=["--repeat", "3"], quick=["--repeat", "1"]),
     Step("triggerer", "bench_triggerer.py", ("triggerer_mb_per_waiting_tenant",),

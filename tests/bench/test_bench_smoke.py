@@ -24,6 +24,7 @@ ISSUE_FIGURES = {
     "audit_vs_server_floor", "audit_peak_rss_mb", "audit_rss_growth_mb", "drain_poke_ratio", "payload_read_ratio",
     "admission_vs_insert", "materialize_vs_setbased", "dag_parse_s", "triggerer_mb_per_waiting_tenant",
     "digest_vs_server_floor", "digest_verify_vs_server_floor", "digest_peak_rss_mb", "digest_rss_growth_mb",
+    "materialize_proof_ratio", "stage3_comparison_vs_compat_scan",
 }
 
 
