@@ -49,19 +49,23 @@ def run_id_for(rollout_run_id: str, tenant: str) -> str:
 
 
 @task
-def plan(params: dict[str, Any] | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
-    """One trigger per tenant: its conf and run id. Refuses duplicates and malformed names."""
+def plan(params: dict[str, Any] | None = None, run_id: str | None = None, ti=None) -> list[dict[str, Any]]:
+    """One trigger per tenant: its conf and run id. Refuses duplicates, malformed names and unknown fields."""
     from airflow.sdk.exceptions import AirflowFailException
+
+    def refuse(reason: str) -> None:
+        ti.xcom_push(key="refusal", value=reason)  # what summary reports as the rollout's failure
+        raise AirflowFailException(reason)
 
     tenants = list(params["tenants"])
     bad = [t for t in tenants if not re.match(TENANT_PATTERN, t)]
     dupes = sorted({t for t in tenants if tenants.count(t) > 1})
     if bad or dupes or not tenants:
-        raise AirflowFailException(f"tenants: malformed {bad}, duplicated {dupes}, or empty list")
+        refuse(f"tenants: malformed {bad}, duplicated {dupes}, or empty list")
     shared = {k: v for k, v in (params.get("cutover_conf") or {}).items() if k in SHARED_FIELDS}
     unknown = sorted(set(params.get("cutover_conf") or {}) - set(SHARED_FIELDS))
     if unknown:
-        raise AirflowFailException(f"cutover_conf: unknown or per-tenant fields {unknown}; allowed {SHARED_FIELDS}")
+        refuse(f"cutover_conf: unknown or per-tenant fields {unknown}; allowed {', '.join(SHARED_FIELDS)}")
     return [{"conf": {"tenant": t, **shared}, "trigger_run_id": run_id_for(run_id, t)} for t in tenants]
 
 
@@ -70,14 +74,19 @@ def summary(triggers: list[dict[str, Any]], ti=None) -> dict[str, Any]:
     """Every tenant's outcome, logged as a table; fails the rollout when any tenant did not succeed."""
     from airflow.sdk.exceptions import AirflowFailException
 
+    if not triggers:  # the plan refused (or died): no tenant ran, which is never a successful rollout
+        reason = ti.xcom_pull(task_ids="plan", key="refusal") or "the plan task failed (see its log)"
+        ti.xcom_push(key="summary", value={"tenants": {}, "succeeded": [], "not_succeeded": [], "refusal": reason})
+        raise AirflowFailException(f"the rollout started no tenant: {reason}")
     outcomes: dict[str, Any] = {}
-    for item in triggers or []:
+    for item in triggers:
         tenant, run_id = item["conf"]["tenant"], item["trigger_run_id"]
         try:
             state = ti.get_dagrun_state(dag_id=CUTOVER_DAG, run_id=run_id)
         except Exception as exc:  # noqa: BLE001 - the run was never created
             outcomes[tenant] = {"run_id": run_id, "state": "not triggered", "detail": type(exc).__name__}
             continue
+        state = str(getattr(state, "value", state))  # a DagRunState prints as DagRunState.FAILED: show the word
         failed: list[str] = []
         if state != "success":
             states = ti.get_task_states(dag_id=CUTOVER_DAG, run_ids=[run_id]).get(run_id, {})
