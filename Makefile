@@ -3,13 +3,14 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: deps test test-tidb demo airflow stack stack-down lint bench
+.PHONY: deps test test-tidb test-stack demo airflow stack stack-down lint bench
 
 deps:
 	@VENV=$(VENV) bash scripts/bootstrap.sh
 
 # Every test, on a throwaway MariaDB (or NEXUS_TEST_MYSQL_URL) plus SQLite; then the TiDB-semantics run.
-# NEXUS_DB_REQUIRED=1 turns any skipped test into a failure.
+# NEXUS_DB_REQUIRED=1 turns any skipped test into a failure. tests/stack (in the default run) starts the
+# production topology of `make stack` once for its tests: about 5 minutes on 2 cores.
 test: deps
 	$(BIN)/ruff check .
 	NEXUS_DB_REQUIRED=1 bash scripts/with-mariadb.sh $(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -26,6 +27,10 @@ TIDB_TEST = NEXUS_DB_REQUIRED=1 NEXUS_TIDB_SEMANTICS=1 bash scripts/with-mariadb
 
 test-tidb: deps
 	$(TIDB_TEST)
+
+# The production-topology tests alone (tests/stack: real processes, SIGKILL and restarts; one stack per session).
+test-stack: deps
+	NEXUS_DB_REQUIRED=1 bash scripts/with-mariadb.sh $(BIN)/python -m pytest -q tests/stack $(PYTEST_ARGS)
 
 # The main job end to end on the embedded default (a demo tenant on SQLite): real Airflow,
 # the old runtime draining, the cutover over the REST API, Field History to stage 3; exits 0.

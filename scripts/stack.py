@@ -257,13 +257,15 @@ def redis_server() -> str:
 
 
 def require_python_packages() -> None:
+    """The stack's PyPI packages, checked by distribution (importing airflow here would configure it in this process)."""
+    from importlib import metadata
+
     missing = []
-    for module, package in (("airflow.providers.celery", "apache-airflow-providers-celery"), ("psycopg2", "psycopg2-binary"),
-                            ("redis", "redis"), ("celery", "celery[redis]"), ("asyncpg", "asyncpg")):
+    for dist in ("apache-airflow-providers-celery", "celery", "redis", "psycopg2-binary", "asyncpg"):
         try:
-            __import__(module)
-        except ImportError:
-            missing.append(package)
+            metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            missing.append(dist)
     if missing:
         raise StackError(f"missing Python packages {', '.join(missing)}: run `make deps` "
                          "(pip install -e '.[airflow,test,stack]')")

@@ -1,0 +1,202 @@
+"""The cutover DAG on the production topology (scripts/stack.py): real processes, real signals.
+
+* end to end for a MariaDB tenant with old work still draining (the drain sensor defers to a triggerer of the
+  stack), the confirmation answered through the REST API, the reference host started by the run;
+* the triggers import in the triggerers' environment;
+* fault 1 of issue 13: SIGKILL of the Celery worker running ``audit_and_checkpoint`` after its write, then clear;
+* fault 3: the scheduler and the api-server restarted while ``confirm_writers_stopped`` waits;
+* fault 6: two runs for one tenant at once: exactly one proceeds.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import pytest
+
+from scripts.demo import Child, stop_pid_if_ours
+from scripts.demo_airflow import BIN
+
+from .support import CUTOVER_DAG, Run, checkpoints, cutover_conf, new_tenant
+
+pytestmark = pytest.mark.airflow  # a real distributed Airflow (mysql: set from mysql_server_url by tests/conftest.py)
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _stop_host(run: Run) -> None:
+    started = run.xcom("start_new_host") or {}
+    if started.get("pid"):
+        stop_pid_if_ours(int(started["pid"]), "nexus")
+
+
+def _assert_verified_end(run: Run) -> dict:
+    final = run.xcom("final_old_writer_check")
+    digest = run.xcom("history_digest")
+    assert final["history_digest"]["verified"] is True, final
+    assert final["history_digest"]["hash"] == digest["hash"], (final, digest)
+    events = run.asset_events()
+    assert len(events) == 1, events
+    assert events[0]["extra"]["history_digest"] == final["history_digest"]
+    assert events[0]["extra"]["cutoffs"] == final["cutoffs"]
+    return final
+
+
+def test_cutover_end_to_end_on_the_stack(stack, mysql_server_url):
+    t = new_tenant(stack, mysql_server_url, "e2e", demo=True)
+    old = Child("old runtime", [sys.executable, str(REPO / "scripts" / "demo_old_runtime.py"), "--namespace", t["tenant"],
+                                "--stop-after-fenced-drain"], {**stack.env, "NEXUS_TENANT_DSN": t["dsn"]},
+                stack.logs / f"old-runtime-{t['tenant']}.log")
+    run = Run(stack, cutover_conf(t["tenant"]))
+    try:
+        triggers = set()
+
+        def drain_deferred(_state, states) -> bool:
+            if states.get("wait_for_drain") == "deferred":
+                triggers.update(stack.metadata(
+                    "SELECT tr.classpath, tr.triggerer_id FROM task_instance ti JOIN trigger tr ON tr.id = ti.trigger_id "
+                    "WHERE ti.run_id = %s AND ti.task_id = 'wait_for_drain'", (run.run_id,)))
+            return bool(triggers)
+
+        run.until("deferred in wait_for_drain on a triggerer", drain_deferred, 180)
+        assert run.finish(400) == "success", run.watcher.seen
+        assert not old.running()  # it stopped itself once the fence was armed and its work drained
+        # the drain waited in a trigger held by one of the stack's triggerer jobs, and completed from there
+        triggerer_jobs = {r[0] for r in stack.metadata("SELECT id FROM job WHERE job_type = 'TriggererJob'")}
+        assert {c for c, _ in triggers} == {"nexus_airflow.triggers.StatusPollTrigger"}, triggers
+        assert {j for _, j in triggers} <= triggerer_jobs and None not in {j for _, j in triggers}, triggers
+        assert run.xcom("wait_for_drain")["state"] == "drained"
+        final = _assert_verified_end(run)
+        cps = checkpoints(t["dsn"])
+        assert {p: v[0] for p, v in cps.items()} == final["cutoffs"] and all(len(v) == 1 for v in cps.values()), cps
+    finally:
+        old.stop()
+        _stop_host(run)
+
+
+def test_triggers_import_in_the_triggerers_environment(stack):
+    """Each triggerer's own environment (outside any DAG bundle, from the plugins folder Airflow puts on
+    sys.path) imports the trigger and every poller the DAGs hand it."""
+    code = ("import airflow.configuration, airflow.settings; "
+            "from nexus_airflow.triggers import StatusPollTrigger, import_poller; "
+            "from nexus_airflow.sensors import WAITS; "
+            "[import_poller(w.poller_path) for w in WAITS.values()]; "
+            "print(StatusPollTrigger('x', {}, 10).serialize()[0])")
+    for name in ("triggerer-1", "triggerer-2"):
+        comp = stack.components[name]
+        assert comp.running(), name
+        r = subprocess.run([str(BIN / "python"), "-c", code], env=comp.env, cwd="/", capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, f"{name}: {r.stderr[-3000:]}"
+        assert r.stdout.strip().splitlines()[-1] == "nexus_airflow.triggers.StatusPollTrigger"
+
+
+def test_sigkill_worker_after_checkpoint_write_then_clear_converges(stack, mysql_server_url):
+    t = new_tenant(stack, mysql_server_url, "kill", packs=["pk-kill"])
+    gate = pathlib.Path(stack.extra_env["NEXUS_AIRFLOW_PAUSE_DIR"]) / "audit_and_checkpoint.after_write"
+    reached = gate.with_name(gate.name + ".reached")
+    gate.touch()
+    run = Run(stack, cutover_conf(t["tenant"]))
+    worker = None
+    try:
+        run.until("held after the checkpoint write", lambda *_: reached.exists(), 240)
+        task_pid = int(reached.read_text())
+        ti = run.ti("audit_and_checkpoint", 0)
+        assert ti["state"] == "running" and ti["pid"] == task_pid, ti
+        worker = stack.component_of(task_pid)
+        assert worker in ("worker-1", "worker-2"), (task_pid, worker)
+        written = checkpoints(t["dsn"])
+        assert list(written) == ["pk-kill"] and len(written["pk-kill"]) == 1, written  # written, task not ended
+
+        killed = stack.kill(worker)  # SIGKILL: the Celery worker, its pool processes, the task process
+        assert task_pid in killed, (task_pid, killed)
+        assert _zombie(task_pid) or not os.path.exists(f"/proc/{task_pid}"), f"task process {task_pid} survived"
+        gate.unlink()
+        # nobody heartbeats for the task any more: the scheduler fails it (retries=0), the run fails
+        assert run.finish(240) == "failed"
+        assert run.ti("audit_and_checkpoint", 0)["state"] == "failed"
+        assert checkpoints(t["dsn"]) == written
+
+        stack.components[worker].start()  # the machine comes back
+        stack.wait_healthy(120)
+        run.clear("audit_and_checkpoint")
+        assert run.finish(300) == "success", run.watcher.seen
+        after = run.xcom("audit_and_checkpoint", 0)
+        assert after["outcome"] == "already_written", after
+        assert checkpoints(t["dsn"]) == written  # one protocol row, the same cutoff
+        assert after["legacy_max_ordinal"] == written["pk-kill"][0]
+        final = _assert_verified_end(run)
+        assert final["cutoffs"] == {"pk-kill": written["pk-kill"][0]}
+    finally:
+        gate.unlink(missing_ok=True)
+        if worker and not stack.components[worker].running():
+            stack.components[worker].start()
+        _stop_host(run)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_scheduler_and_api_server_restart_while_confirmation_waits(stack, mysql_server_url):
+    t = new_tenant(stack, mysql_server_url, "hitl", packs=["pk-a", "pk-b"])
+    run = Run(stack, cutover_conf(t["tenant"]), confirm=False)
+    try:
+        run.until("waiting for the writer-stop confirmation",
+                  lambda *_: any(d["task_instance"]["task_id"] == "confirm_writers_stopped"
+                                 for d in stack.pending_hitl(CUTOVER_DAG, run.run_id)), 240)
+        before = stack.pending_hitl(CUTOVER_DAG, run.run_id)
+        pids = {n: stack.components[n].pid for n in ("scheduler", "api-server")}
+        stack.restart("scheduler")
+        stack.restart("api-server")
+        assert all(stack.components[n].pid != pids[n] for n in pids)  # new processes
+        time.sleep(5)  # let the new scheduler loop over the run at least once
+        after = stack.pending_hitl(CUTOVER_DAG, run.run_id)
+        assert [(d["task_instance"]["task_id"], d["subject"], d["options"]) for d in after] == \
+            [(d["task_instance"]["task_id"], d["subject"], d["options"]) for d in before]
+        assert run.ti("confirm_writers_stopped")["state"] == "awaiting_input"
+        assert stack.dag_run(CUTOVER_DAG, run.run_id)["state"] == "running"
+        run.confirm = True  # answered through PATCH .../hitlDetails
+        assert run.finish(300) == "success", run.watcher.seen
+        answer = run.xcom("confirm_writers_stopped")
+        assert answer["chosen_options"] == ["Confirm: all old writers stopped"], answer
+        final = _assert_verified_end(run)
+        assert set(final["cutoffs"]) == {"pk-a", "pk-b"}
+    finally:
+        _stop_host(run)
+
+
+def test_two_runs_for_one_tenant_at_once_exactly_one_proceeds(stack, mysql_server_url):
+    """Fault 6: two runs triggered together for the same tenant, on two workers: one holds the fence, the other
+    stops at arm_fence naming the holder, writing nothing; the holder completes."""
+    t = new_tenant(stack, mysql_server_url, "twin", packs=["pk-twin"])
+    runs = [Run(stack, cutover_conf(t["tenant"])), Run(stack, cutover_conf(t["tenant"]))]
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            arms = [r.ti("arm_fence")["state"] for r in runs]
+            for r in runs:
+                r.poll()
+            if "failed" in arms and "success" in arms or time.monotonic() > deadline:
+                break
+            time.sleep(2)
+        assert sorted(arms) == ["failed", "success"], arms
+        loser, winner = (runs[0], runs[1]) if arms[0] == "failed" else (runs[1], runs[0])
+        report = stack.xcom(CUTOVER_DAG, loser.run_id, "arm_fence", key="report")
+        assert winner.run_id in str(report["held_by"]), report
+        assert loser.finish(60) == "failed"
+        assert winner.finish(300) == "success", winner.watcher.seen
+        done = {ti["task_id"] for ti in stack.task_instances(CUTOVER_DAG, loser.run_id) if ti["state"] == "success"}
+        assert done == {"resolve_packs", "apply_schema"}, done
+        final = _assert_verified_end(winner)
+        assert checkpoints(t["dsn"]) == {"pk-twin": [final["cutoffs"]["pk-twin"]]}
+    finally:
+        for r in runs:
+            _stop_host(r)
