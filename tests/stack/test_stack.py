@@ -3,7 +3,8 @@
 * end to end for a MariaDB tenant with old work still draining (the drain sensor defers to a triggerer of the
   stack), the confirmation answered through the REST API, the reference host started by the run;
 * the triggers import in the triggerers' environment;
-* fault 1 of issue 13: SIGKILL of the Celery worker running ``audit_and_checkpoint`` after its write, then clear;
+* fault 1 of issue 13: SIGKILL of the Celery worker running ``audit_and_checkpoint``, after its write and
+  while it waits on a pack lock before its write, then clear;
 * fault 3: the scheduler and the api-server restarted while ``confirm_writers_stopped`` waits;
 * fault 6: two runs for one tenant at once: exactly one proceeds.
 """
@@ -200,3 +201,71 @@ def test_two_runs_for_one_tenant_at_once_exactly_one_proceeds(stack, mysql_serve
     finally:
         for r in runs:
             _stop_host(r)
+
+
+def test_sigkill_worker_while_audit_waits_before_its_write_then_clear_converges(stack, mysql_server_url):
+    """Fault 1, before the write: another lifecycle operator holds the pack's lock row, so the audit waits on it
+    inside its transaction; the worker dies there: nothing is written (the server rolls the dead session back);
+    after clear the rerun writes the one checkpoint."""
+    from sqlalchemy import select, text
+    from sqlalchemy.engine import make_url
+
+    from nexus_cutover.catalog import Lock, pack_lock_name
+    from nexus_cutover.db import make_engine
+    from nexus_cutover.locks import insert_lock_row_if_absent
+
+    t = new_tenant(stack, mysql_server_url, "wait", packs=["pk-wait"])
+    run = Run(stack, cutover_conf(t["tenant"]), confirm=False)
+    holder = make_engine(t["dsn"])
+    admin = make_engine(make_url(mysql_server_url).set(database="mysql"))
+    lock = None
+    worker = None
+    try:
+        run.until("waiting for the writer-stop confirmation",
+                  lambda *_: bool(stack.pending_hitl(CUTOVER_DAG, run.run_id)), 240)
+        with holder.begin() as conn:
+            insert_lock_row_if_absent(conn, pack_lock_name("pk-wait"))
+        lock = holder.connect()
+        lock.begin()
+        assert lock.execute(select(Lock.c.LockName).where(Lock.c.LockName == pack_lock_name("pk-wait"))
+                            .with_for_update()).first() is not None
+        run.confirm = True
+
+        def audit_waits_on_the_lock(_state, states) -> bool:
+            if states.get("audit_and_checkpoint[0]") != "running":
+                return False
+            with admin.connect() as c:
+                return c.execute(text("SELECT COUNT(*) FROM information_schema.INNODB_TRX "
+                                      "WHERE trx_state = 'LOCK WAIT'")).scalar() > 0
+
+        run.until("waiting on the pack lock in audit_and_checkpoint", audit_waits_on_the_lock, 180, every_s=1.0)
+        ti = run.ti("audit_and_checkpoint", 0)
+        worker = stack.component_of(int(ti["pid"]))
+        assert worker in ("worker-1", "worker-2"), ti
+        killed = stack.kill(worker)
+        assert int(ti["pid"]) in killed
+        lock.rollback()
+        lock.close()
+        lock = None
+        assert run.finish(240) == "failed"
+        assert run.ti("audit_and_checkpoint", 0)["state"] == "failed"
+        assert checkpoints(t["dsn"]) == {}  # it died before its write
+
+        stack.components[worker].start()
+        stack.wait_healthy(120)
+        run.clear("audit_and_checkpoint")
+        assert run.finish(300) == "success", run.watcher.seen
+        after = run.xcom("audit_and_checkpoint", 0)
+        assert after["outcome"] == "written", after
+        assert checkpoints(t["dsn"]) == {"pk-wait": [after["legacy_max_ordinal"]]}
+        final = _assert_verified_end(run)
+        assert final["cutoffs"] == {"pk-wait": after["legacy_max_ordinal"]}
+    finally:
+        if lock is not None:
+            lock.rollback()
+            lock.close()
+        holder.dispose()
+        admin.dispose()
+        if worker and not stack.components[worker].running():
+            stack.components[worker].start()
+        _stop_host(run)
