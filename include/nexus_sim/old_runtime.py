@@ -47,6 +47,7 @@ from nexus_cutover.catalog import Event, IngressReceipt, WorkItem
 from nexus_cutover.cli.common import configure_logging, flag, run_command
 from nexus_cutover.clock import utcnow
 from nexus_cutover.db import DSN_ENV_TENANT, Deadline, dsn_from_env, make_engine, translate_errors
+from nexus_cutover.errors import CutoverError
 from nexus_cutover.identity import ProjectionIdentity, matches
 from nexus_cutover.runtime.activation import active_packs
 from nexus_cutover.runtime.fences import FenceView, fences_in_force
@@ -336,7 +337,12 @@ class OldRuntimeSimulator:
         self.register()
         try:
             while not stop_event.is_set():
-                report = self.step()
+                try:
+                    report = self.step()
+                except CutoverError as exc:  # a real old runtime outlives one failed step (e.g. a concurrent DDL)
+                    log.warning("old runtime %s: step failed, retrying: %s", self.worker_id, exc)
+                    stop_event.wait(poll_s)
+                    continue
                 if exit_when_drained and not report.busy and self.drained():
                     break
                 if not report.busy:

@@ -173,6 +173,7 @@ def old_runtime(engine: Engine, *, stop_when_drained_and_fenced: bool = True, **
     from nexus_sim.old_runtime import OldRuntimeSimulator
 
     sim = OldRuntimeSimulator(engine, NS, process_id="old-rt", **config)
+    sim.register()  # live before the run's first look, however slowly the thread gets going
     stop = threading.Event()
     runner = threading.Thread(target=sim.run, args=(stop,), kwargs={"poll_s": 0.1}, daemon=True)
     runner.start()
