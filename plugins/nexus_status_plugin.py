@@ -1,4 +1,4 @@
-"""Registers the tenant status view (``plugins/nexus_status``): a FastAPI app and a nav entry in the Airflow UI."""
+"""Registers the tenant status view (``plugins/nexus_status``): a FastAPI app and two nav entries (tenants, rollouts)."""
 
 from __future__ import annotations
 
@@ -18,5 +18,12 @@ class NexusStatusPlugin(AirflowPlugin):
             "destination": "nav",
             "category": "browse",
             "url_route": "nexus-tenants",
-        }
+        },
+        {
+            "name": "Nexus rollouts",
+            "href": f"{URL_PREFIX}/rollouts",
+            "destination": "nav",
+            "category": "browse",
+            "url_route": "nexus-rollouts",
+        },
     ]

@@ -11,6 +11,9 @@ Read only: nothing here writes to the tenant database.
 from __future__ import annotations
 
 import datetime as dt
+import math
+import time
+from collections import deque
 from typing import Any
 
 from nexus_airflow.triggers import WAITING
@@ -25,6 +28,35 @@ def _utcnow() -> dt.datetime:
 def _parse(deadline: str) -> dt.datetime:
     value = dt.datetime.fromisoformat(deadline)
     return value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo else value
+
+
+def measured_rate(samples: list[tuple[float, int]]) -> float | None:
+    """Items drained per minute over ``samples`` ((seconds, remaining), oldest first): the drop from the first
+    to the last sample over their span; None until two samples lie apart in time. Negative when work grew."""
+    if len(samples) < 2 or samples[-1][0] <= samples[0][0]:
+        return None
+    return (samples[0][1] - samples[-1][1]) * 60.0 / (samples[-1][0] - samples[0][0])
+
+
+def eta_minutes(remaining: int | None, rate: float | None) -> int | None:
+    """Whole minutes until ``remaining`` reaches 0 at ``rate`` items/min (0 when drained; None if not draining)."""
+    if remaining is not None and remaining <= 0:
+        return 0
+    if remaining is None or rate is None or rate <= 0:
+        return None
+    return math.ceil(remaining / rate)
+
+
+def eta_text(remaining: int | None, rate: float | None) -> str:
+    """The ETA as the log line and the page say it: ``"12.0 items/min, ETA ~3 min"``, or why there is none."""
+    eta = eta_minutes(remaining, rate)
+    if eta == 0:
+        return "drained"
+    if rate is None:
+        return "ETA unknown (one sample so far)"
+    if eta is None:
+        return f"ETA unknown (no progress measured: {rate:+.1f} items/min)"
+    return f"{rate:.1f} items/min, ETA ~{eta} min"
 
 
 def deadline_in(seconds: float) -> str:
@@ -48,8 +80,15 @@ class _EnginePoller:
         return _utcnow() >= self.deadline
 
 
+#: The drain rate is measured over the last this many polls (a moving window: an old burst does not skew the ETA).
+RATE_SAMPLES = 20
+
+
 class DrainPoller(_EnginePoller):
-    """Old projection work of the namespace: ``drained``, ``stuck`` (with blockers) or ``waiting``."""
+    """Old projection work of the namespace: ``drained``, ``stuck`` (with blockers) or ``waiting``.
+
+    Each poll's message ends with the measured drain rate and ETA (:func:`eta_text`) over the last
+    ``RATE_SAMPLES`` polls of this poller (a restarted trigger measures again from its first poll)."""
 
     def __init__(self, conn_id: str, namespace: str, deadline: str, stale_heartbeat_s: float,
                  initial_remaining: int | None = None, sample_limit: int = 200):
@@ -58,6 +97,7 @@ class DrainPoller(_EnginePoller):
         self.previous: int | None = initial_remaining
         self.sample_limit = sample_limit
         self.range_column: bool | None = None  # probed once: the column never disappears
+        self.samples: deque[tuple[float, int]] = deque(maxlen=RATE_SAMPLES)  # (monotonic s, remaining)
 
     def poll(self) -> dict[str, Any]:
         from nexus_cutover import catalog
@@ -83,7 +123,11 @@ class DrainPoller(_EnginePoller):
         message = report.counts_text() + (f"; {', '.join(trend)}" if trend else "")
         if report.live_old_workers:
             message += f"; live old projection_workers: {len(report.live_old_workers)}"
-        return {"state": state, "message": message, "remaining": remaining,
+        self.samples.append((time.monotonic(), remaining))
+        rate = measured_rate(list(self.samples))
+        message += f"; {eta_text(remaining, rate)}"
+        return {"state": state, "message": message, "remaining": remaining, "rate_per_min": rate,
+                "eta_min": eta_minutes(remaining, rate),
                 "report": report.as_json(), "report_text": report.report_text()}
 
 

@@ -1,15 +1,25 @@
 """The FastAPI app of the status view, mounted by Airflow at ``/nexus-status``.
 
-* ``GET /nexus-status/`` -- the page (HTML + a little JS that refreshes every few seconds);
-* ``GET /nexus-status/api/tenants`` -- the JSON it renders: every tenant connection's
-  state (fence, drain remaining, checkpoint per pack, new host, receipts, Field
-  History stage), what its latest runs proved (the history digest and its
-  verification, the Field History comparisons: ``nexus_status.proofs``) and the
-  recent samples for the drain chart.
+* ``GET /nexus-status/`` -- the tenant page (HTML + a little JS that refreshes every
+  ``refresh_s`` seconds, the cache's interval);
+* ``GET /nexus-status/api/tenants?page=&page_size=&state=&wave=&rollout=&search=`` --
+  one page of the tenant connections' states (``nexus_status.fleet``: fence,
+  drain remaining and its ETA, checkpoint per pack, new host, receipts, Field
+  History stage), each tenant's latest cutover and Field History runs with the
+  step, reason, link and next action (``nexus_status.runs``), what they proved
+  (``nexus_status.proofs``), the drain samples, and the counts of the tenants
+  not shown;
+* ``GET /nexus-status/rollouts`` and ``GET /nexus-status/api/rollouts`` -- the
+  latest ``tenant_rollout`` runs (``nexus_status.rollouts``).
 
-Both need a logged-in Airflow user (the ``_token`` cookie the UI sets, or a
-bearer token), exactly like the REST API. The JSON holds no DSN or password:
-only connection ids, the database kind and domain state.
+Access goes through the auth manager, not merely a login: every route needs
+permission to read the tenant connections (``requires_access_connection("GET")``:
+the page shows what is behind them) and to read the runs of the DAGs it shows
+(``requires_access_dag("GET", RUN)``); a logged-in user without them gets 403
+(with SimpleAuthManager: roles VIEWER and USER lack connections; OP and ADMIN
+have both). No DSN or password leaves: only connection ids, the database kind
+and domain state, and every string of the JSON goes through
+``nexus_status.redact`` last.
 """
 
 from __future__ import annotations
@@ -17,32 +27,61 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
-from airflow.api_fastapi.core_api.security import get_user
-from fastapi import Depends, FastAPI
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+from airflow.api_fastapi.core_api.security import requires_access_connection, requires_access_dag
+from fastapi import Depends, FastAPI, Query
 from fastapi.responses import HTMLResponse
 
-PAGE = pathlib.Path(__file__).with_name("page.html")
+HERE = pathlib.Path(__file__).parent
+CUTOVER_DAG = "connector_projection_cutover"
+ROLLOUT_DAG = "tenant_rollout"
+FIELD_HISTORY_DAG = "field_history_eligibility"
+
+
+def _reads(*dag_ids: str) -> list:
+    """The permissions of a route: read the tenant connections, and read the runs of ``dag_ids``."""
+    return [Depends(requires_access_connection("GET"))] + [
+        Depends(requires_access_dag("GET", DagAccessEntity.RUN, param_dag_id=d)) for d in dag_ids]
+
+
+TENANT_READS = _reads(CUTOVER_DAG, FIELD_HISTORY_DAG)
+ROLLOUT_READS = _reads(ROLLOUT_DAG, CUTOVER_DAG)
 
 app = FastAPI(title="Nexus tenant status", description="Cutover state of every nexus_tenant_* connection")
 
 
-@app.get("/api/tenants")
-def tenants(_user=Depends(get_user)) -> dict[str, Any]:  # noqa: B008 - FastAPI dependency
-    from nexus_status import history
-    from nexus_status.proofs import latest_proofs
-    from nexus_status.tenants import read_tenant, tenant_conn_ids, tenant_of
+def redact_tree(value: Any) -> Any:
+    """``value`` with every string redacted (keys too): the JSON's last guard against a DSN or a password."""
+    from nexus_status.redact import redact
 
-    conn_ids = tenant_conn_ids()
-    proofs = latest_proofs([tenant_of(c) for c in conn_ids])
-    out = []
-    for conn_id in conn_ids:
-        state = read_tenant(conn_id)
-        state["samples"] = history.record(state["tenant"], state) if "error" not in state else []
-        state["proofs"] = proofs.get(state["tenant"], {})
-        out.append(state)
-    return {"tenants": out}
+    if isinstance(value, dict):
+        return {redact(k): redact_tree(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_tree(v) for v in value]
+    return redact(value) if isinstance(value, str) else value
 
 
-@app.get("/", response_class=HTMLResponse)
-def page(_user=Depends(get_user)) -> str:  # noqa: B008 - FastAPI dependency
-    return PAGE.read_text()
+@app.get("/api/tenants", dependencies=TENANT_READS)
+def tenants(page: int = Query(1, ge=1), page_size: int = Query(50, ge=1), state: str | None = None,  # noqa: B008
+            wave: int | None = None, rollout: str | None = None, search: str | None = None) -> dict[str, Any]:
+    from nexus_status.fleet import listing
+
+    return redact_tree(listing(page=page, page_size=page_size, state=state or None, wave=wave,
+                               rollout=rollout or None, search=search or None))
+
+
+@app.get("/api/rollouts", dependencies=ROLLOUT_READS)
+def rollouts(limit: int = Query(5, ge=1, le=20)) -> dict[str, Any]:  # noqa: B008 - FastAPI query
+    from nexus_status.rollouts import rollouts as read_rollouts
+
+    return redact_tree(read_rollouts(limit))
+
+
+@app.get("/", response_class=HTMLResponse, dependencies=TENANT_READS)
+def page() -> str:
+    return (HERE / "page.html").read_text()
+
+
+@app.get("/rollouts", response_class=HTMLResponse, dependencies=ROLLOUT_READS)
+def rollouts_page() -> str:
+    return (HERE / "rollouts.html").read_text()

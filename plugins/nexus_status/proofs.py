@@ -21,7 +21,7 @@ from typing import Any
 CUTOVER_DAG = "connector_projection_cutover"
 FIELD_HISTORY_DAG = "field_history_eligibility"
 log = logging.getLogger(__name__)
-MAX_RUNS = 1000  # the newest runs looked at, all tenants together
+MAX_RUNS = 5000  # the newest runs looked at, all tenants together (a fleet of 2,000 has two DAGs)
 TASKS = {
     CUTOVER_DAG: ("history_digest", "final_old_writer_check"),
     FIELD_HISTORY_DAG: ("stage_2_materialize", "stage_3"),
@@ -35,23 +35,28 @@ def _value(raw: Any) -> Any:
     return raw
 
 
-def _latest_runs(session, tenants: set[str]) -> dict[tuple[str, str], str]:
-    """(dag_id, tenant) -> run_id of the newest run of each DAG for each tenant."""
+def latest_run_rows(session, tenants: set[str]) -> dict[tuple[str, str], tuple[str, str]]:
+    """(dag_id, tenant) -> (run_id, state) of the newest run of each DAG for each tenant (one indexed query)."""
     from airflow.models.dagrun import DagRun
     from sqlalchemy import select
 
     rows = session.execute(
-        select(DagRun.dag_id, DagRun.run_id, DagRun.conf)
+        select(DagRun.dag_id, DagRun.run_id, DagRun.conf, DagRun.state)
         .where(DagRun.dag_id.in_(list(TASKS)))
         .order_by(DagRun.run_after.desc())
         .limit(MAX_RUNS)
     ).all()
-    latest: dict[tuple[str, str], str] = {}
-    for dag_id, run_id, conf in rows:
+    latest: dict[tuple[str, str], tuple[str, str]] = {}
+    for dag_id, run_id, conf, state in rows:
         tenant = (_value(conf) or {}).get("tenant")
         if tenant in tenants:
-            latest.setdefault((dag_id, tenant), run_id)
+            latest.setdefault((dag_id, tenant), (run_id, str(state)))
     return latest
+
+
+def _latest_runs(session, tenants: set[str]) -> dict[tuple[str, str], str]:
+    """(dag_id, tenant) -> run_id of the newest run of each DAG for each tenant."""
+    return {key: run_id for key, (run_id, _state) in latest_run_rows(session, tenants).items()}
 
 
 def _xcoms(session, runs: dict[tuple[str, str], str]) -> dict[tuple[str, str, str], Any]:
@@ -128,6 +133,11 @@ def latest_proofs(tenants: list[str]) -> dict[str, dict[str, Any]]:
     except Exception as exc:  # noqa: BLE001 - no metadata DB (a unit call): the tenant databases still show
         log.warning("the runs' proofs could not be read from the metadata DB: %s", exc)
         return {}
+    return proofs_for(runs, xcoms)
+
+
+def proofs_for(runs: dict[tuple[str, str], str], xcoms: dict[tuple[str, str, str], Any]) -> dict[str, dict[str, Any]]:
+    """tenant -> its proofs, from :func:`_latest_runs` and :func:`_xcoms` (no query here)."""
     out: dict[str, dict[str, Any]] = {}
     for (dag_id, tenant), run_id in runs.items():
         proofs = out.setdefault(tenant, {})

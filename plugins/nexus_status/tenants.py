@@ -1,23 +1,43 @@
-"""Which tenants the status view lists, and how it opens them: the ``nexus_tenant_<tenant>`` connections.
+"""Which tenants the status view lists, how it opens them, and how often: the ``nexus_tenant_<tenant>`` connections.
 
 Tenants are the Airflow connections whose id starts with ``nexus_tenant_``:
 those in the metadata database and those defined as ``AIRFLOW_CONN_NEXUS_TENANT_*``
-environment variables. Each is opened with :class:`nexus_airflow.hooks.NexusTenantHook`;
-only the masked DSN ever leaves this module, and the page shows only the
-connection id and its type.
+environment variables, all of them (no silent limit). Each is opened with
+:class:`nexus_airflow.hooks.NexusTenantHook` (a connect timeout of
+``CONNECT_TIMEOUT_S``); only the database kind leaves this module, never a DSN.
+
+Invariants of :class:`StateCache` (the one every request of this API server shares):
+
+* a tenant is read at most once per ``REFRESH_S`` (the page's refresh period),
+  however many viewers ask: a fresh state is served from the cache, and a read
+  already under way is joined, not repeated;
+* reads run on a pool of ``READERS`` threads (bounded concurrency: a fleet of
+  2,000 never opens 2,000 connections at once);
+* ``reads`` counts every read per connection id (what the tests assert on and
+  the JSON reports), and each completed read adds a drain sample (``history``).
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 PREFIX = "nexus_tenant_"
 ENV_PREFIX = "AIRFLOW_CONN_" + PREFIX.upper()
-MAX_TENANTS = 200
+REFRESH_S = float(os.environ.get("NEXUS_STATUS_REFRESH_S", "10"))
+READERS = int(os.environ.get("NEXUS_STATUS_READERS", "4"))
+CONNECT_TIMEOUT_S = 5.0
+#: How long one request waits for the reads it needs; a tenant still being read after that shows as such.
+WAIT_S = float(os.environ.get("NEXUS_STATUS_WAIT_S", "120"))
 
 
 def tenant_conn_ids() -> list[str]:
+    """Every tenant connection id, sorted: the metadata DB's (one indexed LIKE query) and the environment's."""
     ids: set[str] = set()
     try:
         from airflow.models.connection import Connection
@@ -25,14 +45,11 @@ def tenant_conn_ids() -> list[str]:
         from sqlalchemy import select
 
         with create_session() as session:
-            rows = session.execute(
-                select(Connection.conn_id).where(Connection.conn_id.like(f"{PREFIX}%")).limit(MAX_TENANTS)
-            ).scalars()
-            ids.update(rows)
+            ids.update(session.execute(select(Connection.conn_id).where(Connection.conn_id.like(f"{PREFIX}%"))).scalars())
     except Exception:  # noqa: BLE001 - no metadata DB (e.g. a unit test): the environment still counts
         pass
     ids.update(k[len("AIRFLOW_CONN_"):].lower() for k in os.environ if k.startswith(ENV_PREFIX))
-    return sorted(ids)[:MAX_TENANTS]
+    return sorted(ids)
 
 
 def tenant_of(conn_id: str) -> str:
@@ -40,20 +57,95 @@ def tenant_of(conn_id: str) -> str:
 
 
 def read_tenant(conn_id: str) -> dict[str, Any]:
-    """The state of the tenant behind ``conn_id`` (an ``error`` entry when it cannot be read)."""
+    """The state of the tenant behind ``conn_id`` (``phase`` ``unreadable`` and an ``error`` when it cannot be read)."""
     from nexus_airflow.hooks import NexusTenantHook
     from nexus_cutover.tenant_status import read_tenant_state
 
     tenant = tenant_of(conn_id)
     try:
         hook = NexusTenantHook(conn_id)
-        engine = hook.get_engine(connect_timeout=5.0)
+        engine = hook.get_engine(connect_timeout=CONNECT_TIMEOUT_S)
     except Exception as exc:  # noqa: BLE001 - shown on the page; the hook's messages name no password
-        return {"tenant": tenant, "conn_id": conn_id, "error": f"{type(exc).__name__}: {exc}"[:300]}
+        return unreadable(conn_id, f"{type(exc).__name__}: {exc}")
     try:
         state = read_tenant_state(engine, tenant)
+    except Exception as exc:  # noqa: BLE001 - one tenant's failure must not fail the fleet's page
+        return unreadable(conn_id, f"{type(exc).__name__}: {exc}")
     finally:
         engine.dispose()
     state["conn_id"] = conn_id
     state["database"] = hook.masked_dsn.split("://", 1)[0]
     return state
+
+
+def unreadable(conn_id: str, error: str) -> dict[str, Any]:
+    from nexus_status.redact import redact
+
+    return {"tenant": tenant_of(conn_id), "conn_id": conn_id, "phase": "unreadable", "error": redact(error)[:300]}
+
+
+class StateCache:
+    """Tenant states, each read at most once per ``interval_s`` on a bounded pool (see the module invariants)."""
+
+    def __init__(self, reader: Callable[[str], dict[str, Any]] = read_tenant, *, interval_s: float = REFRESH_S,
+                 workers: int = READERS, clock: Callable[[], float] = time.time):
+        self.reader, self.interval_s, self.clock = reader, interval_s, clock
+        self.reads: Counter[str] = Counter()
+        self._entries: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._inflight: dict[str, Future] = {}
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nexus-status-read")
+
+    def get(self, conn_ids: Iterable[str], wait_s: float = WAIT_S) -> dict[str, dict[str, Any]]:
+        """conn_id -> state for ``conn_ids``: fresh ones from the cache, the others read (or joined) now."""
+        conn_ids = list(conn_ids)
+        futures = self._due(conn_ids)
+        if futures:
+            wait(futures, timeout=wait_s)
+        with self._lock:
+            return {c: self._entries[c][1] if c in self._entries else unreadable(c, "read still in progress")
+                    for c in conn_ids}
+
+    def fresh(self, conn_id: str) -> dict[str, Any] | None:
+        """The cached state of ``conn_id`` if read within the interval (no read started)."""
+        with self._lock:
+            entry = self._entries.get(conn_id)
+        return entry[1] if entry and self.clock() - entry[0] < self.interval_s else None
+
+    def _due(self, conn_ids: list[str]) -> list[Future]:
+        now = self.clock()
+        futures = []
+        with self._lock:
+            for conn_id in conn_ids:
+                entry = self._entries.get(conn_id)
+                if entry and now - entry[0] < self.interval_s:
+                    continue
+                future = self._inflight.get(conn_id)
+                if future is None:
+                    future = self._inflight[conn_id] = self._pool.submit(self._read, conn_id)
+                futures.append(future)
+        return futures
+
+    def _read(self, conn_id: str) -> None:
+        from nexus_status import history
+
+        try:
+            state = self.reader(conn_id)
+        except Exception as exc:  # noqa: BLE001 - a reader bug shows on the tenant's row, not as a hung page
+            state = unreadable(conn_id, f"{type(exc).__name__}: {exc}")
+        if "error" not in state:
+            history.record(state["tenant"], state, now=self.clock())
+        with self._lock:
+            self._entries[conn_id] = (self.clock(), state)
+            self._inflight.pop(conn_id, None)
+            self.reads[conn_id] += 1
+
+    def total_reads(self) -> int:
+        with self._lock:
+            return sum(self.reads.values())
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+CACHE = StateCache()

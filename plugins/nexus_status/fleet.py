@@ -1,0 +1,77 @@
+"""The tenant list at fleet scale: filtered, paged, every tenant accounted for.
+
+Invariants of :func:`listing`:
+
+* every tenant connection counts: ``counts.total == counts.shown +
+  counts.filtered_out + counts.other_pages`` (nothing is dropped silently);
+  ``counts.unreadable`` is how many of the tenants read for this answer could
+  not be read (shown with their error);
+* only the tenants the answer needs are read: the page's, plus, for a
+  ``state`` filter, every tenant left by the other filters (a state is only
+  known by reading it); each through the shared :data:`tenants.CACHE`, so at
+  most once per refresh interval whatever the number of viewers;
+* ``wave`` / ``rollout`` filter by the rollout's plan (XCom ``rollout`` of a
+  ``tenant_rollout`` run: the latest run unless ``rollout`` names one),
+  ``search`` by a substring of the tenant name.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+STATES = ("not started", "draining", "drained", "checkpointed", "cut over", "unreadable")
+MAX_PAGE_SIZE = 500
+
+
+def _filtered(conn_ids: list[str], *, search: str | None, members: dict[str, int] | None,
+              wave: int | None) -> list[str]:
+    from nexus_status.tenants import tenant_of
+
+    out = conn_ids
+    if search:
+        out = [c for c in out if search.lower() in tenant_of(c).lower()]
+    if members is not None:
+        out = [c for c in out if tenant_of(c) in members and (wave is None or members[tenant_of(c)] == wave)]
+    return out
+
+
+def listing(*, page: int = 1, page_size: int = 50, state: str | None = None, wave: int | None = None,
+            rollout: str | None = None, search: str | None = None, cache=None,
+            conn_ids: list[str] | None = None) -> dict[str, Any]:
+    """One page of tenant states with the counts of what is not shown (see the module invariants)."""
+    from nexus_status import history, tenants
+    from nexus_status.rollouts import membership
+    from nexus_status.runs import latest_runs
+
+    cache = cache or tenants.CACHE
+    page_size = max(1, min(int(page_size), MAX_PAGE_SIZE))
+    all_ids = tenants.tenant_conn_ids() if conn_ids is None else conn_ids
+    rollout_id, members = membership(rollout) if (rollout or wave is not None) else (None, None)
+    matching = _filtered(all_ids, search=search, members=members, wave=wave)
+    if state:
+        states = cache.get(matching)
+        matching = [c for c in matching if states[c].get("phase") == state]
+    pages = max(1, math.ceil(len(matching) / page_size))
+    page = max(1, min(int(page), pages))
+    shown_ids = matching[(page - 1) * page_size: page * page_size]
+    shown = cache.get(shown_ids)
+    runs = latest_runs([tenants.tenant_of(c) for c in shown_ids]) if shown_ids else {}
+    rows = [_row(shown[c], runs, history) for c in shown_ids]
+    counts = {"total": len(all_ids), "shown": len(rows), "filtered_out": len(all_ids) - len(matching),
+              "other_pages": len(matching) - len(rows), "matching": len(matching),
+              "unreadable": sum(1 for r in rows if "error" in r)}
+    return {"tenants": rows, "counts": counts, "page": page, "pages": pages, "page_size": page_size,
+            "filters": {"state": state, "wave": wave, "rollout": rollout_id, "search": search},
+            "states": list(STATES), "refresh_s": cache.interval_s, "reads": cache.total_reads()}
+
+
+def _row(state: dict[str, Any], runs: dict[str, Any], history) -> dict[str, Any]:
+    row = dict(state)
+    tenant = row["tenant"]
+    row["samples"] = history.samples(tenant) if "error" not in row else []
+    row["eta"] = history.drain_eta(row["samples"])
+    found = runs.get(tenant, {})
+    row["runs"] = found.get("runs", {})
+    row["proofs"] = found.get("proofs", {})
+    return row

@@ -1,0 +1,266 @@
+"""The rollout page's data: the latest ``tenant_rollout`` runs, their waves, tenants, approvals, controls and ETA.
+
+Read only, from the Airflow metadata DB, a fixed number of indexed queries per
+refresh whatever the fleet's size (``dag_run`` by ``dag_id``/``run_after``,
+``xcom`` by task instance, ``task_instance`` by ``(dag_id, run_id)``, chunked
+by 500 runs; ``variable`` by key): never one query per tenant. The names come
+from ``nexus_airflow.rollout`` (the contract with ``dags/tenant_rollout.py``).
+
+The XCom contract this page reads (what exists; a wave still running has no
+``wave`` XCom yet, a rollout still running has no ``summary``):
+
+* task ``plan``, key ``rollout``::
+
+    {"waves": [{"wave": 0, "name": "canary", "tenants": [...]}, ...],
+     "approval": "per_wave" | "per_tenant", "approvers": [...], "max_failed": ...,
+     "skipped": {tenant: reason}}
+
+* task ``wave_NN.close`` (``rollout.wave_group(k) + ".close"``), key ``wave``::
+
+    {"wave": k, "state": "succeeded" | "halted" | "cancelled", "succeeded": [...],
+     "failed": {tenant: {"task": ..., "reason": ...}},
+     "approval": {"by": ..., "at": ..., "answer": "approved" | "rejected" | "timed out"} | null}
+
+* task ``summary``, key ``summary``: the rollout's summary (shown as it is, redacted);
+* each tenant's cutover run has the run id ``rollout.run_id_for(rollout_run_id, tenant)``:
+  its state and step come from ``nexus_status.runs`` (the failed task's XCom ``report``);
+* the control is the Variable ``rollout.control_variable(run_id)`` (``pause`` /
+  ``resume`` / ``cancel``; none, ``resume`` or anything else means run).
+
+ETA: a tenant's from its drain samples (``history.drain_eta``: the measured
+rate), a running wave's is its slowest tenant's, the rollout's is the running
+wave's plus, for each wave not started, the median duration of this rollout's
+finished tenant runs times the wave's rounds (``ceil(tenants / max_parallel)``).
+Unknown is said, never guessed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from typing import Any
+
+LATEST = 5
+WAVE_TASK = ".close"
+
+
+def _json(raw: Any) -> Any:
+    if isinstance(raw, str | bytes):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+def _rollout_runs(session, limit: int, run_id: str | None = None) -> list[dict[str, Any]]:
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy import select
+
+    from nexus_airflow import rollout as contract
+
+    query = select(DagRun.run_id, DagRun.state, DagRun.start_date, DagRun.end_date).where(
+        DagRun.dag_id == contract.ROLLOUT_DAG)
+    query = query.where(DagRun.run_id == run_id) if run_id else query.order_by(DagRun.run_after.desc()).limit(limit)
+    return [{"run_id": r, "state": str(s), "start_date": _iso(a), "end_date": _iso(b)}
+            for r, s, a, b in session.execute(query).all()]
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _rollout_xcoms(session, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """run_id -> {"plan": ..., "waves": {k: ...}, "summary": ...} from one XCom query."""
+    from airflow.models.xcom import XComModel
+    from sqlalchemy import select
+
+    from nexus_airflow import rollout as contract
+
+    out: dict[str, dict[str, Any]] = {r: {"plan": None, "waves": {}, "summary": None} for r in run_ids}
+    if not run_ids:
+        return out
+    rows = session.execute(
+        select(XComModel.run_id, XComModel.task_id, XComModel.key, XComModel.value).where(
+            XComModel.dag_id == contract.ROLLOUT_DAG, XComModel.run_id.in_(run_ids),
+            XComModel.key.in_([contract.PLAN_KEY, contract.WAVE_KEY, contract.SUMMARY_KEY]))
+    ).all()
+    for run_id, task_id, key, value in rows:
+        value = _json(value)
+        if key == contract.PLAN_KEY and isinstance(value, dict):
+            out[run_id]["plan"] = value
+        elif key == contract.WAVE_KEY and isinstance(value, dict) and task_id.endswith(WAVE_TASK):
+            wave = value.get("wave")
+            if isinstance(wave, int) and task_id == contract.wave_group(wave) + WAVE_TASK:
+                out[run_id]["waves"][wave] = value
+        elif key == contract.SUMMARY_KEY and task_id == "summary":
+            out[run_id]["summary"] = value
+    return out
+
+
+def _controls(session, run_ids: list[str]) -> dict[str, str]:
+    """rollout run_id -> the raw value of its control Variable (absent: none set)."""
+    from airflow.models.variable import Variable
+    from sqlalchemy import select
+
+    from nexus_airflow import rollout as contract
+
+    names = {contract.control_variable(r): r for r in run_ids}
+    if not names:
+        return {}
+    rows = session.execute(select(Variable).where(Variable.key.in_(list(names)))).scalars().all()
+    return {names[v.key]: str(v.get_val() or "") for v in rows}
+
+
+def control_state(raw: str | None) -> str:
+    """``pause``, ``cancel`` or ``run``: the rule of ``nexus_airflow.rollout.read_control``, for a stored value."""
+    value = str(raw or "").strip().lower()
+    return value if value in ("pause", "cancel") else "run"
+
+
+def _tenant_runs(session, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """cutover run_id -> {"state", "start_date", "end_date"} for the runs that exist (chunked IN queries)."""
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy import select
+
+    from nexus_airflow import rollout as contract
+    from nexus_status.runs import _chunks
+
+    out = {}
+    for chunk in _chunks(sorted(set(run_ids))):
+        rows = session.execute(select(DagRun.run_id, DagRun.state, DagRun.start_date, DagRun.end_date).where(
+            DagRun.dag_id == contract.CUTOVER_DAG, DagRun.run_id.in_(chunk))).all()
+        out.update({r: {"state": str(s), "start_date": a, "end_date": b} for r, s, a, b in rows})
+    return out
+
+
+def membership(rollout_run_id: str | None) -> tuple[str | None, dict[str, int]]:
+    """(the rollout run, tenant -> wave) of ``rollout_run_id`` or the latest rollout run ({} if none)."""
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        runs = _rollout_runs(session, 1, rollout_run_id)
+        if not runs:
+            return rollout_run_id, {}
+        run_id = runs[0]["run_id"]
+        plan = _rollout_xcoms(session, [run_id])[run_id]["plan"] or {}
+    return run_id, {t: w.get("wave", i) for i, w in enumerate(plan.get("waves") or []) for t in w.get("tenants") or []}
+
+
+def rollouts(limit: int = LATEST, cache=None) -> dict[str, Any]:
+    """The latest ``limit`` rollout runs as the page shows them (see the module docstring)."""
+    from airflow.utils.session import create_session
+
+    from nexus_airflow import rollout as contract
+    from nexus_status.runs import summaries
+
+    with create_session() as session:
+        runs = _rollout_runs(session, limit)
+        ids = [r["run_id"] for r in runs]
+        xcoms = _rollout_xcoms(session, ids)
+        controls = _controls(session, ids)
+        wanted = {contract.run_id_for(r, t): (r, t) for r in ids for t in _plan_tenants(xcoms[r]["plan"])}
+        tenant_runs = _tenant_runs(session, list(wanted))
+        steps = summaries(session, contract.CUTOVER_DAG, {k: v["state"] for k, v in tenant_runs.items()})
+    etas = _tenant_etas(tenant_runs, steps, wanted, cache)
+    return {"rollouts": [_rollout(r, xcoms[r["run_id"]], controls.get(r["run_id"]), tenant_runs, steps, etas)
+                         for r in runs]}
+
+
+def _plan_tenants(plan: dict[str, Any] | None) -> list[str]:
+    return [t for w in (plan or {}).get("waves") or [] for t in w.get("tenants") or []]
+
+
+def _tenant_etas(tenant_runs, steps, wanted, cache) -> dict[str, dict[str, Any]]:
+    """cutover run_id -> drain ETA, for the runs still going (their tenants read through the shared cache)."""
+    from nexus_status import history, tenants
+
+    active = {r: wanted[r][1] for r, v in tenant_runs.items() if v["state"] in ("running", "queued")}
+    known = set(tenants.tenant_conn_ids()) if active else set()
+    conn_ids = [tenants.PREFIX + t for t in active.values() if tenants.PREFIX + t in known]
+    if conn_ids:
+        (cache or tenants.CACHE).get(conn_ids)
+    return {r: history.drain_eta(history.samples(t)) for r, t in active.items()}
+
+
+def _tenant(rollout_run_id: str, tenant: str, tenant_runs, steps, etas) -> dict[str, Any]:
+    from nexus_airflow import rollout as contract
+    from nexus_status.runs import run_link
+
+    run_id = contract.run_id_for(rollout_run_id, tenant)
+    run = tenant_runs.get(run_id)
+    if run is None:
+        return {"tenant": tenant, "run_id": run_id, "state": "not started", "task": None, "task_state": None,
+                "reason": None, "next_action": None, "link": None, "eta": None, "minutes": None}
+    out = {**steps[run_id], "tenant": tenant, "link": run_link(contract.CUTOVER_DAG, run_id),
+           "eta": etas.get(run_id), "minutes": None}
+    if run["start_date"] and run["end_date"] and run["state"] == "success":
+        out["minutes"] = round((run["end_date"] - run["start_date"]).total_seconds() / 60.0, 2)
+    return out
+
+
+def _wave_state(outcome: dict[str, Any] | None, tenants: list[dict[str, Any]]) -> str:
+    if outcome:
+        return str(outcome.get("state"))
+    return "running" if any(t["state"] != "not started" for t in tenants) else "pending"
+
+
+def _wave(plan_wave: dict[str, Any], outcome: dict[str, Any] | None, tenants: list[dict[str, Any]]) -> dict[str, Any]:
+    state = _wave_state(outcome, tenants)
+    going = [t for t in tenants if t["state"] in ("running", "queued")]
+    etas = [(t.get("eta") or {}).get("eta_min") for t in going]
+    if outcome:
+        eta = 0
+    elif state == "running":
+        eta = (None if None in etas else max(etas)) if going else 0
+    else:
+        eta = None
+    return {"wave": plan_wave.get("wave"), "name": plan_wave.get("name"), "state": state, "tenants": tenants,
+            "succeeded": (outcome or {}).get("succeeded"), "failed": (outcome or {}).get("failed") or {},
+            "approval": (outcome or {}).get("approval"), "closed": outcome is not None,
+            "eta_min": eta}
+
+
+def _rollout(run, xc, control_raw, tenant_runs, steps, etas) -> dict[str, Any]:
+    from nexus_airflow import rollout as contract
+    from nexus_status.runs import run_link
+
+    plan = xc["plan"] or {}
+    waves = []
+    for i, w in enumerate(plan.get("waves") or []):
+        k = w.get("wave", i)
+        ts = [_tenant(run["run_id"], t, tenant_runs, steps, etas) for t in w.get("tenants") or []]
+        waves.append(_wave({**w, "wave": k}, xc["waves"].get(k), ts))
+    return {**run, "link": run_link(contract.ROLLOUT_DAG, run["run_id"]), "planned": bool(xc["plan"]),
+            "approval": plan.get("approval"), "approvers": plan.get("approvers") or [],
+            "max_failed": plan.get("max_failed"), "max_parallel": plan.get("max_parallel"),
+            "skipped": plan.get("skipped") or {}, "waves": waves, "summary": xc["summary"],
+            "control": {"variable": contract.control_variable(run["run_id"]), "value": control_raw,
+                        "state": control_state(control_raw)},
+            "eta": rollout_eta(waves, plan.get("max_parallel"))}
+
+
+def rollout_eta(waves: list[dict[str, Any]], max_parallel: int | None) -> dict[str, Any]:
+    """The rollout's ETA in minutes (see the module docstring), or None with the reason."""
+    if all(w["closed"] for w in waves):
+        return {"eta_min": 0, "text": "every wave closed"}
+    if any(w["state"] == "halted" or w["state"] == "cancelled" for w in waves):
+        return {"eta_min": None, "text": "halted: no later wave starts"}
+    done = [t["minutes"] for w in waves for t in w["tenants"] if t.get("minutes") is not None]
+    total = 0.0
+    for w in waves:
+        if w["closed"]:
+            continue
+        if w["state"] == "running":
+            if w["eta_min"] is None:
+                return {"eta_min": None, "text": f"unknown: {w['name']} has a tenant without a measured drain rate"}
+            total += w["eta_min"]
+        elif not done:
+            return {"eta_min": None, "text": "unknown until a tenant of this rollout has finished"}
+        else:
+            rounds = math.ceil(len(w["tenants"]) / max(1, int(max_parallel or len(w["tenants"]) or 1)))
+            total += statistics.median(done) * rounds
+    if total == 0:
+        return {"eta_min": 0, "text": "the open wave's tenants have all finished: waiting for it to close"}
+    return {"eta_min": math.ceil(total), "text": f"~{math.ceil(total)} min"}

@@ -1,0 +1,156 @@
+"""What a run is doing and what to do about it: its state, the current or failed task, the reason, the next action.
+
+Used by the tenant view (each tenant's latest cutover and Field History runs)
+and by the rollout page (each tenant's cutover run of a rollout). Read only,
+from the Airflow metadata DB, a fixed number of indexed queries per call
+(``task_instance`` by ``(dag_id, run_id)``, ``xcom`` by its task-instance
+index), in chunks of ``CHUNK`` runs: never one query per tenant.
+
+Invariants:
+
+* the step shown is the failed task if one failed, else the task that is
+  running, deferred, waiting for a person (``awaiting_input``) or queued;
+* the reason of a failed task is what it pushed as XCom ``report`` (its
+  ``message``, which ``nexus_airflow.base.stop`` ends with the next action),
+  redacted (:mod:`nexus_status.redact`); without one: "read the task log";
+* the next action comes from ``nexus_cutover.projection.next_actions`` (the one
+  source; ``docs/runbook.md``'s table shows the same texts, a test keeps them
+  equal): shown for a failed step and for a step waiting for a person;
+* the link is the run in the Airflow UI: ``/dags/<dag_id>/runs/<run_id>``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import quote
+
+ACTIVE = ("awaiting_input", "running", "deferred", "up_for_reschedule", "up_for_retry", "restarting", "queued",
+          "scheduled")
+STOPPED = ("failed",)
+CHUNK = 500
+
+
+def run_link(dag_id: str, run_id: str) -> str:
+    return f"/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
+
+
+def _chunks(items: list, size: int = CHUNK):
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def task_states(session, dag_id: str, run_ids: list[str]) -> dict[str, list[tuple[str, str]]]:
+    """run_id -> [(task_id, state)] of the tasks of ``dag_id``'s runs that are active or failed."""
+    from airflow.models.taskinstance import TaskInstance as TI
+    from sqlalchemy import select
+
+    out: dict[str, list[tuple[str, str]]] = {}
+    for chunk in _chunks(sorted(set(run_ids))):
+        rows = session.execute(
+            select(TI.run_id, TI.task_id, TI.state)
+            .where(TI.dag_id == dag_id, TI.run_id.in_(chunk), TI.state.in_(ACTIVE + STOPPED))
+        ).all()
+        for run_id, task_id, state in rows:
+            out.setdefault(run_id, []).append((task_id, str(state)))
+    return out
+
+
+def failure_reports(session, dag_id: str, failed: dict[str, str]) -> dict[str, Any]:
+    """run_id -> the XCom ``report`` of its failed task (``failed``: run_id -> task_id)."""
+    from airflow.models.xcom import XComModel
+    from sqlalchemy import select
+
+    out: dict[str, Any] = {}
+    for chunk in _chunks(sorted(failed)):
+        rows = session.execute(
+            select(XComModel.run_id, XComModel.task_id, XComModel.value).where(
+                XComModel.dag_id == dag_id, XComModel.task_id.in_(sorted({failed[r] for r in chunk})),
+                XComModel.run_id.in_(chunk), XComModel.key == "report")
+        ).all()
+        out.update({run_id: _json(value) for run_id, task_id, value in rows if failed.get(run_id) == task_id})
+    return out
+
+
+def _json(raw: Any) -> Any:
+    if isinstance(raw, str | bytes):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+def reason_of(report: Any) -> str:
+    """A failed task's reason from its ``report`` XCom (redacted); "read the task log" without one."""
+    from nexus_status.redact import redact
+
+    if isinstance(report, dict):
+        for key in ("message", "summary", "reason", "error"):
+            if report.get(key):
+                return redact(report[key])[:600]
+    elif isinstance(report, str) and report:
+        return redact(report)[:600]
+    return "no reason recorded: read the task log"
+
+
+def _step(tasks: list[tuple[str, str]]) -> tuple[str | None, str | None]:
+    failed = sorted(t for t, s in tasks if s in STOPPED)
+    if failed:
+        return failed[0], "failed"
+    for state in ACTIVE:
+        current = sorted(t for t, s in tasks if s == state)
+        if current:
+            return current[0], state
+    return None, None
+
+
+def summarize(dag_id: str, run_id: str, run_state: str, tasks: list[tuple[str, str]], report: Any) -> dict[str, Any]:
+    """One run as the pages show it (see the module invariants)."""
+    from nexus_cutover.projection.next_actions import next_action
+
+    task, task_state = _step(tasks)
+    out: dict[str, Any] = {"dag_id": dag_id, "run_id": run_id, "state": run_state, "task": task,
+                           "task_state": task_state, "reason": None, "next_action": None,
+                           "link": run_link(dag_id, run_id)}
+    if task_state == "failed":
+        out["reason"] = reason_of(report)
+    elif task_state == "awaiting_input":
+        out["reason"] = "waiting for a person: answer it in Required actions"
+    elif task_state == "deferred":
+        out["reason"] = "waiting (deferred to the triggerer): its progress is in the task log"
+    if task_state in ("failed", "awaiting_input") and task:
+        out["next_action"] = next_action(task) or "see docs/runbook.md for this task"
+    return out
+
+
+def summaries(session, dag_id: str, runs: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """run_id -> :func:`summarize` for ``runs`` (run_id -> run state) of ``dag_id``: two queries per chunk."""
+    tasks = task_states(session, dag_id, list(runs))
+    failed = {r: t for r, ts in tasks.items() for t, s in sorted(ts) if s in STOPPED}
+    reports = failure_reports(session, dag_id, failed) if failed else {}
+    return {r: summarize(dag_id, r, state, tasks.get(r, []), reports.get(r)) for r, state in runs.items()}
+
+
+def latest_runs(tenants: list[str]) -> dict[str, dict[str, Any]]:
+    """tenant -> {"runs": {"cutover": ..., "field_history": ...}, "proofs": ...}; {} without a metadata DB."""
+    from nexus_status import proofs
+
+    try:
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            rows = proofs.latest_run_rows(session, set(tenants))
+            xcoms = proofs._xcoms(session, {k: run_id for k, (run_id, _s) in rows.items()})
+            by_dag = {dag: {run_id: state for (d, _t), (run_id, state) in rows.items() if d == dag}
+                      for dag in proofs.TASKS}
+            summary = {dag: summaries(session, dag, runs) for dag, runs in by_dag.items() if runs}
+    except Exception as exc:  # noqa: BLE001 - no metadata DB (a unit call): the tenant databases still show
+        proofs.log.warning("the latest runs could not be read from the metadata DB: %s", exc)
+        return {}
+    found = proofs.proofs_for({k: run_id for k, (run_id, _s) in rows.items()}, xcoms)
+    out: dict[str, dict[str, Any]] = {}
+    for (dag_id, tenant), (run_id, _state) in rows.items():
+        entry = out.setdefault(tenant, {"runs": {}, "proofs": found.get(tenant, {})})
+        entry["runs"]["cutover" if dag_id == proofs.CUTOVER_DAG else "field_history"] = summary[dag_id][run_id]
+    return out

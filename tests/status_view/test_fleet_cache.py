@@ -1,0 +1,205 @@
+"""The status view's parts without an Airflow server: the tenant cache, the fleet listing, ETA, redaction, run steps.
+
+Real SQLite tenant databases opened through real ``nexus_tenant_*`` connections
+(``AIRFLOW_CONN_*`` environment variables); no metadata DB is needed here (the
+runs' part answers {} without one, which the listing must survive).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from nexus_cutover import catalog
+from nexus_cutover.db import make_engine
+from nexus_sim.scenario import TenantScenario
+from tests.dags.airflow_harness import connection_json
+from tests.support import make_cutover_ready
+
+
+def _tenant_file(tmp_path, name: str) -> str:
+    path = tmp_path / f"{name}.db"
+    path.touch()
+    engine = make_engine(f"sqlite:///{path}")
+    try:
+        make_cutover_ready(engine)
+    finally:
+        engine.dispose()
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def fleet(tmp_path, monkeypatch):
+    """30 tenants on one cheap SQLite file (each its own namespace), 2 whose file is missing: conn ids, bad ones."""
+    url = _tenant_file(tmp_path, "shared")
+    missing = f"sqlite:///{tmp_path / 'missing.db'}"
+    ids = [f"nexus_tenant_unit{i:03d}" for i in range(30)]
+    bad = [ids[7], ids[19]]
+    for conn_id in ids:
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", connection_json(missing if conn_id in bad else url))
+    return ids, bad
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Tracking:
+    """The real reader, counting how many reads run at once."""
+
+    def __init__(self) -> None:
+        from nexus_status.tenants import read_tenant
+
+        self.read, self.lock, self.running, self.peak = read_tenant, threading.Lock(), 0, 0
+
+    def __call__(self, conn_id: str):
+        with self.lock:
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+        try:
+            return self.read(conn_id)
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+def test_each_tenant_read_once_per_interval_whatever_the_viewers(fleet):
+    from nexus_status.tenants import StateCache
+
+    ids, bad = fleet
+    clock, reader = Clock(), Tracking()
+    cache = StateCache(reader, interval_s=10.0, workers=3, clock=clock)
+    try:
+        viewers = [threading.Thread(target=cache.get, args=(ids,)) for _ in range(5)]
+        for v in viewers:
+            v.start()
+        for v in viewers:
+            v.join(60)
+        assert cache.total_reads() == 30 and set(cache.reads.values()) == {1}  # five viewers, one read each
+        assert 1 <= reader.peak <= 3  # bounded concurrency
+        states = cache.get(ids)
+        assert cache.total_reads() == 30  # still within the interval: from the cache
+        assert {c for c, s in states.items() if s["phase"] == "unreadable"} == set(bad)
+        assert all(states[c]["phase"] == "not started" for c in ids if c not in bad)
+        assert "does not exist" in states[bad[0]]["error"]
+        clock.now += 9.9
+        cache.get(ids[:4])
+        assert cache.total_reads() == 30
+        clock.now += 0.2  # the interval has passed: read again, once
+        cache.get(ids[:4])
+        cache.get(ids[:4])
+        assert cache.total_reads() == 34 and [cache.reads[c] for c in ids[:5]] == [2, 2, 2, 2, 1]
+    finally:
+        cache.close()
+
+
+def test_listing_accounts_for_every_tenant(fleet):
+    from nexus_status.fleet import listing
+    from nexus_status.tenants import StateCache
+
+    ids, bad = fleet
+    cache = StateCache(interval_s=3600.0, workers=2)
+    try:
+        seen = []
+        first = listing(page=1, page_size=7, cache=cache, conn_ids=ids)
+        assert first["pages"] == 5 and cache.total_reads() == 7  # only the page's tenants were read
+        for page in range(1, 6):
+            body = listing(page=page, page_size=7, cache=cache, conn_ids=ids)
+            c = body["counts"]
+            assert c["total"] == c["shown"] + c["filtered_out"] + c["other_pages"] == 30
+            seen += [t["conn_id"] for t in body["tenants"]]
+        assert seen == ids and cache.total_reads() == 30
+        unreadable = listing(state="unreadable", page_size=50, cache=cache, conn_ids=ids)
+        assert [t["conn_id"] for t in unreadable["tenants"]] == bad
+        assert unreadable["counts"] == {"total": 30, "shown": 2, "filtered_out": 28, "other_pages": 0,
+                                        "matching": 2, "unreadable": 2}
+        started = listing(state="not started", page=2, page_size=20, cache=cache, conn_ids=ids)
+        assert started["counts"] == {"total": 30, "shown": 8, "filtered_out": 2, "other_pages": 20,
+                                     "matching": 28, "unreadable": 0}
+        found = listing(search="UNIT01", cache=cache, conn_ids=ids)
+        assert [t["tenant"] for t in found["tenants"]] == [f"unit01{i}" for i in range(10)]
+        assert cache.total_reads() == 30  # the filters read nothing new within the interval
+    finally:
+        cache.close()
+
+
+def test_eta_from_the_measured_rate():
+    from nexus_status.history import RATE_WINDOW_S, drain_eta
+
+    from nexus_airflow.pollers import eta_minutes, eta_text, measured_rate
+
+    assert measured_rate([(0.0, 100)]) is None
+    assert measured_rate([(0.0, 100), (60.0, 70)]) == pytest.approx(30.0)
+    assert eta_minutes(70, 30.0) == 3 and eta_text(70, 30.0) == "30.0 items/min, ETA ~3 min"
+    assert eta_minutes(0, None) == 0 and eta_text(0, None) == "drained"
+    assert eta_minutes(5, -2.0) is None and "no progress measured: -2.0 items/min" in eta_text(5, -2.0)
+    # the page's ETA: the last RATE_WINDOW_S of samples only (an early burst does not skew it)
+    t0 = 10_000.0
+    samples = [{"t": t0, "remaining": 1000}, {"t": t0 + 1, "remaining": 400},
+               {"t": t0 + RATE_WINDOW_S + 1, "remaining": 400}, {"t": t0 + RATE_WINDOW_S + 121, "remaining": 380}]
+    assert drain_eta(samples) == {"remaining": 380, "rate_per_min": 10.0, "eta_min": 38,
+                                  "text": "10.0 items/min, ETA ~38 min"}
+
+
+def test_drain_poller_logs_its_eta_each_poll(tmp_path, monkeypatch):
+    from nexus_airflow.pollers import DrainPoller, deadline_in, eta_minutes, measured_rate
+
+    url = _tenant_file(tmp_path, "poll")
+    engine = make_engine(url)
+    sc = TenantScenario(namespace="acme")
+    lane = sc.pack("pk-a").lane("l")
+    items = [lane.generation(1, status="pending")[1] for _ in range(4)]
+    sc.write(engine)
+    monkeypatch.setenv("AIRFLOW_CONN_NEXUS_TENANT_ETA", connection_json(url))
+    poller = DrainPoller("nexus_tenant_eta", "acme", deadline_in(600), 600)
+    try:
+        one = poller.poll()
+        assert one["remaining"] == 4 and one["message"].endswith("; ETA unknown (one sample so far)")
+        with engine.begin() as conn:  # the old runtime (simulated) completes two items
+            conn.execute(catalog.WorkItem.update().where(catalog.WorkItem.c.WorkId.in_(
+                [items[0]["WorkId"], items[1]["WorkId"]])).values(Status="completed"))
+        two = poller.poll()
+        rate = measured_rate(list(poller.samples))
+        assert two["remaining"] == 2 and rate > 0 and two["rate_per_min"] == rate
+        assert two["eta_min"] == eta_minutes(2, rate) >= 1
+        assert two["message"].endswith(f"; {rate:.1f} items/min, ETA ~{two['eta_min']} min")
+        assert "-2 since last poll" in two["message"]
+    finally:
+        poller.close()
+        engine.dispose()
+
+
+def test_no_dsn_or_password_in_redacted_text():
+    from nexus_status.app import redact_tree
+    from nexus_status.redact import redact
+
+    text = redact("OperationalError: mysql+pymysql://cutover:s3cret@db.internal:4000/t (password=hunter2, pwd: x1)")
+    assert "s3cret" not in text and "db.internal" not in text and "hunter2" not in text and "x1" not in text
+    assert text.startswith("OperationalError: [DSN hidden]")
+    tree = redact_tree({"a": ["sqlite:////srv/t.db", {"b": "ok /dags/x/runs/y"}], "n": 3})
+    assert tree == {"a": ["[DSN hidden]", {"b": "ok /dags/x/runs/y"}], "n": 3}
+
+
+def test_run_step_reason_and_next_action_from_the_one_source():
+    from nexus_status.runs import summarize
+
+    from nexus_cutover.projection.next_actions import next_action
+
+    failed = summarize("connector_projection_cutover", "r/1", "failed",
+                       [("audit_and_checkpoint", "failed"), ("start_new_host", "upstream_failed")],
+                       {"message": "Refused: lock on mysql://u:pw@h/db", "findings": []})
+    assert failed["task"] == "audit_and_checkpoint" and failed["reason"] == "Refused: lock on [DSN hidden]"
+    assert failed["next_action"] == next_action("audit_and_checkpoint")
+    assert failed["link"] == "/dags/connector_projection_cutover/runs/r%2F1"
+    waiting = summarize("connector_projection_cutover", "r2", "running", [("confirm_writers_stopped", "awaiting_input")],
+                        None)
+    assert waiting["task_state"] == "awaiting_input" and waiting["next_action"] == next_action("confirm_writers_stopped")
+    running = summarize("connector_projection_cutover", "r3", "running", [("wait_for_drain", "deferred")], None)
+    assert running["next_action"] is None and "deferred" in running["reason"]
+    nothing = summarize("connector_projection_cutover", "r4", "failed", [("history_digest", "failed")], None)
+    assert nothing["reason"] == "no reason recorded: read the task log"
