@@ -4,10 +4,13 @@
 
 For each history depth H: build the walking workload (bench/workload.py),
 measure the server floor (COUNT/SUM over the pack's Event and WorkItem index
-ranges, nothing shipped to the client) and the audit (a dry run, then the real
-write) in a child process that reports its peak RSS. Best of ``--repeat`` runs
-of each, in the same run on the same server; printed as ratios and merged into
-``bench/results.json``.
+ranges, nothing shipped to the client) and the audit (a dry run; the last
+repetition also the real write) in a fresh child process per repetition that
+reports its peak RSS. ``--repeat`` repetitions
+alternating, in the same run on the same server; each figure is the median of
+the repetitions (all kept under ``samples``), merged into ``bench/results.json``.
+``audit_growth_vs_floor_growth`` is the audit's growth over the floor's from
+the last-but-one depth to the deepest (<= 1: it grows no faster than the floor).
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -25,26 +27,36 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # noqa: E402
 import workload  # noqa: E402
 
 from nexus_cutover.db import make_engine  # noqa: E402
-
-RESULTS = Path(os.environ.get("NEXUS_BENCH_RESULTS") or Path(__file__).resolve().parent / "results.json")  # run_all sets it
 
 CHILD = r"""
 import json, resource, sys, time
 from nexus_cutover.db import make_engine
 from nexus_cutover.projection.checkpoint import run_checkpoint
 engine = make_engine(sys.argv[1])
-times = []
-for dry in [True] * int(sys.argv[3]) + [False]:
+started = time.perf_counter()
+result = run_checkpoint(engine, sys.argv[2], timeout_s=600, written_by="bench", dry_run=True)
+audit_s = time.perf_counter() - started
+assert result.ok, result.summary()
+write_s = None
+if sys.argv[3] == "write":
     started = time.perf_counter()
-    result = run_checkpoint(engine, sys.argv[2], timeout_s=600, written_by="bench", dry_run=dry)
-    times.append(time.perf_counter() - started)
+    result = run_checkpoint(engine, sys.argv[2], timeout_s=600, written_by="bench", dry_run=False)
+    write_s = time.perf_counter() - started
     assert result.ok, result.summary()
-print(json.dumps({"best_s": min(times), "write_s": times[-1], "cutoff": result.legacy_max_ordinal,
+print(json.dumps({"audit_s": audit_s, "write_s": write_s, "cutoff": result.legacy_max_ordinal,
                   "outcome": result.outcome, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
+
+
+def one_repetition(url: str, write: bool) -> dict:
+    """One dry-run audit (and, if ``write``, the real checkpoint after it) in a fresh child process."""
+    child = subprocess.run([sys.executable, "-c", CHILD, url, workload.PACK, "write" if write else "dry"],
+                           capture_output=True, text=True, check=True)
+    return json.loads(child.stdout.strip().splitlines()[-1])
 
 
 def measure(server_url: str, lanes: int, generations: int, inputs: int, repeat: int) -> dict:
@@ -62,16 +74,18 @@ def measure(server_url: str, lanes: int, generations: int, inputs: int, repeat: 
             events = conn.execute(text("SELECT COUNT(*) FROM _System_Event")).scalar()
             works = conn.execute(text("SELECT COUNT(*) FROM _System_WorkItem")).scalar()
         assert (events, works) == (expected["events"], expected["work_items"]), (events, works, expected)
-        floor = min(workload.server_floor_seconds(engine) for _ in range(repeat))
-        child = subprocess.run(
-            [sys.executable, "-c", CHILD, url, workload.PACK, str(repeat)], capture_output=True, text=True, check=True
-        )
-        audit = json.loads(child.stdout.strip().splitlines()[-1])
-        assert audit["cutoff"] == expected["events"], audit  # ordinals 1..N: the cutoff is the last one
+        reps = []
+        for i in range(repeat):  # floor and audit alternate, so drift hits both alike
+            floor_s = workload.server_floor_seconds(engine)
+            audit = one_repetition(url, write=i == repeat - 1)
+            assert audit["cutoff"] == expected["events"], audit  # ordinals 1..N: the cutoff is the last one
+            reps.append({"floor_s": floor_s, "audit_s": audit["audit_s"], "ratio": audit["audit_s"] / floor_s,
+                         "peak_rss_mb": audit["peak_rss_mb"], "write_s": audit["write_s"]})
         return {
             "generations": generations, "events": events, "work_items": works, "build_s": build_s,
-            "floor_s": floor, "audit_s": audit["best_s"], "audit_write_s": audit["write_s"],
-            "ratio": audit["best_s"] / floor, "peak_rss_mb": audit["peak_rss_mb"],
+            "floor_s": benchlib.median(r["floor_s"] for r in reps), "audit_s": benchlib.median(r["audit_s"] for r in reps),
+            "audit_write_s": reps[-1]["write_s"], "ratio": benchlib.median(r["ratio"] for r in reps),
+            "peak_rss_mb": max(r["peak_rss_mb"] for r in reps), "repetitions": reps,
         }
     finally:
         engine.dispose()
@@ -97,18 +111,21 @@ def main() -> int:
         rows.append(r)
         print(f"{h:>6} {r['events']:>9} {r['work_items']:>8} {r['build_s']:>8.1f} {r['floor_s']:>8.3f} "
               f"{r['audit_s']:>8.3f} {r['ratio']:>6.2f} {r['peak_rss_mb']:>7.1f}", flush=True)
-    top, bottom = rows[-1], rows[0]
+    top, bottom, previous = rows[-1], rows[0], rows[-2] if len(rows) > 1 else rows[-1]
+    pairs = list(zip(top["repetitions"], bottom["repetitions"], previous["repetitions"], strict=True))
     figures = {
-        "audit_vs_server_floor": round(top["ratio"], 3),
-        "audit_peak_rss_mb": round(top["peak_rss_mb"], 1),
-        "audit_rss_growth_mb": round(top["peak_rss_mb"] - bottom["peak_rss_mb"], 1),
+        **benchlib.figures(
+            audit_vs_server_floor=[t["ratio"] for t, _, _ in pairs],
+            audit_peak_rss_mb=([t["peak_rss_mb"] for t, _, _ in pairs], 1),
+            audit_rss_growth_mb=([t["peak_rss_mb"] - b["peak_rss_mb"] for t, b, _ in pairs], 1),
+            # (audit growth) / (floor growth) from the last-but-one depth to the deepest: <= 1 grows no faster than the floor
+            audit_growth_vs_floor_growth=[(t["audit_s"] / p["audit_s"]) / (t["floor_s"] / p["floor_s"]) for t, _, p in pairs],
+        ),
         "audit_runs": rows,
-        "audit_measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "audit_measured_at": benchlib.now_utc(),
     }
-    merged = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    merged.update(figures)
-    RESULTS.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
-    print(json.dumps({k: v for k, v in figures.items() if k != "audit_runs"}))
+    benchlib.merge_results(figures)
+    print(json.dumps({k: v for k, v in figures.items() if k not in ("audit_runs", "samples")}))
     return 0
 
 

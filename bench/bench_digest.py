@@ -13,7 +13,8 @@ audit's), then in the same run on the same server measure
 * the digest (keyset chunks of ``--chunk-rows``) and its verification, in a
   child process that reports its peak RSS.
 
-Best of ``--repeat`` for each; printed as ratios and merged into ``bench/results.json``. The
+``--repeat`` repetitions, alternating (one child process per digest repetition); each figure is the
+median of its repetitions (all kept under ``samples``); printed as ratios and merged into ``bench/results.json``. The
 database is utf8mb4, as on TiDB (the test server's own default is latin1, whose text the digest
 converts to UTF-8 before hashing, which costs more).
 """
@@ -50,7 +51,7 @@ for _ in range(int(sys.argv[4])):
     result = verify_digest(engine, digest)
     checks.append(time.perf_counter() - started)
     assert result.ok, result.summary()
-print(json.dumps({"digest_s": min(takes), "verify_s": min(checks), "rows": digest.rows, "chunks": digest.chunk_count,
+print(json.dumps({"digest_s": takes[0], "verify_s": checks[0], "rows": digest.rows, "chunks": digest.chunk_count,
                   "xcom_bytes": len(json.dumps(digest.as_json())),
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
@@ -72,19 +73,24 @@ def measure(lanes: int, generations: int, inputs: int, repeat: int, chunk_rows: 
         try:
             build_s = workload.build(engine, lanes=lanes, generations=generations, inputs=inputs)
             expected = workload.expected_counts(lanes, generations, inputs)
-            floor = min(workload.server_floor_seconds(engine) for _ in range(repeat))
-            one_statement = min(one_statement_checksum_seconds(engine) for _ in range(repeat))
+            reps = []
+            for _ in range(repeat):  # floor, one statement and digest alternate, so drift hits all alike
+                floor = workload.server_floor_seconds(engine)
+                one_statement = one_statement_checksum_seconds(engine)
+                child = subprocess.run([sys.executable, "-c", CHILD, url, workload.NAMESPACE, str(chunk_rows), "1"],
+                                       capture_output=True, text=True, check=True)
+                run = json.loads(child.stdout.strip().splitlines()[-1])
+                reps.append({"floor_s": floor, "one_statement_s": one_statement, **run,
+                             "digest_vs_floor": run["digest_s"] / floor, "verify_vs_floor": run["verify_s"] / floor,
+                             "digest_vs_one_statement": run["digest_s"] / one_statement})
         finally:
             engine.dispose()
-        child = subprocess.run([sys.executable, "-c", CHILD, url, workload.NAMESPACE, str(chunk_rows), str(repeat)],
-                               capture_output=True, text=True, check=True)
-    run = json.loads(child.stdout.strip().splitlines()[-1])
     assert run["rows"] == {"_System_Event": expected["events"], "_System_WorkItem": expected["work_items"]}, run
+    middle = {k: benchlib.median(r[k] for r in reps) for k in ("floor_s", "one_statement_s", "digest_s", "verify_s",
+                                                               "digest_vs_floor", "verify_vs_floor", "digest_vs_one_statement")}
     return {
         "generations": generations, "events": expected["events"], "work_items": expected["work_items"],
-        "build_s": build_s, "floor_s": floor, "one_statement_s": one_statement, **run,
-        "digest_vs_floor": run["digest_s"] / floor, "verify_vs_floor": run["verify_s"] / floor,
-        "digest_vs_one_statement": run["digest_s"] / one_statement,
+        "build_s": build_s, **run, **middle, "peak_rss_mb": max(r["peak_rss_mb"] for r in reps), "repetitions": reps,
     }
 
 
@@ -107,17 +113,20 @@ def main() -> int:
               f"{r['digest_s']:>8.3f} {r['verify_s']:>8.3f} {r['digest_vs_floor']:>7.2f} {r['verify_vs_floor']:>7.2f} "
               f"{r['digest_vs_one_statement']:>8.2f} {r['peak_rss_mb']:>7.1f} {r['xcom_bytes'] / 1024:>8.1f}", flush=True)
     top, bottom = rows[-1], rows[0]
+    pairs = list(zip(top["repetitions"], bottom["repetitions"], strict=True))
     figures = {
-        "digest_vs_server_floor": round(top["digest_vs_floor"], 3),
-        "digest_verify_vs_server_floor": round(top["verify_vs_floor"], 3),
-        "digest_vs_one_statement_checksum": round(top["digest_vs_one_statement"], 3),
-        "digest_peak_rss_mb": round(top["peak_rss_mb"], 1),
-        "digest_rss_growth_mb": round(top["peak_rss_mb"] - bottom["peak_rss_mb"], 1),
+        **benchlib.figures(
+            digest_vs_server_floor=[t["digest_vs_floor"] for t, _ in pairs],
+            digest_verify_vs_server_floor=[t["verify_vs_floor"] for t, _ in pairs],
+            digest_vs_one_statement_checksum=[t["digest_vs_one_statement"] for t, _ in pairs],
+            digest_peak_rss_mb=([t["peak_rss_mb"] for t, _ in pairs], 1),
+            digest_rss_growth_mb=([t["peak_rss_mb"] - b["peak_rss_mb"] for t, b in pairs], 1),
+        ),
         "digest_runs": rows,
         "digest_measured_at": benchlib.now_utc(),
     }
     benchlib.merge_results(figures)
-    print(json.dumps({k: v for k, v in figures.items() if k != "digest_runs"}))
+    print(json.dumps({k: v for k, v in figures.items() if k not in ("digest_runs", "samples")}))
     return 0
 
 

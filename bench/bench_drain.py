@@ -12,7 +12,8 @@ walking workload (bench/workload.py) is built in a fresh database, then
 retry due, processing with a valid lease, blocked with no external dependency)
 and one old-protocol projection_worker heartbeats: the drain is ``draining``,
 as during a real wait. The figure ``drain_poke_ratio`` is the median poke at
-the deepest H over the median at the shallowest: both tenants are built first,
+the deepest H over the median at the shallowest, per third of the rounds (three
+repetitions; the figure is their median): both tenants are built first,
 then their pokes are interleaved (after InnoDB has flushed the load), in the
 same run on the same server. Correctness: the live counts equal what was
 added, and EXPLAIN of every per-status count names ``ix_WorkItem_State`` with
@@ -158,7 +159,13 @@ def measure(engines: list, pokes: int) -> list[dict]:
             poke(engine)
             first[i].append(time.perf_counter() - started)
     return [{"poke_median_s": statistics.median(t), "poke_min_s": min(t), "pokes": pokes,
-             "first_poke_median_s": statistics.median(f)} for t, f in zip(times, first, strict=True)]
+             "first_poke_median_s": statistics.median(f), "poke_s": t} for t, f in zip(times, first, strict=True)]
+
+
+def thirds(values: list[float], parts: int = 3) -> list[list[float]]:
+    """``values`` cut into ``parts`` consecutive runs of rounds (the repetitions of the figure)."""
+    size = max(1, len(values) // parts)
+    return [values[i * size:(i + 1) * size] for i in range(parts) if values[i * size:(i + 1) * size]]
 
 
 def main() -> int:
@@ -186,8 +193,11 @@ def main() -> int:
         print(f"{r['generations']:>6} {r['work_items']:>8} {r['live']:>5} {r['build_s']:>8.1f} {r['poke_median_s'] * 1000:>8.2f} "
               f"{r['poke_min_s'] * 1000:>7.2f} {r['first_poke_median_s'] * 1000:>11.2f}  {keys}", flush=True)
     shallow, deep = rows
+    # each third of the interleaved rounds is one repetition: the ratio of its medians
+    samples = [statistics.median(d) / statistics.median(s)
+               for s, d in zip(thirds(shallow.pop("poke_s")), thirds(deep.pop("poke_s")), strict=True)]
     figures = {
-        "drain_poke_ratio": round(deep["poke_median_s"] / shallow["poke_median_s"], 3),
+        **benchlib.figures(drain_poke_ratio=samples),
         "drain_runs": rows,
         "drain_measured_at": benchlib.now_utc(),
     }

@@ -3,6 +3,9 @@
 * Figures go to ``$NEXUS_BENCH_RESULTS`` (default ``bench/results.json``), merged
   key by key, so each script owns its keys and a QUICK run (the CI smoke test)
   never overwrites the recorded full figures.
+* Every figure is the median of its repetitions (3 in a full run); the
+  repetitions themselves go to the results file's ``samples`` (figure ->
+  list), which is merged figure by figure like the top-level keys.
 * Every measurement runs in a fresh database on the server named by
   ``NEXUS_TEST_MYSQL_URL`` (what ``scripts/with-mariadb.sh`` exports), dropped
   afterwards, whatever happens. The DSN is never printed.
@@ -13,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import statistics
 import sys
 import time
 import uuid
@@ -39,9 +43,37 @@ def merge_results(figures: dict) -> Path:
 
 def merge_results_to(path: Path, figures: dict) -> Path:
     merged = json.loads(path.read_text()) if path.exists() and path.stat().st_size else {}
+    samples = {**merged.get("samples", {}), **figures.get("samples", {})}
     merged.update(figures)
+    if samples:
+        merged["samples"] = samples
     path.write_text(json.dumps(merged, indent=2, sort_keys=True, default=str) + "\n")
     return path
+
+
+def median(samples) -> float:
+    """The median of a figure's repetitions (the figure itself); at least one is required."""
+    values = [float(v) for v in samples]
+    if not values:
+        raise ValueError("a figure needs at least one repetition")
+    return statistics.median(values)
+
+
+def figure(name: str, samples, digits: int = 3) -> dict:
+    """``{name: median, "samples": {name: [each repetition]}}``, ready for :func:`merge_results`."""
+    values = [round(float(v), digits + 3) for v in samples]
+    return {name: round(median(values), digits), "samples": {name: values}}
+
+
+def figures(**named) -> dict:
+    """Several :func:`figure` results in one dict: ``figures(a=[...], b=([...], digits))``."""
+    out: dict = {"samples": {}}
+    for name, spec in named.items():
+        values, digits = spec if isinstance(spec, tuple) else (spec, 3)
+        one = figure(name, values, digits)
+        out["samples"].update(one.pop("samples"))
+        out.update(one)
+    return out
 
 
 def server_url() -> str:

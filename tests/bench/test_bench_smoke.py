@@ -25,6 +25,7 @@ ISSUE_FIGURES = {
     "admission_vs_insert", "materialize_vs_setbased", "dag_parse_s", "triggerer_mb_per_waiting_tenant",
     "digest_vs_server_floor", "digest_verify_vs_server_floor", "digest_peak_rss_mb", "digest_rss_growth_mb",
     "materialize_proof_ratio", "stage3_comparison_vs_compat_scan",
+    "audit_growth_vs_floor_growth", "admission_concurrent_speedup", "admission_conflict_retries_per_batch",
 }
 
 
@@ -52,5 +53,12 @@ def test_quick_bench_records_every_figure(request, mysql_server_url, tmp_path):
     dag_files = {p.name for p in (REPO / "dags").glob("*.py") if not p.name.startswith("_")}
     assert set(results["dag_parse_s"]) == dag_files
     assert all(_finite(v) for v in results["dag_parse_s"].values())
+    samples = results["samples"]  # every figure's repetitions, its median the figure itself
+    for figure in ISSUE_FIGURES - {"dag_parse_s"}:
+        assert samples[figure] and all(_finite(v) for v in samples[figure]), (figure, samples.get(figure))
+        assert min(samples[figure]) <= results[figure] <= max(samples[figure]), (figure, results[figure], samples[figure])
+    for name in dag_files:
+        assert samples[f"dag_parse_s/{name}"], name
+    assert "median" in proc.stdout and "min-max" in proc.stdout
     assert results["machine"]["server_version"] and results["machine"]["cores"]
     assert "password" not in out.read_text().lower() and "nexus-test" not in proc.stdout + out.read_text()
