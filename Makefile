@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: deps test test-tidb test-stack demo airflow stack stack-down lint bench
+.PHONY: deps test test-tidb test-stack demo airflow stack stack-down lint bench bench-stack
 
 deps:
 	@VENV=$(VENV) bash scripts/bootstrap.sh
@@ -57,3 +57,10 @@ lint: deps
 # QUICK=1: small sizes, about a minute (what the smoke test tests/bench runs).
 bench: deps
 	bash scripts/with-mariadb.sh $(BIN)/python bench/run_all.py $(if $(QUICK),--quick,) $(BENCH_ARGS)
+
+# Issue 13's scale figures on the production topology (bench/bench_stack.py): 1,000 tenants waiting in the drain
+# trigger on one real triggerer, then one of two triggerers SIGKILLed; a 100-tenant tenant_rollout against the CLI
+# floor. Starts and stops its own stack; writes the key `stack` of bench/results.json (QUICK=1: small sizes,
+# key `stack_quick`, a few minutes). Not part of `make bench` or `make test` (about 30 minutes on 2 cores).
+bench-stack: deps
+	bash scripts/with-mariadb.sh $(BIN)/python bench/bench_stack.py $(if $(QUICK),--quick,) $(BENCH_STACK_ARGS)
