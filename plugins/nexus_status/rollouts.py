@@ -60,30 +60,31 @@ def _rollout_runs(session, limit: int, run_id: str | None = None) -> list[dict[s
 
     from nexus_airflow import rollout as contract
 
-    query = select(DagRun.run_id, DagRun.state, DagRun.start_date, DagRun.end_date).where(
+    query = select(DagRun.id, DagRun.run_id, DagRun.state, DagRun.start_date, DagRun.end_date).where(
         DagRun.dag_id == contract.ROLLOUT_DAG)
     query = query.where(DagRun.run_id == run_id) if run_id else query.order_by(DagRun.run_after.desc()).limit(limit)
-    return [{"run_id": r, "state": str(s), "start_date": _iso(a), "end_date": _iso(b)}
-            for r, s, a, b in session.execute(query).all()]
+    return [{"run_id": r, "state": str(s), "start_date": _iso(a), "end_date": _iso(b), "_pk": pk}
+            for pk, r, s, a, b in session.execute(query).all()]
 
 
 def _iso(value) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def _rollout_xcoms(session, run_ids: list[str]) -> dict[str, dict[str, Any]]:
-    """run_id -> {"plan": ..., "waves": {k: ...}, "summary": ...} from one XCom query."""
+def _rollout_xcoms(session, runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """run_id -> {"plan": ..., "waves": {k: ...}, "summary": ...} from one XCom query (on the primary key's
+    ``dag_run_id`` prefix: a rollout's history of XComs is never scanned)."""
     from airflow.models.xcom import XComModel
     from sqlalchemy import select
 
     from nexus_airflow import rollout as contract
 
-    out: dict[str, dict[str, Any]] = {r: {"plan": None, "waves": {}, "summary": None} for r in run_ids}
-    if not run_ids:
+    out: dict[str, dict[str, Any]] = {r["run_id"]: {"plan": None, "waves": {}, "summary": None} for r in runs}
+    if not runs:
         return out
     rows = session.execute(
         select(XComModel.run_id, XComModel.task_id, XComModel.key, XComModel.value).where(
-            XComModel.dag_id == contract.ROLLOUT_DAG, XComModel.run_id.in_(run_ids),
+            XComModel.dag_run_id.in_([r["_pk"] for r in runs]),
             XComModel.key.in_([contract.PLAN_KEY, contract.WAVE_KEY, contract.SUMMARY_KEY]))
     ).all()
     for run_id, task_id, key, value in rows:
@@ -144,7 +145,7 @@ def membership(rollout_run_id: str | None) -> tuple[str | None, dict[str, int]]:
         if not runs:
             return rollout_run_id, {}
         run_id = runs[0]["run_id"]
-        plan = _rollout_xcoms(session, [run_id])[run_id]["plan"] or {}
+        plan = _rollout_xcoms(session, runs)[run_id]["plan"] or {}
     return run_id, {t: w.get("wave", i) for i, w in enumerate(plan.get("waves") or []) for t in w.get("tenants") or []}
 
 
@@ -158,7 +159,7 @@ def rollouts(limit: int = LATEST, cache=None) -> dict[str, Any]:
     with create_session() as session:
         runs = _rollout_runs(session, limit)
         ids = [r["run_id"] for r in runs]
-        xcoms = _rollout_xcoms(session, ids)
+        xcoms = _rollout_xcoms(session, runs)
         controls = _controls(session, ids)
         wanted = {contract.run_id_for(r, t): (r, t) for r in ids for t in _plan_tenants(xcoms[r]["plan"])}
         tenant_runs = _tenant_runs(session, list(wanted))
@@ -181,7 +182,11 @@ def _tenant_etas(tenant_runs, steps, wanted, cache) -> dict[str, dict[str, Any]]
     conn_ids = [tenants.PREFIX + t for t in active.values() if tenants.PREFIX + t in known]
     if conn_ids:
         (cache or tenants.CACHE).get(conn_ids)
-    return {r: history.drain_eta(history.samples(t)) for r, t in active.items()}
+    out = {r: history.drain_eta(history.samples(t)) for r, t in active.items()}
+    for r in out:  # past its drain, a tenant waiting for a person has no rate to measure
+        if steps.get(r, {}).get("task_state") == "awaiting_input":
+            out[r] = {**out[r], "eta_min": None, "text": "waits for a person (its confirmation)"}
+    return out
 
 
 def _tenant(rollout_run_id: str, tenant: str, tenant_runs, steps, etas) -> dict[str, Any]:
@@ -208,18 +213,24 @@ def _wave_state(outcome: dict[str, Any] | None, tenants: list[dict[str, Any]]) -
 
 def _wave(plan_wave: dict[str, Any], outcome: dict[str, Any] | None, tenants: list[dict[str, Any]]) -> dict[str, Any]:
     state = _wave_state(outcome, tenants)
-    going = [t for t in tenants if t["state"] in ("running", "queued")]
-    etas = [(t.get("eta") or {}).get("eta_min") for t in going]
-    if outcome:
-        eta = 0
-    elif state == "running":
-        eta = (None if None in etas else max(etas)) if going else 0
-    else:
-        eta = None
+    eta, eta_text = _wave_eta(state, outcome, [t for t in tenants if t["state"] in ("running", "queued")])
     return {"wave": plan_wave.get("wave"), "name": plan_wave.get("name"), "state": state, "tenants": tenants,
             "succeeded": (outcome or {}).get("succeeded"), "failed": (outcome or {}).get("failed") or {},
             "approval": (outcome or {}).get("approval"), "closed": outcome is not None,
-            "eta_min": eta}
+            "eta_min": eta, "eta_text": eta_text}
+
+
+def _wave_eta(state: str, outcome, going: list[dict[str, Any]]) -> tuple[int | None, str]:
+    """A wave's ETA: 0 once closed; while running, its slowest tenant's (None while one is unmeasured)."""
+    if outcome:
+        return 0, "closed"
+    if state != "running":
+        return None, "not started"
+    unknown = [t["tenant"] for t in going if (t.get("eta") or {}).get("eta_min") is None]
+    if unknown:
+        return None, f"unknown: {', '.join(unknown[:10])} without a measured drain rate"
+    eta = max([t["eta"]["eta_min"] for t in going], default=0)
+    return eta, (f"~{eta} min" if going else "every tenant finished: closing")
 
 
 def _rollout(run, xc, control_raw, tenant_runs, steps, etas) -> dict[str, Any]:
@@ -232,21 +243,22 @@ def _rollout(run, xc, control_raw, tenant_runs, steps, etas) -> dict[str, Any]:
         k = w.get("wave", i)
         ts = [_tenant(run["run_id"], t, tenant_runs, steps, etas) for t in w.get("tenants") or []]
         waves.append(_wave({**w, "wave": k}, xc["waves"].get(k), ts))
+    run = {k: v for k, v in run.items() if k != "_pk"}
     return {**run, "link": run_link(contract.ROLLOUT_DAG, run["run_id"]), "planned": bool(xc["plan"]),
             "approval": plan.get("approval"), "approvers": plan.get("approvers") or [],
             "max_failed": plan.get("max_failed"), "max_parallel": plan.get("max_parallel"),
             "skipped": plan.get("skipped") or {}, "waves": waves, "summary": xc["summary"],
             "control": {"variable": contract.control_variable(run["run_id"]), "value": control_raw,
                         "state": control_state(control_raw)},
-            "eta": rollout_eta(waves, plan.get("max_parallel"))}
+            "eta": rollout_eta(run["state"], waves, plan.get("max_parallel"))}
 
 
-def rollout_eta(waves: list[dict[str, Any]], max_parallel: int | None) -> dict[str, Any]:
+def rollout_eta(run_state: str, waves: list[dict[str, Any]], max_parallel: int | None) -> dict[str, Any]:
     """The rollout's ETA in minutes (see the module docstring), or None with the reason."""
-    if all(w["closed"] for w in waves):
-        return {"eta_min": 0, "text": "every wave closed"}
-    if any(w["state"] == "halted" or w["state"] == "cancelled" for w in waves):
-        return {"eta_min": None, "text": "halted: no later wave starts"}
+    if run_state in ("success", "failed"):
+        halted = [w["name"] for w in waves if w["state"] in ("halted", "cancelled")]
+        text = f"halted at {halted[-1]}: no later wave starts" if halted and run_state == "failed" else "finished"
+        return {"eta_min": 0 if run_state == "success" else None, "text": f"{text} ({run_state})"}
     done = [t["minutes"] for w in waves for t in w["tenants"] if t.get("minutes") is not None]
     total = 0.0
     for w in waves:
@@ -254,7 +266,7 @@ def rollout_eta(waves: list[dict[str, Any]], max_parallel: int | None) -> dict[s
             continue
         if w["state"] == "running":
             if w["eta_min"] is None:
-                return {"eta_min": None, "text": f"unknown: {w['name']} has a tenant without a measured drain rate"}
+                return {"eta_min": None, "text": f"{w['name']}: {w['eta_text']}"}
             total += w["eta_min"]
         elif not done:
             return {"eta_min": None, "text": "unknown until a tenant of this rollout has finished"}

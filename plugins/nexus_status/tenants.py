@@ -34,6 +34,8 @@ READERS = int(os.environ.get("NEXUS_STATUS_READERS", "4"))
 CONNECT_TIMEOUT_S = 5.0
 #: How long one request waits for the reads it needs; a tenant still being read after that shows as such.
 WAIT_S = float(os.environ.get("NEXUS_STATUS_WAIT_S", "120"))
+#: The sections of ``read_tenant_state``: a tenant none of them can be read from is ``unreadable``.
+SECTIONS = ("fence", "drain", "host", "receipts", "field_history")
 
 
 def tenant_conn_ids() -> list[str]:
@@ -57,7 +59,8 @@ def tenant_of(conn_id: str) -> str:
 
 
 def read_tenant(conn_id: str) -> dict[str, Any]:
-    """The state of the tenant behind ``conn_id`` (``phase`` ``unreadable`` and an ``error`` when it cannot be read)."""
+    """The state of the tenant behind ``conn_id``; ``phase`` ``unreadable`` with an ``error`` when it cannot be
+    opened or none of its sections can be read (one unreadable section alone shows in that section)."""
     from nexus_airflow.hooks import NexusTenantHook
     from nexus_cutover.tenant_status import read_tenant_state
 
@@ -75,6 +78,9 @@ def read_tenant(conn_id: str) -> dict[str, Any]:
         engine.dispose()
     state["conn_id"] = conn_id
     state["database"] = hook.masked_dsn.split("://", 1)[0]
+    errors = [state[k]["error"] for k in SECTIONS if "error" in state.get(k, {})]
+    if len(errors) == len(SECTIONS):  # opened, but nothing in it can be read: the database is gone or closed to us
+        return {**unreadable(conn_id, errors[0]), "database": state["database"]}
     return state
 
 

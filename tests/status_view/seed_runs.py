@@ -50,7 +50,8 @@ def seed(spec: dict) -> None:
     now = dt.datetime.now(dt.UTC)
     with create_session() as session:
         for i, run in enumerate(spec.get("runs", [])):
-            session.add(_dag_run({**run, "run_after_at": now - dt.timedelta(seconds=len(spec["runs"]) - i)}, now))
+            # in the order given, each after every run of an earlier spec (never read order from an id)
+            session.add(_dag_run({**run, "run_after_at": now + dt.timedelta(milliseconds=i)}, now))
         session.flush()
         for run in spec.get("runs", []):
             tis = list(run.get("tis", []))
