@@ -211,7 +211,7 @@ def comparison_vs_scan(engine, repeat: int) -> dict:
         reps.append({"scan_s": scan_s, "compare_s": compare_s, "ratio": compare_s / scan_s})
     return {
         "ratio": statistics.median(r["ratio"] for r in reps),
-        "ratio_samples": [r["ratio"] for r in reps],
+        "ratio_samples": [round(r["ratio"], 3) for r in reps],
         "compare_s": statistics.median(r["compare_s"] for r in reps),
         "scan_s": statistics.median(r["scan_s"] for r in reps),
         "chunks": comparison.chunks,

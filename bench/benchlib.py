@@ -61,7 +61,7 @@ def median(samples) -> float:
 
 def figure(name: str, samples, digits: int = 3) -> dict:
     """``{name: median, "samples": {name: [each repetition]}}``, ready for :func:`merge_results`."""
-    values = [round(float(v), digits + 3) for v in samples]
+    values = [round(float(v), digits) for v in samples]  # as precise as the figure: its median lies within them
     return {name: round(median(values), digits), "samples": {name: values}}
 
 
