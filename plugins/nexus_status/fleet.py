@@ -66,11 +66,25 @@ def listing(*, page: int = 1, page_size: int = 50, state: str | None = None, wav
             "states": list(STATES), "refresh_s": cache.interval_s, "reads": cache.total_reads()}
 
 
+#: Most drain samples a row carries (evenly thinned, the last kept): a page of 500 tenants stays small.
+CHART_POINTS = 120
+
+
+def chart_points(samples: list[dict[str, Any]], most: int = CHART_POINTS) -> list[dict[str, Any]]:
+    """At most ``most`` of ``samples``, evenly spaced, always with the first and the last."""
+    if len(samples) <= most:
+        return samples
+    step = (len(samples) - 1) / (most - 1)
+    return [samples[round(i * step)] for i in range(most)]
+
+
 def _row(state: dict[str, Any], runs: dict[str, Any], history) -> dict[str, Any]:
     row = dict(state)
     tenant = row["tenant"]
-    row["samples"] = history.samples(tenant) if "error" not in row else []
-    row["eta"] = history.drain_eta(row["samples"])
+    samples = history.samples(tenant) if "error" not in row else []
+    draining = (row.get("fence") or {}).get("armed") or (row.get("drain") or {}).get("remaining")
+    row["samples"] = chart_points(samples) if draining else []
+    row["eta"] = history.drain_eta(samples)
     found = runs.get(tenant, {})
     row["runs"] = found.get("runs", {})
     row["proofs"] = found.get("proofs", {})

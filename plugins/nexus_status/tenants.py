@@ -11,6 +11,10 @@ Invariants of :class:`StateCache` (the one every request of this API server shar
 * a tenant is read at most once per ``REFRESH_S`` (the page's refresh period),
   however many viewers ask: a fresh state is served from the cache, and a read
   already under way is joined, not repeated;
+* a viewer waits only for tenants never read yet: a state older than the
+  interval is served as it is (its ``checked_at`` says when) while its re-read
+  runs in the background, so a fleet-wide filter answers at once after the
+  first sweep;
 * reads run on a pool of ``READERS`` threads (bounded concurrency: a fleet of
   2,000 never opens 2,000 connections at once);
 * ``reads`` counts every read per connection id (what the tests assert on and
@@ -103,14 +107,21 @@ class StateCache:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nexus-status-read")
 
     def get(self, conn_ids: Iterable[str], wait_s: float = WAIT_S) -> dict[str, dict[str, Any]]:
-        """conn_id -> state for ``conn_ids``: fresh ones from the cache, the others read (or joined) now."""
+        """conn_id -> state for ``conn_ids``: fresh or stale ones from the cache (stale ones re-read in the
+        background), the never-read ones read (or joined) now, waiting at most ``wait_s``."""
         conn_ids = list(conn_ids)
-        futures = self._due(conn_ids)
-        if futures:
-            wait(futures, timeout=wait_s)
+        first_reads = self._due(conn_ids)
+        if first_reads:
+            wait(first_reads, timeout=wait_s)
         with self._lock:
             return {c: self._entries[c][1] if c in self._entries else unreadable(c, "read still in progress")
                     for c in conn_ids}
+
+    def settle(self, timeout_s: float = WAIT_S) -> None:
+        """Wait for the reads under way (the background re-reads included)."""
+        with self._lock:
+            futures = list(self._inflight.values())
+        wait(futures, timeout=timeout_s)
 
     def fresh(self, conn_id: str) -> dict[str, Any] | None:
         """The cached state of ``conn_id`` if read within the interval (no read started)."""
@@ -119,8 +130,9 @@ class StateCache:
         return entry[1] if entry and self.clock() - entry[0] < self.interval_s else None
 
     def _due(self, conn_ids: list[str]) -> list[Future]:
+        """Start the reads ``conn_ids`` need; return those of the tenants with no state yet (to wait for)."""
         now = self.clock()
-        futures = []
+        first_reads = []
         with self._lock:
             for conn_id in conn_ids:
                 entry = self._entries.get(conn_id)
@@ -129,8 +141,9 @@ class StateCache:
                 future = self._inflight.get(conn_id)
                 if future is None:
                     future = self._inflight[conn_id] = self._pool.submit(self._read, conn_id)
-                futures.append(future)
-        return futures
+                if entry is None:
+                    first_reads.append(future)
+        return first_reads
 
     def _read(self, conn_id: str) -> None:
         from nexus_status import history

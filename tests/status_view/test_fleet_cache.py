@@ -50,14 +50,17 @@ class Clock:
 
 
 class Tracking:
-    """The real reader, counting how many reads run at once."""
+    """The real reader, counting how many reads run at once; reads wait while ``gate`` is clear."""
 
     def __init__(self) -> None:
         from nexus_status.tenants import read_tenant
 
         self.read, self.lock, self.running, self.peak = read_tenant, threading.Lock(), 0, 0
+        self.gate = threading.Event()
+        self.gate.set()
 
     def __call__(self, conn_id: str):
+        assert self.gate.wait(60)
         with self.lock:
             self.running += 1
             self.peak = max(self.peak, self.running)
@@ -89,11 +92,21 @@ def test_each_tenant_read_once_per_interval_whatever_the_viewers(fleet):
         assert "does not exist" in states[bad[0]]["error"]
         clock.now += 9.9
         cache.get(ids[:4])
+        cache.settle()
         assert cache.total_reads() == 30
-        clock.now += 0.2  # the interval has passed: read again, once
+        clock.now += 0.2  # the interval has passed: served as it was at once, re-read once in the background
+        reader.gate.clear()  # the re-reads cannot finish until the gate opens: an answer now did not wait for them
+        answers: list[dict] = []
+        viewer = threading.Thread(target=lambda: answers.append(cache.get(ids[:4], wait_s=120)))
+        viewer.start()
+        viewer.join(20)
+        assert answers and all(answers[0][c] is states[c] for c in ids[:4])
         cache.get(ids[:4])
-        cache.get(ids[:4])
+        reader.gate.set()
+        cache.settle()
         assert cache.total_reads() == 34 and [cache.reads[c] for c in ids[:5]] == [2, 2, 2, 2, 1]
+        after = cache.get(ids[:4])
+        assert all(after[c] is not states[c] for c in ids[:4])  # the re-read state, not the old one
     finally:
         cache.close()
 
@@ -203,3 +216,14 @@ def test_run_step_reason_and_next_action_from_the_one_source():
     assert running["next_action"] is None and "deferred" in running["reason"]
     nothing = summarize("connector_projection_cutover", "r4", "failed", [("history_digest", "failed")], None)
     assert nothing["reason"] == "no reason recorded: read the task log"
+
+
+def test_chart_points_thin_evenly_and_keep_both_ends():
+    from nexus_status.fleet import chart_points
+
+    samples = [{"t": float(i), "remaining": 1000 - i} for i in range(361)]
+    thin = chart_points(samples, 120)
+    assert len(thin) == 120 and thin[0] is samples[0] and thin[-1] is samples[-1]
+    gaps = {b["t"] - a["t"] for a, b in zip(thin, thin[1:], strict=False)}
+    assert gaps <= {3.0, 4.0}  # even: 360 / 119 steps of 3 or 4 samples
+    assert chart_points(samples[:50], 120) == samples[:50]

@@ -41,7 +41,7 @@ def stack(tmp_path_factory):
     good, missing = connection_json(f"sqlite:///{shared}"), connection_json(f"sqlite:///{tmp / 'missing.db'}")
     env = {f"AIRFLOW_CONN_{_conn_id(i).upper()}": missing if i in BROKEN else good for i in range(FLEET)}
     s = AirflowStack(tmp / "airflow", parallelism=2, extra_env={**env, "NEXUS_STATUS_REFRESH_S": "86400"})
-    s.start()
+    s.start(timeout_s=600)  # a loaded 2-core machine: the stack took 3 min to be healthy here
     yield s
     s.stop()
 

@@ -54,7 +54,7 @@ def stack(tmp_path_factory):
     s = AirflowStack(tmp_path_factory.mktemp("airflow-status"), parallelism=2, extra_env={
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer",
         "NEXUS_STATUS_REFRESH_S": "5"})
-    s.start()
+    s.start(timeout_s=600)  # a loaded 2-core machine: the stack took 3 min to be healthy here
     yield s
     s.stop()
 
