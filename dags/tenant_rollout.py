@@ -1,115 +1,108 @@
-"""Tenant rollout: the connector projection cutover for a list of tenants, one per-tenant run each.
+"""Tenant rollout: the connector projection cutover for a fleet of tenants, in waves, canary first.
 
-It reuses the per-tenant DAG ``connector_projection_cutover`` (TriggerDagRunOperator,
-one mapped task per tenant, deferrable while it waits): the cutover's tasks are
-never copied here. Invariants:
-
-* one run of the per-tenant DAG per tenant, with the run id
-  ``rollout__<rollout run id>__<tenant>``; duplicate tenants are refused up front;
-* bounded concurrency: the pool ``nexus_tenant_rollout`` (create it with
-  ``include_deferred`` so a waiting tenant holds its slot), at most
-  ``MAX_PARALLEL_TENANTS`` tenants of one rollout at a time, and ``max_active_runs=1``;
-* a failure in one tenant never stops the others (mapped tasks are independent);
-* ``summary`` runs whatever happened (``all_done``), lists each tenant's outcome
-  (the per-tenant run's state and, for a failure, the tasks that failed), and
-  fails the rollout run if any tenant did not succeed.
+It reuses the per-tenant DAG ``connector_projection_cutover`` (one run per tenant,
+run id ``rollout__<rollout run id>__<tenant>``): the cutover's tasks are never
+copied here. The tasks live in ``nexus_airflow.rollout_tasks`` (the invariants are
+its docstring); this file declares the flow: ``plan`` >> wave 0 (the canary) >>
+wave 1 >> ... >> ``summary``, each wave ``open`` >> (``cutover`` per tenant,
+``confirm``) >> ``close``. The DAG declares ``MAX_WAVES`` wave groups; those past
+the plan's last wave are skipped.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-from airflow.sdk import DAG, Param, TriggerRule, task
+from airflow.sdk import DAG, Param, TaskGroup, TriggerRule, task
 
-from nexus_airflow.params import TENANT_PATTERN
+from nexus_airflow.params import APPROVAL_FIELDS, APPROVAL_MODES, TENANT_PATTERN
+from nexus_airflow.rollout import MAX_WAVES, PLAN_KEY, ROLLOUT_DAG, wave_group
+from nexus_airflow.rollout_tasks import (
+    MAX_PARALLEL_CAP,
+    SHARED_FIELDS,
+    TenantCutoverOperator,
+    WaveConfirmOperator,
+)
 
 CUTOVER_DAG = "connector_projection_cutover"
-POOL = "nexus_tenant_rollout"
-MAX_PARALLEL_TENANTS = 4
-#: Fields of the per-tenant form a rollout may set for every tenant (never a DSN: connections are per tenant).
-SHARED_FIELDS = ("drain_timeout", "stale_heartbeat", "host_controller", "host_http_conn_id", "dry_run",
-                 "poll_interval", "writers_stop_timeout", "confirm_timeout", "checkpoint_timeout", "digest_timeout",
-                 "readiness_timeout")
 
 DOC = f"""
 # Tenant rollout
 
-Runs `{CUTOVER_DAG}` once per tenant of `tenants`, at most {MAX_PARALLEL_TENANTS} at a time (pool `{POOL}`,
-create it with *include deferred*). Each tenant's run is an ordinary per-tenant run: its confirmations
-appear in *Required actions* as usual. A failed tenant does not stop the others; `summary` lists every
-tenant's outcome and fails the rollout if any tenant failed. Rerun a failed tenant from its own run
-(clear the failed task there), not by rerunning the rollout.
+Runs `{CUTOVER_DAG}` once per tenant, in waves: the **canary** wave first, then waves of `wave_size`.
+A wave starts only after the previous one ended within `max_failed` (a count, or a fraction of the wave);
+past it the rollout **halts** and later tenants are never started. At most `max_parallel` tenants of a wave
+run at once.
+
+**Approval**: `per_tenant` (default): each tenant's run asks its own writer-stop confirmation in
+*Required actions*. `per_wave`: one question per wave (`wave_NN.confirm`), with one table of every tenant's
+evidence, asked once every tenant of the wave is waiting at it; each tenant re-checks its own evidence when
+the answer arrives and fails alone if a writer came back. `approvers` limits who may answer; the user who
+triggered the rollout may not, unless `allow_self_approval`.
+
+**Rerun** (clear the rollout run, or trigger it again): tenants already cut over are skipped; tenants that
+failed before are retried only with `retry_failed`.
+
+**Pause / resume / cancel**: set the Airflow Variable `nexus_rollout_control__<run id>` to `pause`, `resume`
+or `cancel` (UI: Admin > Variables, or the REST API). Pause holds tenants not yet started; cancel also stops
+running tenants before their checkpoints (their fences stay armed and are reported).
 """
 
 
-def run_id_for(rollout_run_id: str, tenant: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.~:+-]", "_", f"rollout__{rollout_run_id}__{tenant}")[:250]
+@task
+def plan(params: dict[str, Any] | None = None, run_id: str | None = None, dag_run=None, ti=None) -> int:
+    """The waves and every tenant's trigger (XCom ``rollout``); refuses bad input before any tenant starts."""
+    import logging
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from nexus_airflow.rollout_tasks import build_plan
+
+    log = logging.getLogger("nexus.rollout")
+    try:
+        result = build_plan(params, run_id, getattr(dag_run, "triggering_user_name", None), ti, log)
+    except ValueError as exc:
+        ti.xcom_push(key="refusal", value=str(exc))  # what summary reports as the rollout's failure
+        raise AirflowFailException(str(exc)) from None
+    ti.xcom_push(key=PLAN_KEY, value=result)
+    for w in result["waves"]:
+        log.info("wave %d (%s): %s", w["wave"], w["name"], ", ".join(w["tenants"]))
+    for tenant, why in result["skipped"].items():
+        log.info("skipped %s: %s", tenant, why)
+    return len(result["waves"])
 
 
 @task
-def plan(params: dict[str, Any] | None = None, run_id: str | None = None, ti=None) -> list[dict[str, Any]]:
-    """One trigger per tenant: its conf and run id. Refuses duplicates, malformed names and unknown fields."""
-    from airflow.sdk.exceptions import AirflowFailException
+def open_wave(wave: int, params: dict[str, Any] | None = None, run_id: str | None = None, ti=None) -> list[dict[str, Any]]:
+    import logging
 
-    def refuse(reason: str) -> None:
-        ti.xcom_push(key="refusal", value=reason)  # what summary reports as the rollout's failure
-        raise AirflowFailException(reason)
+    from nexus_airflow.rollout_tasks import open_wave as _open
 
-    tenants = list(params["tenants"])
-    bad = [t for t in tenants if not re.match(TENANT_PATTERN, t)]
-    dupes = sorted({t for t in tenants if tenants.count(t) > 1})
-    if bad or dupes or not tenants:
-        refuse(f"tenants: malformed {bad}, duplicated {dupes}, or empty list")
-    shared = {k: v for k, v in (params.get("cutover_conf") or {}).items() if k in SHARED_FIELDS}
-    unknown = sorted(set(params.get("cutover_conf") or {}) - set(SHARED_FIELDS))
-    if unknown:
-        refuse(f"cutover_conf: unknown or per-tenant fields {unknown}; allowed {', '.join(SHARED_FIELDS)}")
-    return [{"conf": {"tenant": t, **shared}, "trigger_run_id": run_id_for(run_id, t)} for t in tenants]
+    return _open(wave, run_id, params, ti, logging.getLogger("nexus.rollout"))
+
+
+@task(trigger_rule=TriggerRule.NONE_SKIPPED)
+def close_wave(wave: int, run_id: str | None = None, ti=None) -> dict[str, Any]:
+    import logging
+
+    from nexus_airflow.rollout_tasks import close_wave as _close
+
+    return _close(wave, run_id, ti, logging.getLogger("nexus.rollout"))
 
 
 @task(trigger_rule=TriggerRule.ALL_DONE)
-def summary(triggers: list[dict[str, Any]], ti=None) -> dict[str, Any]:
-    """Every tenant's outcome, logged as a table; fails the rollout when any tenant did not succeed."""
-    from airflow.sdk.exceptions import AirflowFailException
+def summary(run_id: str | None = None, ti=None) -> dict[str, Any]:
+    """Every tenant's outcome, logged as a table; fails the rollout unless every planned tenant succeeded."""
+    import logging
 
-    if not triggers:  # the plan refused (or died): no tenant ran, which is never a successful rollout
-        reason = ti.xcom_pull(task_ids="plan", key="refusal") or "the plan task failed (see its log)"
-        ti.xcom_push(key="summary", value={"tenants": {}, "succeeded": [], "not_succeeded": [], "refusal": reason})
-        raise AirflowFailException(f"the rollout started no tenant: {reason}")
-    outcomes: dict[str, Any] = {}
-    for item in triggers:
-        tenant, run_id = item["conf"]["tenant"], item["trigger_run_id"]
-        try:
-            state = ti.get_dagrun_state(dag_id=CUTOVER_DAG, run_id=run_id)
-        except Exception as exc:  # noqa: BLE001 - the run was never created
-            outcomes[tenant] = {"run_id": run_id, "state": "not triggered", "detail": type(exc).__name__}
-            continue
-        state = str(getattr(state, "value", state))  # a DagRunState prints as DagRunState.FAILED: show the word
-        failed: list[str] = []
-        if state != "success":
-            states = ti.get_task_states(dag_id=CUTOVER_DAG, run_ids=[run_id]).get(run_id, {})
-            failed = sorted(t for t, s in states.items() if s == "failed")  # the causes, not upstream_failed
-        outcomes[tenant] = {"run_id": run_id, "state": state, "failed_tasks": failed}
-    width = max([len(t) for t in outcomes] + [6])
-    lines = [f"{'tenant':<{width}}  outcome", *(
-        f"{t:<{width}}  {o['state']}" + (f" (failed: {', '.join(o['failed_tasks'])})" if o.get("failed_tasks") else "")
-        + f"  run {o['run_id']}" for t, o in outcomes.items())]
-    print("\n".join(lines))
-    ok = [t for t, o in outcomes.items() if o["state"] == "success"]
-    result = {"tenants": outcomes, "succeeded": ok, "not_succeeded": [t for t in outcomes if t not in ok]}
-    ti.xcom_push(key="summary_text", value="\n".join(lines))
-    if result["not_succeeded"]:
-        ti.xcom_push(key="summary", value=result)
-        raise AirflowFailException(f"{len(result['not_succeeded'])} of {len(outcomes)} tenant(s) did not succeed: "
-                                   + ", ".join(result["not_succeeded"]))
-    return result
+    from nexus_airflow.rollout_tasks import summarize
+
+    return summarize(run_id, ti, logging.getLogger("nexus.rollout"))
 
 
 with DAG(
-    dag_id="tenant_rollout",
-    description=f"Fan-out of {CUTOVER_DAG} over a list of tenants (bounded, failure-isolated)",
+    dag_id=ROLLOUT_DAG,
+    description=f"{CUTOVER_DAG} over a fleet of tenants: canary, waves, failure budget, approvals",
     schedule=None,
     catchup=False,
     max_active_runs=1,
@@ -118,23 +111,44 @@ with DAG(
     tags=["nexus", "cutover", "rollout"],
     params={
         "tenants": Param(["demo"], type="array", items={"type": "string", "pattern": TENANT_PATTERN},
-                         minItems=1, uniqueItems=True, title="Tenants",
+                         uniqueItems=True, title="Tenants",
                          description="Namespaces; each uses the connection nexus_tenant_<tenant>."),
+        "tenants_variable": Param("", type="string", title="Tenants Variable",
+                                  description="An Airflow Variable holding a JSON list of more tenants (after `tenants`)."),
+        "canary": Param(1, type=["integer", "array"], title="Canary",
+                        description="The first N tenants, or a list of tenant names, run first as wave 0."),
+        "wave_size": Param(10, type="integer", minimum=1, maximum=500, title="Wave size"),
+        "max_parallel": Param(4, type="integer", minimum=1, maximum=MAX_PARALLEL_CAP, title="Max parallel tenants"),
+        "max_failed": Param(0, type="number", minimum=0, title="Failure budget per wave",
+                            description="A count (>= 1), or a fraction of the wave (< 1). Past it the rollout halts."),
+        "retry_failed": Param(False, type="boolean", title="Retry failed tenants",
+                              description="On a rerun, run again the tenants whose earlier cutover run failed."),
+        "approval": Param("per_tenant", type="string", enum=list(APPROVAL_MODES), title="Approval",
+                          description="per_tenant: each tenant's run asks; per_wave: one question per wave."),
+        "approvers": APPROVAL_FIELDS["approvers"].param(),
+        "allow_self_approval": APPROVAL_FIELDS["allow_self_approval"].param(),
         "cutover_conf": Param({"host_controller": "manual"}, type="object", title="Per-tenant form fields",
                               description=f"Applied to every tenant's run; allowed keys: {', '.join(SHARED_FIELDS)}."),
     },
 ) as dag:
-    triggers = plan()
-    cutover = TriggerDagRunOperator.partial(
-        task_id="cutover",
-        trigger_dag_id=CUTOVER_DAG,
-        wait_for_completion=True,
-        deferrable=True,
-        poke_interval=30,
-        allowed_states=["success"],
-        failed_states=["failed"],
-        pool=POOL,
-        max_active_tis_per_dagrun=MAX_PARALLEL_TENANTS,
-        logical_date=None,
-    ).expand_kwargs(triggers)
-    cutover >> summary(triggers)
+    previous = plan()
+    for k in range(MAX_WAVES):
+        with TaskGroup(wave_group(k)):
+            triggers = open_wave.override(task_id="open")(k)
+            cutover = TenantCutoverOperator.partial(
+                task_id="cutover",
+                trigger_dag_id=CUTOVER_DAG,
+                wait_for_completion=True,
+                deferrable=True,
+                poke_interval=30,
+                allowed_states=["success"],
+                failed_states=["failed"],
+                max_active_tis_per_dagrun=MAX_PARALLEL_CAP,
+                logical_date=None,
+            ).expand_kwargs(triggers)
+            confirm = WaveConfirmOperator(task_id="confirm", wave=k)
+            closed = close_wave.override(task_id="close")(k)
+            previous >> triggers
+            triggers >> [cutover, confirm] >> closed
+        previous = closed
+    previous >> summary()

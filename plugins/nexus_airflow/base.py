@@ -54,7 +54,7 @@ def stop(context, log, message: str, report: Any = None) -> None:
     from airflow.sdk.exceptions import AirflowFailException
 
     message = with_next_action(context, message)
-    if isinstance(report, dict) and "message" in report:
+    if isinstance(report, dict):  # the stop's reason travels with its report (the rollout and the status view read it)
         report = {**report, "message": message}
     if report is not None:
         if "ti" in context:  # every task run has one; a bare unit call of a callback may not

@@ -13,6 +13,14 @@ Invariants:
   otherwise the run fails ("cutover not performed"), nothing is confirmed and
   the fence stays armed. The answer's log and XCom say how old the evidence was.
 * On a dry run nothing is asked: the step logs what it would ask.
+* Who may answer: with ``approvers`` set, only they (HITL ``assigned_users``, and
+  checked again on the answer); the user who triggered the run or its rollout
+  never counts as an approver unless ``allow_self_approval`` is set. A refused
+  answerer fails the run like a rejection. Who answered is in the log and XCom.
+* ``approval=per_wave`` (set by ``tenant_rollout``): the run pushes its evidence
+  and waits (rescheduled, no worker slot held) for its wave's one answer in the
+  rollout run; the evidence the wave's question showed for this tenant is then
+  re-checked exactly as a per-tenant answer would be.
 """
 
 from __future__ import annotations
@@ -34,6 +42,28 @@ def answered_by(user: Any) -> str:
     if isinstance(user, dict):
         return str(user.get("name") or user.get("id") or "someone")
     return str(user or "someone")
+
+
+def requesters(context) -> set[str]:
+    """Who asked for this run: its triggering user and, for a rollout's tenant, the rollout's."""
+    p = params_of(context)
+    names = {getattr(context.get("dag_run"), "triggering_user_name", None), p.rollout.get("requested_by")}
+    return {str(n) for n in names if n}
+
+
+def assigned_users(approvers: tuple[str, ...] | list[str], excluded: set[str]) -> list[dict[str, str]] | None:
+    """HITL ``assigned_users`` for ``approvers`` minus ``excluded`` (None: anyone the auth manager allows)."""
+    allowed = [a for a in approvers if a not in excluded]
+    return [{"id": a, "name": a} for a in allowed] or None
+
+
+def answerer_refusal(who: str, approvers, excluded: set[str], allow_self: bool) -> str | None:
+    """Why ``who`` may not answer (None: allowed)."""
+    if who in excluded and not allow_self:
+        return f"self-approval refused: {who} triggered this run (or its rollout); set allow_self_approval to allow it"
+    if approvers and who not in approvers:
+        return f"{who} is not an approver ({', '.join(approvers)})"
+    return None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -65,6 +95,8 @@ class _StrictHITL(HITLOperator):
     def _ask(self, context, body: str) -> None:
         p = params_of(context)
         self.body = body
+        excluded = set() if p.allow_self_approval else requesters(context)
+        self.assigned_users = assigned_users(p.approvers, excluded)
         self.response_timeout = dt.timedelta(seconds=p.confirm_timeout)
         # Sent once, when the step parks; execute_complete (the answer) does not come back here.
         notify_needs_confirmation(context, f"{self.subject} (answer within {p.confirm_timeout} s)")
@@ -80,6 +112,11 @@ class _StrictHITL(HITLOperator):
             stop(context, self.log, message, {"message": message, "answered": False})
         chosen = list(result["chosen_options"])
         who = answered_by(result.get("responded_by_user"))
+        p = params_of(context)
+        refusal = answerer_refusal(who, p.approvers, requesters(context), p.allow_self_approval)
+        if refusal:
+            message = f"{NOT_PERFORMED}: {refusal}. {self.state_now(context)}"
+            stop(context, self.log, message, {"message": message, "answered_by": who, "refused": True})
         if chosen != [self.approve_option]:
             choice = " / ".join(chosen) or "nothing"
             verb = "rejected" if chosen == [self.reject_option] else f"chose {choice!r} for"
@@ -132,8 +169,10 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
         super().__init__(**kwargs)
 
     def execute(self, context) -> Any:
+        from nexus_airflow.rollout import stop_if_cancelled
         from nexus_cutover.projection import steps
 
+        stop_if_cancelled(context, self.log, "the writer-stop confirmation")
         p = params_of(context)
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
             ev = steps.writer_evidence(engine, p.tenant, stale_heartbeat=dt.timedelta(seconds=p.stale_heartbeat))
@@ -151,6 +190,8 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
                  + ", ".join(x["process_id"] for x in ev.live) + ". Stop them, then clear check_old_writers.",
                  ev.as_json())
         fault_point("confirm_writers_stopped.before_ask")
+        if p.approval == "per_wave":
+            return self._await_wave(context, ev)
         body = (
             f"## Tenant `{p.tenant}`: stop every old writer before the cutover checkpoint\n\n"
             + ev.as_markdown()
@@ -163,12 +204,49 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
         )
         self._ask(context, body)
 
-    def recheck(self, context, answer: dict[str, Any]) -> dict[str, Any]:
-        """The answer confirms the evidence only if the registry, read now, still agrees with it."""
-        from nexus_cutover.projection import steps
+    def _await_wave(self, context, ev) -> dict[str, Any]:
+        """Wait for the wave's answer in the rollout run (rescheduled each poll), then re-check this tenant."""
+        from airflow.sdk.exceptions import AirflowRescheduleException
+
+        from nexus_airflow import rollout as ro
 
         p = params_of(context)
+        ro.stop_if_cancelled(context, self.log, "the writer-stop confirmation")
+        run_id, wave = p.rollout["run_id"], int(p.rollout["wave"])
+        ti = context["ti"]
+        answer = ti.xcom_pull(dag_id=ro.ROLLOUT_DAG, run_id=run_id, task_ids=f"{ro.wave_group(wave)}.confirm",
+                              key="answer", map_indexes=-1)
+        if not answer:
+            state = str(ti.get_dagrun_state(dag_id=ro.ROLLOUT_DAG, run_id=run_id)).rsplit(".", 1)[-1].lower()
+            if state in ("success", "failed"):
+                stop(context, self.log, f"{NOT_PERFORMED}: rollout run {run_id} ended ({state}) without answering "
+                     f"wave {wave}'s writer-stop question. {self.on_reject}")
+            self.log.info("evidence published (taken %sZ); waiting for the answer to wave %d of rollout %s",
+                          ev.checked_at.isoformat(), wave, run_id)
+            raise AirflowRescheduleException(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=p.poll_interval))
+        who = str(answer.get("by") or "someone")
+        if answer.get("answer") != "approved":
+            stop(context, self.log, f"{NOT_PERFORMED}: wave {wave} of rollout {run_id}: {answer.get('answer')} "
+                 f"({who}). {self.state_now(context)}", {"wave_answer": answer})
+        refusal = answerer_refusal(who, p.approvers, requesters(context), p.allow_self_approval)
+        shown_at = (answer.get("evidence") or {}).get(p.tenant)
+        if refusal or not shown_at:
+            stop(context, self.log, f"{NOT_PERFORMED}: wave {wave} answer not accepted for this tenant: "
+                 f"{refusal or 'its evidence was not in the question'}. {self.state_now(context)}", {"wave_answer": answer})
+        self.log.info("wave %d confirmed by %s", wave, who)
+        return self.recheck(context, {"chosen_options": [self.approve_option], "responded_by": who,
+                                      "responded_at": answer.get("at"), "wave": wave}, shown_at=shown_at)
+
+    def recheck(self, context, answer: dict[str, Any], shown_at: str | None = None) -> dict[str, Any]:
+        """The answer confirms the evidence only if the registry, read now, still agrees with it."""
+        from nexus_airflow.rollout import stop_if_cancelled
+        from nexus_cutover.projection import steps
+
+        stop_if_cancelled(context, self.log, "the writer-stop confirmation (answered after the cancel)")
+        p = params_of(context)
         shown = context["ti"].xcom_pull(task_ids=self.task_id, key="evidence") or {}
+        if shown_at:  # the wave's question showed the evidence of an earlier poll: that is what was confirmed
+            shown = {"checked_at": shown_at}
         if not shown.get("checked_at"):
             stop(context, self.log, f"{NOT_PERFORMED}: the evidence shown with the question is missing from XCom; "
                  "clear check_old_writers to gather it again.")

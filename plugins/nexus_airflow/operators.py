@@ -42,11 +42,11 @@ class ResolvePacksOperator(BaseOperator):
     """The pack incarnations of the run (``pack_install_ids`` or every active pack of the namespace)."""
 
     def execute(self, context) -> list[str]:
-        from nexus_airflow.params import CUTOVER_FIELDS, check_form
+        from nexus_airflow.params import CUTOVER_FIELDS, CUTOVER_RULES, check_form
         from nexus_cutover.projection import steps
 
         with domain_errors(context, self.log):
-            check_form(context, CUTOVER_FIELDS)  # the run's first task: a bad form fails before anything is read
+            check_form(context, CUTOVER_FIELDS, CUTOVER_RULES)  # the run's first task: a bad form fails before anything is read
         p = params_of(context)
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
             packs = steps.resolve_packs(engine, p.tenant, p.pack_install_ids)
@@ -126,9 +126,11 @@ class HistoryDigestOperator(BaseOperator):
     """
 
     def execute(self, context) -> dict[str, Any]:
+        from nexus_airflow.rollout import stop_if_cancelled
         from nexus_cutover.projection import steps
         from nexus_cutover.schema import missing_projection_schema
 
+        stop_if_cancelled(context, self.log, "the history digest (the last step before the checkpoints)")
         p = params_of(context)
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
             missing = missing_projection_schema(engine)

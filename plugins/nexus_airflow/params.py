@@ -86,6 +86,26 @@ STALE_HEARTBEAT_FIELD = Field(
 )
 
 
+APPROVAL_MODES = ("per_tenant", "per_wave")
+USER_NAME_PATTERN = r"^[A-Za-z0-9_.@+-]{1,128}$"
+#: Who may answer a confirmation, shared by the cutover's form and the rollout's (one definition).
+APPROVAL_FIELDS: dict[str, Field] = {
+    "approvers": Field([], "Approvers", "Airflow user names allowed to answer the writer-stop confirmation. Empty: "
+                       "anyone allowed by the auth manager. The user who triggered the run (or its rollout) may not "
+                       "answer unless allow_self_approval is set.",
+                       {"type": "array", "items": {"type": "string", "pattern": USER_NAME_PATTERN}, "uniqueItems": True},
+                       lambda v: tuple(v or ())),
+    "allow_self_approval": Field(False, "Allow self-approval", "Let the user who triggered the run answer its "
+                                 "confirmation (off by default: four eyes).", {"type": "boolean"}, bool),
+    "approval": Field("per_tenant", "Approval", "per_tenant: this run asks its own writer-stop confirmation. per_wave: "
+                      "set by tenant_rollout only: the rollout asks one question for the whole wave; this run gathers "
+                      "its evidence, waits for that answer and re-checks its evidence when it comes.",
+                      {"type": "string", "enum": list(APPROVAL_MODES)}),
+    "rollout": Field({}, "Rollout", "Set by tenant_rollout (its run id, wave and the user who triggered it); "
+                     "leave empty when triggering one tenant.", {"type": "object"}, lambda v: dict(v or {})),
+}
+
+
 def poll_interval_field(description: str) -> Field:
     return _seconds(30, "Poll interval (s)", f"{description} At least {MIN_POLL_INTERVAL_S} s.",
                     minimum=MIN_POLL_INTERVAL_S, maximum=3600)
@@ -118,7 +138,20 @@ CUTOVER_FIELDS: dict[str, Field] = {
     "readiness_timeout": _seconds(1800, "Readiness timeout (s)", "How long verify_readiness waits for the new host to activate.",
                                   maximum=86400),
     "notify_conn_id": NOTIFY_FIELD,
+    **APPROVAL_FIELDS,
 }
+
+
+def _per_wave_needs_rollout(values: dict[str, Any]) -> str | None:
+    rollout = values.get("rollout") or {}
+    if values.get("approval") == "per_wave" and not (rollout.get("run_id") and isinstance(rollout.get("wave"), int)):
+        return ("approval per_wave is set by tenant_rollout only (it needs rollout.run_id and rollout.wave): "
+                "trigger one tenant with approval per_tenant")
+    return None
+
+
+#: Cross-field rules of the cutover form (checked by its first task).
+CUTOVER_RULES = [_per_wave_needs_rollout]
 
 
 def params_of_fields(fields: Mapping[str, Field]) -> dict[str, Any]:
@@ -191,6 +224,10 @@ class RunParams:
     checkpoint_timeout: int
     digest_timeout: int
     readiness_timeout: int
+    approvers: tuple[str, ...] = ()
+    allow_self_approval: bool = False
+    approval: str = "per_tenant"
+    rollout: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_context(cls, context) -> RunParams:

@@ -46,3 +46,61 @@ def wave_group(wave: int) -> str:
 def control_variable(rollout_run_id: str) -> str:
     """The Airflow Variable that pauses, resumes or cancels the rollout run ``rollout_run_id``."""
     return "nexus_rollout_control__" + re.sub(r"[^A-Za-z0-9_.-]", "_", rollout_run_id)[:200]
+
+
+def plan_waves(tenants: list[str], canary: int | list[str], wave_size: int) -> list[dict]:
+    """The waves of a rollout: wave 0 the canary (the first ``canary`` tenants, or those named), then waves of
+    ``wave_size`` in the order given. Raises ``ValueError`` naming what to fix."""
+    if wave_size < 1:
+        raise ValueError("wave_size must be at least 1")
+    if isinstance(canary, list):
+        unknown = sorted(set(canary) - set(tenants))
+        if unknown:
+            raise ValueError(f"canary names tenant(s) not in the rollout: {unknown}")
+        first = [t for t in tenants if t in set(canary)]
+    else:
+        if canary < 0:
+            raise ValueError("canary must be a count >= 0 or a list of tenants")
+        first = tenants[:canary]
+    rest = [t for t in tenants if t not in set(first)]
+    waves = [first] if first else []
+    waves += [rest[i:i + wave_size] for i in range(0, len(rest), wave_size)]
+    if len(waves) > MAX_WAVES:
+        raise ValueError(f"{len(tenants)} tenants make {len(waves)} waves, more than {MAX_WAVES}: raise wave_size "
+                         f"to at least {-(-len(rest) // (MAX_WAVES - (1 if first else 0)))}")
+    return [{"wave": i, "name": "canary" if (i == 0 and first) else f"wave {i}", "tenants": w}
+            for i, w in enumerate(waves)]
+
+
+def failure_budget(max_failed: int | float, wave_tenants: int) -> int:
+    """How many tenants of a wave may fail before the rollout halts: a count, or a fraction of the wave
+    (``0.2`` of 5 tenants is 1). Past it the rollout halts before the next wave."""
+    if isinstance(max_failed, float) and 0 <= max_failed < 1:
+        return int(max_failed * wave_tenants)
+    if max_failed < 0:
+        raise ValueError("max_failed must be a count >= 0 or a fraction in [0, 1)")
+    return int(max_failed)
+
+
+def stop_if_cancelled(context, log, safe_point: str) -> None:
+    """At a safe point of a tenant's cutover run started by a rollout: stop if that rollout was cancelled.
+
+    Safe points come before the checkpoint (the writer-stop confirmation, the audit); the fence stays armed
+    and is reported by the run's stop message."""
+    rollout = (context["params"].get("rollout") or {}) if "params" in context else {}
+    if not rollout.get("run_id"):
+        return
+    if read_control(rollout["run_id"]) == "cancel":
+        from nexus_airflow.base import stop
+
+        stop(context, log, f"cancelled: rollout run {rollout['run_id']} was cancelled; this tenant stopped at "
+             f"{safe_point}, before its checkpoint. Its admission fence stays armed (rerun the tenant to finish).",
+             {"cancelled_by_rollout": rollout["run_id"], "safe_point": safe_point})
+
+
+def read_control(rollout_run_id: str) -> str:
+    """``pause``, ``cancel`` or ``run`` (no Variable, ``resume``, or anything else: run) for a rollout run."""
+    from airflow.sdk import Variable
+
+    value = str(Variable.get(control_variable(rollout_run_id), default="") or "").strip().lower()
+    return value if value in ("pause", "cancel") else "run"

@@ -40,6 +40,10 @@ def base_conf(conn_id: str, **overrides: Any) -> dict[str, Any]:
         "digest_timeout": 60,
         "host_controller": "http",
         "host_http_conn_id": "nexus_deployer_test",
+        "approval": "per_tenant",
+        "approvers": [],
+        "allow_self_approval": False,
+        "rollout": {},
     }
     conf.update(overrides)
     return conf

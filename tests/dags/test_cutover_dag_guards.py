@@ -74,6 +74,23 @@ def test_an_answer_on_unchanged_evidence_records_its_age(dag, tenant, tenant_con
     assert "verified: no history row changed" in proof["text"]
 
 
+def test_only_a_named_approver_may_confirm_and_anyone_else_is_refused_like_a_rejection(dag, tenant):
+    """``approvers`` becomes HITL's assigned users; an answer from anyone else (here the in-process API's
+    user, which the all-admins test auth manager lets through) is refused when it arrives: nothing written."""
+    engine, conn_id = tenant
+    drained_tenant().write(engine)
+    with HitlAnswerer(DAG_ID, {"confirm_writers_stopped": CONFIRM}) as hitl:
+        result = run_dag(dag, base_conf(conn_id, approvers=["release-lead"]))
+    assert not hitl.errors and [c for c, _ in hitl.responses] == [200]
+    assert [u["id"] for u in hitl.seen[0]["assigned_users"]] == ["release-lead"]
+    assert result.state == "failed" and result.state_of("confirm_writers_stopped") == "failed"
+    report = result.xcom("confirm_writers_stopped", key="report")
+    assert report["refused"] is True and "is not an approver (release-lead)" in report["message"]
+    assert report["answered_by"] != "release-lead"
+    snap = snapshot(engine)
+    assert snap["protocol_rows"] == [] and snap["fences"] == [("*", True, False)]  # nothing confirmed, fence armed
+
+
 class HistoryChangingDeployer(Deployer):
     """Starts the new host, but first changes one history row: what a buggy new runtime or a rogue script would do."""
 

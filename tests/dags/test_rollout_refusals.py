@@ -19,3 +19,20 @@ def test_a_plan_that_refuses_its_input_fails_the_rollout_with_the_reason(rollout
     summary = result.xcom("summary", key="summary")
     assert summary["succeeded"] == [] and "cutover_conf: unknown or per-tenant fields ['conn_id']" in summary["refusal"]
     assert result.xcom("plan", key="refusal") == summary["refusal"]
+
+
+@pytest.mark.parametrize("form, reason", [
+    ({"cutover_conf": {"dry_run": "yes"}}, "cutover_conf.dry_run='yes' is refused by the per-tenant form"),
+    ({"approval": "per_wave", "wave_size": 5, "max_parallel": 2, "canary": 0},
+     "the widest wave has 3 tenants but max_parallel is 2"),
+    ({"canary": ["acme", "nobody"]}, "canary names tenant(s) not in the rollout: ['nobody']"),
+])
+def test_the_plan_names_what_to_fix_before_any_tenant_starts(rollout, form, reason):
+    """A value the per-tenant form would refuse (the API's reason, up front), a per-wave wave wider than the
+    parallelism (its tenants could never all wait at the question), a canary outside the rollout."""
+    result = run_dag(rollout, {"tenants": ["acme", "beta", "gamma"], **form})
+    assert result.state == "failed", result.task_states
+    assert result.state_of("plan") == "failed"
+    assert not [t for t, s in result.task_states.items() if ".cutover" in t and s not in ("skipped", "upstream_failed")]
+    summary = result.xcom("summary", key="summary")
+    assert reason in summary["refusal"], summary

@@ -1,110 +1,291 @@
-"""``tenant_rollout`` on a running Airflow: one per-tenant cutover run per tenant, a failure isolated.
+"""``tenant_rollout`` on a running Airflow: waves, canary first, per-wave approvals, the failure budget, rerun.
 
-Real ``airflow standalone`` (LocalExecutor, triggerer), the pool created over
-REST with ``include_deferred``; three tenants: ``alpha`` on SQLite, ``gamma`` on
-MariaDB (both drained, cut over for real, new host started by the ``command``
-controller) and ``ghost``, whose connection does not exist. The writer-stop
-confirmations are answered over REST as a person would in the UI.
+Real ``airflow standalone`` (LocalExecutor, triggerer), three SimpleAuthManager
+users: ``lead`` triggers the rollouts, ``approver`` may answer, ``admin`` watches.
+Tenants are drained (old writers stopped), half on SQLite and half on MariaDB; the
+new host is started by the ``command`` controller. Every answer goes through the
+REST API, as a person's in the UI would.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import random
 import time
+import uuid
 
 import pytest
-from sqlalchemy.engine import make_url
+from sqlalchemy import update
 
+from nexus_airflow.rollout import control_variable, run_id_for
+from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
 from nexus_cutover.protocol_row import read_protocol_row
 from nexus_cutover.schema import create_legacy_schema
 from nexus_sim.scenario import TenantScenario, drained_pack_history
 from scripts.demo import stop_pid_if_ours
-from scripts.demo_airflow import AirflowStack
+from scripts.demo_airflow import AirflowStack, ApiError
+from scripts.stack import mariadb_tenant
 
-pytestmark = pytest.mark.airflow  # a real `airflow standalone` (mysql: set from mysql_url by tests/conftest.py)
+pytestmark = pytest.mark.airflow  # a real `airflow standalone` (mysql: set from mysql_server_url by tests/conftest.py)
 
 ROLLOUT = "tenant_rollout"
 CUTOVER = "connector_projection_cutover"
+WAVE_CONFIRM = "Confirm: every old writer of every tenant of this wave stopped"
+WAVE_REJECT = "Reject the wave"
 CONFIRM = "Confirm: all old writers stopped"
+USERS = "admin:admin,lead:admin,approver:admin"
 
 
-def _tenant(url: str, namespace: str, pack: str) -> None:
-    engine = make_engine(url)
+class Stack(AirflowStack):
+    """The test's Airflow; REST calls wait up to 2 min (a loaded 2-core machine answers slowly, never wrongly)."""
+
+    def request(self, method, path, body=None, *, auth=True, timeout=120.0):
+        return super().request(method, path, body, auth=auth, timeout=timeout)
+
+
+class As(Stack):
+    """The REST API as one of the stack's users."""
+
+    def __init__(self, stack: AirflowStack, user: str):  # the API only: no process of its own
+        self.home, self.base_url = stack.home, stack.base_url
+        password = json.loads((stack.home / "simple_auth_manager_passwords.json.generated").read_text())[user]
+        self.token = self.request("POST", "/auth/token", {"username": user, "password": password}, auth=False)[
+            "access_token"]
+
+
+def _build(engine, namespace: str, seed: int) -> None:
+    create_legacy_schema(engine)
+    sc = TenantScenario(namespace=namespace)
+    drained_pack_history(sc.pack(f"pk-{namespace}"), random.Random(seed), lanes=2, generations=2)
+    for role in catalog.OLD_WRITER_ROLES:
+        sc.process(role, process_id=f"old-{role}", stopped=True)
+    sc.process(catalog.ROLE_INGRESS_WRITER, process_id="old-writer-silent", heartbeat_age_s=3600)  # silent
+    sc.write(engine)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    s = Stack(tmp_path_factory.mktemp("airflow"), parallelism=6,
+              extra_env={"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": USERS})
     try:
-        create_legacy_schema(engine)
-        sc = TenantScenario(namespace=namespace)
-        drained_pack_history(sc.pack(pack), random.Random(5), lanes=2, generations=3)
-        sc.write(engine)
+        s.start()
+        s.login()
+        s.wait_for_dag(ROLLOUT)
+        s.wait_for_dag(CUTOVER)
+        yield s
+        for run in s.request("GET", f"/api/v2/dags/{CUTOVER}/dagRuns?limit=100")["dag_runs"]:
+            host = s.xcom(CUTOVER, run["dag_run_id"], "start_new_host") or {}
+            if host.get("pid"):
+                stop_pid_if_ours(int(host["pid"]), "nexus")
     finally:
-        engine.dispose()
+        s.stop()
 
 
-def _checkpoint(url: str, pack: str):
-    engine = make_engine(url)
+@pytest.fixture(scope="module")
+def tenants(stack, tmp_path_factory, mysql_server_url):
+    """t01..t12 (odd on SQLite, even on MariaDB), each with its connection; t07 has none yet. name -> DSN."""
+    folder = tmp_path_factory.mktemp("tenants")
+    dsns = {}
+    for i in range(1, 13):
+        name = f"t{i:02d}{uuid.uuid4().hex[:4]}"
+        if i % 2:
+            path = folder / f"{name}.db"
+            path.touch()
+            engine = make_engine(f"sqlite:///{path}")
+            _build(engine, name, i)
+            engine.dispose()
+            dsns[name] = f"sqlite:///{path}"
+            conn = {"conn_type": "sqlite", "host": str(path)}
+        else:
+            made = mariadb_tenant(mysql_server_url, f"nx_roll_{name}", lambda e, n=name, k=i: _build(e, n, k))
+            dsns[name], conn = made["dsn"], made["conn"]
+        if i != 7:
+            stack.put_connection(f"nexus_tenant_{name}", **conn)
+        else:
+            dsns["_t07_conn"] = conn
+    return dsns
+
+
+def _conf(**form):
+    return {"cutover_conf": {"host_controller": "command", "poll_interval": 10, "stale_heartbeat": 20,
+                             "readiness_timeout": 300, "confirm_timeout": 900}, **form}
+
+
+def _state(stack, dag_id: str, run_id: str) -> str | None:
+    try:
+        return stack.dag_run(dag_id, run_id)["state"]
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def _pending_wave(stack, run_id: str) -> dict | None:
+    return next((d for d in stack.pending_hitl(ROLLOUT, run_id) if d["task_instance"]["task_id"].endswith(".confirm")),
+                None)
+
+
+def _drive(stack, run_id: str, on_question, timeout_s: float = 900) -> str:
+    """Wait for the rollout run to end, calling ``on_question(detail)`` once per wave question that parks
+    (>= 5 s after it parked: apache/airflow#71172)."""
+    seen: dict[str, float] = {}
+    deadline = time.monotonic() + timeout_s
+    while (state := _state(stack, ROLLOUT, run_id)) not in ("success", "failed"):
+        assert time.monotonic() < deadline, f"rollout {run_id} did not end within {timeout_s:.0f}s"
+        detail = _pending_wave(stack, run_id)
+        if detail:
+            task = detail["task_instance"]["task_id"]
+            seen.setdefault(task, time.monotonic())
+            if time.monotonic() - seen[task] >= 5 and seen[task] > 0:
+                on_question(detail)
+                seen[task] = -1.0  # answered (or refused) once
+        time.sleep(3)
+    return state
+
+
+def _answer(api, run_id: str, task_id: str, option: str):
+    return api.answer_hitl(ROLLOUT, run_id, task_id, option)
+
+
+def _checkpointed(dsn: str, tenant: str) -> bool:
+    engine = make_engine(dsn)
     try:
         with engine.connect() as conn:
-            return read_protocol_row(conn, pack)
+            return read_protocol_row(conn, f"pk-{tenant}") is not None
     finally:
         engine.dispose()
 
 
-@pytest.fixture
-def stack(tmp_path):
-    s = AirflowStack(tmp_path / "airflow", parallelism=4)
-    s.start()
-    yield s
-    for run in s.request("GET", f"/api/v2/dags/{CUTOVER}/dagRuns?limit=50")["dag_runs"]:
-        host = s.xcom(CUTOVER, run["dag_run_id"], "start_new_host") or {}
-        if host.get("pid"):
-            stop_pid_if_ours(int(host["pid"]), "nexus")
-    s.stop()
+def _heartbeat(dsn: str, process_id: str, *, stopped: bool = False) -> None:
+    engine = make_engine(dsn)
+    try:
+        with engine.begin() as conn:
+            now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+            values = {"StoppedAt": now} if stopped else {"LastHeartbeatAt": now}
+            conn.execute(update(catalog.ProcessRegistry).where(catalog.ProcessRegistry.c.ProcessId == process_id)
+                         .values(**values))
+    finally:
+        engine.dispose()
 
 
-def test_rollout_isolates_a_failed_tenant(stack, sqlite_url, mysql_url):
+def test_waves_with_per_wave_approval_halt_past_the_budget_and_a_rerun_skips_what_succeeded(stack, tenants):
+    """12 tenants, canary 2, waves of 5, per-wave approval by ``approver`` only (the triggering ``lead`` is
+    refused by the API: self-approval). Wave 1 has a tenant without a connection and a tenant whose silent old
+    writer heartbeats after the wave's evidence was shown: both fail alone, the budget (0) is passed, the rollout
+    halts and wave 2 is never started. The rerun (``retry_failed``) skips the 5 tenants already cut over; its
+    canary is rejected (that wave fails alone) and its next wave runs and succeeds."""
+    names = [n for n in tenants if not n.startswith("_")]
+    lead, approver = As(stack, "lead"), As(stack, "approver")
+    t05, t07 = names[4], names[6]
+    run1 = lead.trigger(ROLLOUT, _conf(tenants=names, canary=2, wave_size=5, max_parallel=5, max_failed=0,
+                                       approval="per_wave", approvers=["approver", "lead"]))["dag_run_id"]
+    refused: list[int] = []
+
+    def first_rollout(detail):
+        task = detail["task_instance"]["task_id"]
+        assert "| tenant |" in detail["body"] and "password" not in detail["body"].lower()
+        assert {u["name"] for u in detail["assigned_users"]} == {"approver"}  # lead triggered it: not assigned
+        try:
+            _answer(lead, run1, task, WAVE_CONFIRM)
+        except ApiError as exc:
+            refused.append(exc.status)
+        if task == "wave_01.confirm":
+            assert f"`{t07}` | run failed" in detail["body"], detail["body"]  # no connection: ended before
+            _heartbeat(tenants[t05], "old-writer-silent")  # its old writer resumes after the evidence was shown
+        _answer(approver, run1, task, WAVE_CONFIRM)
+
+    assert _drive(stack, run1, first_rollout) == "failed"
+    assert refused == [403, 403]  # self-approval refused by the API for both questions it was asked
+    summary = stack.xcom(ROLLOUT, run1, "summary", key="summary")
+    assert summary["halted"] == "halted after wave 1", summary
+    t = summary["tenants"]
+    assert [n for n in names if t[n]["state"] == "success"] == names[:4] + [names[5]]
+    assert t[t05]["state"] == "failed" and t[t05]["task"] == "confirm_writers_stopped"
+    assert "old-writer-silent" in t[t05]["reason"]
+    assert t[t07]["state"] == "failed" and t[t07]["task"] == "resolve_packs"
+    assert {n: t[n]["state"] for n in names[7:]} == {n: "not run" for n in names[7:]}
+    for n in names[7:]:  # later waves untouched: no run, no checkpoint
+        assert _state(stack, CUTOVER, run_id_for(run1, n)) is None and not _checkpointed(tenants[n], n)
+    wave0 = stack.xcom(ROLLOUT, run1, "wave_00.close", key="wave")
+    assert wave0["state"] == "succeeded" and wave0["approval"]["by"] == "approver"
+    assert wave0["approval"]["answer"] == "approved"
+    for n in names[:2]:  # the approver is recorded in every tenant's run, and in the summary
+        assert stack.xcom(CUTOVER, run_id_for(run1, n), "confirm_writers_stopped")["responded_by"] == "approver"
+        assert t[n]["approved_by"] == "approver"
+
+    # the rerun: t07's connection now exists, t05's writer is stopped again
+    stack.put_connection(f"nexus_tenant_{t07}", **tenants["_t07_conn"])
+    _heartbeat(tenants[t05], "old-writer-silent", stopped=True)
+    run2 = lead.trigger(ROLLOUT, _conf(tenants=names, canary=2, wave_size=5, max_parallel=5, max_failed=0,
+                                       approval="per_wave", approvers=["approver"], retry_failed=True))["dag_run_id"]
+
+    def second_rollout(detail):
+        task = detail["task_instance"]["task_id"]
+        _answer(approver, run2, task, WAVE_REJECT if task == "wave_00.confirm" else WAVE_CONFIRM)
+
+    assert _drive(stack, run2, second_rollout) == "failed"  # the rejected canary's tenants did not succeed
+    plan = stack.xcom(ROLLOUT, run2, "plan", key="rollout")
+    assert sorted(plan["skipped"]) == sorted(names[:4] + [names[5]])
+    assert all("already cut over" in why for why in plan["skipped"].values())
+    assert [w["tenants"] for w in plan["waves"]] == [[t05, t07], names[7:]]
+    s2 = stack.xcom(ROLLOUT, run2, "summary", key="summary")
+    assert s2["halted"] is None and s2["succeeded"] == names[7:]
+    assert stack.xcom(ROLLOUT, run2, "wave_00.close", key="wave")["state"] == "rejected"
+    for n in (t05, t07):
+        assert s2["tenants"][n]["state"] == "failed" and not _checkpointed(tenants[n], n)
+        assert "rejected" in s2["tenants"][n]["reason"]
+    for n in names[7:]:
+        assert _checkpointed(tenants[n], n)
 
 
-    _tenant(sqlite_url, "alpha", "pk-alpha")
-    _tenant(mysql_url, "gamma", "pk-gamma")
-    stack.put_connection("nexus_tenant_alpha", "sqlite", host=make_url(sqlite_url).database)
-    g = make_url(mysql_url)
-    secret = {"password": g.password} if g.password else {}
-    stack.put_connection("nexus_tenant_gamma", "mysql", host=g.host, port=g.port or 3306, login=g.username,
-                         schema=g.database, **secret)
-    stack.request("POST", "/api/v2/pools", {"name": "nexus_tenant_rollout", "slots": 2, "include_deferred": True})
-    stack.wait_for_dag(ROLLOUT)
-    stack.wait_for_dag(CUTOVER)
-
-    run = stack.trigger(ROLLOUT, {"tenants": ["alpha", "ghost", "gamma"], "cutover_conf": {
-        "host_controller": "command", "poll_interval": 10, "stale_heartbeat": 20, "readiness_timeout": 300}})
-    run_id = run["dag_run_id"]
-    first_seen: dict[str, float] = {}
-    deadline = time.monotonic() + 600
-    while stack.dag_run(ROLLOUT, run_id)["state"] not in ("success", "failed"):
-        assert time.monotonic() < deadline, "rollout did not finish in 10 minutes"
-        pending = stack.request("GET", "/api/v2/dags/~/dagRuns/~/hitlDetails")["hitl_details"]
-        for d in pending:
-            ti = d["task_instance"]
-            key = ti["dag_run_id"]
-            if d.get("response_received") or ti["task_id"] != "confirm_writers_stopped":
-                continue
-            first_seen.setdefault(key, time.monotonic())
-            if time.monotonic() - first_seen[key] >= 5:  # apache/airflow#71172: not within ~1 s of parking
-                stack.answer_hitl(CUTOVER, key, "confirm_writers_stopped", CONFIRM)
+def test_pause_holds_new_tenants_resume_starts_them_and_cancel_stops_before_the_checkpoint(stack, tmp_path):
+    """Per-tenant approval. Paused from the start: the plan runs, no tenant starts. Resumed: the canary
+    starts; cancelled while its confirmation waits: the answer no longer confirms (the tenant stops before its
+    checkpoint, fence armed), and the next wave never starts."""
+    created = []
+    for i in range(2):
+        name = f"c{i}{uuid.uuid4().hex[:5]}"
+        path = str(tmp_path / f"{name}.db")
+        open(path, "a").close()
+        engine = make_engine(f"sqlite:///{path}")
+        _build(engine, name, 40 + i)
+        engine.dispose()
+        stack.put_connection(f"nexus_tenant_{name}", "sqlite", host=path)
+        created.append((name, f"sqlite:///{path}"))
+    run_id = f"ctl-{uuid.uuid4().hex[:8]}"
+    variable = control_variable(run_id)
+    stack.request("POST", "/api/v2/variables", {"key": variable, "value": "pause"})
+    stack.trigger(ROLLOUT, _conf(tenants=[n for n, _ in created], canary=1, wave_size=1, approvers=["approver"]),
+                  run_id=run_id)
+    first = run_id_for(run_id, created[0][0])
+    deadline = time.monotonic() + 300
+    while True:  # paused: the plan ran, the canary's wave waits to open
+        states = {t["task_id"]: t["state"] for t in stack.task_instances(ROLLOUT, run_id)}
+        if states.get("plan") == "success" and states.get("wave_00.open") == "up_for_reschedule":
+            break
+        assert time.monotonic() < deadline, states
         time.sleep(3)
-
-    assert stack.dag_run(ROLLOUT, run_id)["state"] == "failed"  # ghost failed, so the rollout reports failure
+    time.sleep(15)
+    assert _state(stack, CUTOVER, first) is None  # still paused after another poll: nothing started
+    stack.request("PATCH", f"/api/v2/variables/{variable}", {"key": variable, "value": "resume"})
+    deadline = time.monotonic() + 400
+    while not stack.pending_hitl(CUTOVER, first):
+        assert time.monotonic() < deadline and _state(stack, ROLLOUT, run_id) == "running"
+        time.sleep(3)
+    time.sleep(5)
+    stack.request("PATCH", f"/api/v2/variables/{variable}", {"key": variable, "value": "cancel"})
+    As(stack, "approver").answer_hitl(CUTOVER, first, "confirm_writers_stopped", CONFIRM)
+    deadline = time.monotonic() + 300
+    while _state(stack, ROLLOUT, run_id) not in ("success", "failed"):
+        assert time.monotonic() < deadline
+        time.sleep(3)
+    assert _state(stack, ROLLOUT, run_id) == "failed"
+    report = stack.xcom(CUTOVER, first, "confirm_writers_stopped", key="report")
+    assert report["cancelled_by_rollout"] == run_id and "fence stays armed" in report["message"]
+    assert not _checkpointed(created[0][1], created[0][0])
     summary = stack.xcom(ROLLOUT, run_id, "summary", key="summary")
-    tenants = summary["tenants"]
-    assert tenants["alpha"]["state"] == "success" and tenants["gamma"]["state"] == "success"
-    assert tenants["ghost"]["state"] == "failed" and tenants["ghost"]["failed_tasks"] == ["resolve_packs"]
-    assert summary["not_succeeded"] == ["ghost"]
-    # one per-tenant run each, named after the rollout run
-    cutover_runs = {r["dag_run_id"] for r in stack.request("GET", f"/api/v2/dags/{CUTOVER}/dagRuns?limit=50")["dag_runs"]}
-    assert {o["run_id"] for o in tenants.values()} == cutover_runs
-    mapped = [t for t in stack.task_instances(ROLLOUT, run_id) if t["task_id"] == "cutover"]
-    assert len(mapped) == 3 and {t["pool"] for t in mapped} == {"nexus_tenant_rollout"}
-    assert sorted(t["state"] for t in mapped) == ["failed", "success", "success"]
-    # the real effect: each good tenant has its checkpoint
-    assert _checkpoint(sqlite_url, "pk-alpha").protocol_version == 1
-    assert _checkpoint(mysql_url, "pk-gamma").protocol_version == 1
+    assert summary["halted"] == "cancelled after wave 0"
+    assert summary["tenants"][created[1][0]]["state"] == "not run"
+    assert _state(stack, CUTOVER, run_id_for(run_id, created[1][0])) is None

@@ -247,3 +247,23 @@ def verify_history(engine: Engine, expected: HistoryDigest, *, timeout_s: float)
     the columns that differ) where one row explains its chunk.
     """
     return verify_digest(engine, expected, deadline=Deadline(timeout_s))
+
+
+def cutover_standing(engine: Engine, namespace: str) -> dict[str, Any]:
+    """Read only: where the tenant stands, for a fleet rollout deciding whether to run it again.
+
+    ``cut_over``: every active pack has its checkpoint and no cutover fence is in
+    force (admission resumed). ``fence_held_by``: the holder of the cutover fence
+    in force (a run that stopped before releasing it), else None.
+    """
+    from ..catalog import ConnectorProjectionProtocol
+    from ..protocol_row import read_protocol_row
+    from ..runtime.activation import active_packs
+
+    with engine.connect() as conn:
+        packs = active_packs(conn, namespace)
+        table = schema.has_table(conn, ConnectorProjectionProtocol.name)
+        done = [p for p in packs if table and read_protocol_row(conn, p) is not None]
+        fence = fences.cutover_fence_in_force(conn, namespace)
+    return {"packs": len(packs), "checkpointed": len(done), "fence_held_by": fence["ArmedBy"] if fence else None,
+            "cut_over": bool(packs) and len(done) == len(packs) and fence is None}

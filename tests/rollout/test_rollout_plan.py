@@ -1,0 +1,75 @@
+"""The rollout's pure rules: waves (canary first), the failure budget, the wave question's table."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from nexus_airflow.rollout import MAX_WAVES, failure_budget, plan_waves, run_id_for
+from nexus_airflow.rollout_tasks import wave_body
+
+
+def test_the_canary_count_comes_first_then_waves_of_the_given_size_in_order():
+    tenants = [f"t{i:02d}" for i in range(12)]
+    waves = plan_waves(tenants, 2, 5)
+    assert [w["tenants"] for w in waves] == [tenants[:2], tenants[2:7], tenants[7:]]
+    assert [w["name"] for w in waves] == ["canary", "wave 1", "wave 2"]
+    assert [w["wave"] for w in waves] == [0, 1, 2]
+
+
+def test_a_named_canary_keeps_the_rollout_order_and_the_rest_follow():
+    waves = plan_waves(["a", "b", "c", "d"], ["d", "b"], 10)
+    assert [w["tenants"] for w in waves] == [["b", "d"], ["a", "c"]]
+
+
+def test_no_canary_starts_with_the_first_wave():
+    waves = plan_waves(["a", "b", "c"], 0, 2)
+    assert [w["tenants"] for w in waves] == [["a", "b"], ["c"]] and waves[0]["name"] == "wave 0"
+
+
+@pytest.mark.parametrize("canary, size, message", [
+    (["zz"], 5, "canary names tenant(s) not in the rollout: ['zz']"),
+    (-1, 5, "canary must be a count >= 0"),
+    (1, 0, "wave_size must be at least 1"),
+])
+def test_bad_wave_forms_name_what_to_fix(canary, size, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        plan_waves(["a", "b"], canary, size)
+
+
+def test_more_waves_than_the_dag_declares_names_the_smallest_wave_size_that_fits():
+    tenants = [f"t{i:03d}" for i in range(200)]
+    with pytest.raises(ValueError) as exc:
+        plan_waves(tenants, 1, 5)
+    needed = int(str(exc.value).rsplit(" ", 1)[-1])
+    assert len(plan_waves(tenants, 1, needed)) <= MAX_WAVES
+    with pytest.raises(ValueError):
+        plan_waves(tenants, 1, needed - 1)
+
+
+@pytest.mark.parametrize("max_failed, wave, budget", [(0, 5, 0), (2, 5, 2), (0.2, 5, 1), (0.5, 3, 1), (0.99, 10, 9)])
+def test_the_failure_budget_is_a_count_or_a_fraction_of_the_wave(max_failed, wave, budget):
+    assert failure_budget(max_failed, wave) == budget
+
+
+def test_a_negative_budget_is_refused():
+    with pytest.raises(ValueError, match="max_failed"):
+        failure_budget(-1, 5)
+
+
+def test_tenant_run_ids_are_deterministic_and_url_safe():
+    rid = run_id_for("manual__2026-12-01T10:00:00+00:00", "acme")
+    assert rid == run_id_for("manual__2026-12-01T10:00:00+00:00", "acme")
+    assert rid.startswith("rollout__manual__2026-12-01T10:00:00+00:00__acme") and " " not in run_id_for("a b", "c")
+
+
+def test_the_wave_question_shows_one_row_per_tenant_with_its_evidence_and_the_ones_not_asked():
+    ev = {"checked_at": "2026-12-01T10:00:00", "live": [], "processes": [
+        {"process_id": "w1", "heartbeat_age_s": 30.0}, {"process_id": "w2", "heartbeat_age_s": 7200.0}]}
+    body = wave_body(3, [{"tenant": "acme", "status": "ready", "checked_at": ev["checked_at"], "evidence": ev,
+                          "drain": "drained"},
+                         {"tenant": "beta", "status": "run failed"}])
+    assert "## Wave 3" in body
+    assert "| `acme` | 0 / 2 | 30.0 | drained |" in body
+    assert "| `beta` | run failed (not in this question) |" in body
