@@ -103,3 +103,23 @@ def test_metadata_reads_are_few_and_indexed(metadata_db):
             if re.search(rf"\bFROM {table}\b", statement):
                 scans = [line for line in plan if re.fullmatch(rf"SCAN {table}", line)]
                 assert not scans, (statement, plan)
+
+
+def test_listing_filters_by_rollout_and_wave(metadata_db):
+    from nexus_status.fleet import listing
+    from nexus_status.tenants import StateCache
+
+    seed(_rollout("rollout-filter", [f"f{i:03d}" for i in range(10)]))
+    conn_ids = [f"nexus_tenant_f{i:03d}" for i in range(12)] + ["nexus_tenant_q001"]  # f010, f011: in no wave
+    cache = StateCache(interval_s=3600.0, workers=2)
+    try:
+        latest = listing(wave=1, cache=cache, conn_ids=conn_ids)  # no rollout named: the latest rollout run
+        assert latest["filters"]["rollout"] == "rollout-filter"
+        assert [t["tenant"] for t in latest["tenants"]] == [f"f{i:03d}" for i in range(5, 10)]
+        assert latest["counts"] == {"total": 13, "shown": 5, "filtered_out": 8, "other_pages": 0, "matching": 5,
+                                    "unreadable": 5}  # no connection behind these ids: shown, counted unreadable
+        older = listing(rollout="rollout-small", cache=cache, conn_ids=conn_ids)
+        assert [t["tenant"] for t in older["tenants"]] == ["q001"] and older["counts"]["filtered_out"] == 12
+        assert listing(rollout="no-such-run", cache=cache, conn_ids=conn_ids)["counts"]["filtered_out"] == 13
+    finally:
+        cache.close()
