@@ -13,6 +13,10 @@ Invariants:
 * Each poll's ``message`` is logged (the task log shows the progress); the first
   non-``waiting`` result is fired as the single event, whose payload is the
   poller's result unchanged.
+* A poll that fails on the database (a restarted server, a dropped connection)
+  is logged and retried every ``poll_interval`` until the poller's own deadline
+  (``expired()``); only then, or at once for bad input or a refusal (which no
+  retry can fix), does the wait end with an ``error`` event naming the error.
 """
 
 from __future__ import annotations
@@ -30,6 +34,18 @@ def import_poller(path: str):
     from airflow.sdk.module_loading import import_string
 
     return import_string(path)
+
+
+def _retryable(exc: BaseException) -> bool:
+    """A database or network error may pass; bad input and refusals never do."""
+    from nexus_cutover.errors import BadInput, Refused
+
+    return not isinstance(exc, (BadInput, Refused, ImportError, TypeError))
+
+
+def _expired(poller) -> bool:
+    expired = getattr(poller, "expired", None)
+    return bool(expired()) if callable(expired) else True  # no deadline known: do not retry blindly
 
 
 class StatusPollTrigger(BaseTrigger):
@@ -50,13 +66,22 @@ class StatusPollTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         cls = import_poller(self.poller)
         instance = await asyncio.to_thread(cls, **self.poller_kwargs)
+        failures = 0
         try:
             while True:
                 try:
                     result = await asyncio.to_thread(instance.poll)
-                except Exception as exc:  # noqa: BLE001 - a poll error ends the wait with a reportable event
-                    yield TriggerEvent({"state": "error", "message": f"{type(exc).__name__}: {exc}"})
-                    return
+                except Exception as exc:  # noqa: BLE001 - retried while it may pass, else a reportable event
+                    failures += 1
+                    text = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+                    if not _retryable(exc) or _expired(instance):
+                        yield TriggerEvent({"state": "error", "message": text, "failed_polls": failures})
+                        return
+                    self.log.warning("poll %d failed (%s); retrying in %g s, until the step's deadline", failures,
+                                     text, self.poll_interval)
+                    await asyncio.sleep(self.poll_interval)
+                    continue
+                failures = 0
                 self.log.info("%s", result.get("message", ""))
                 if result.get("state") != WAITING:
                     yield TriggerEvent(result)

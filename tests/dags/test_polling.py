@@ -35,6 +35,57 @@ class BlockingPoller:
         pass
 
 
+class FlakyPoller:
+    """Fails its first ``fail`` polls with ``error``, then reports done; ``expired`` after ``expire_after`` polls."""
+
+    def __init__(self, fail: int, error: str, expire_after: int = 100):
+        self.fail, self.error, self.expire_after, self.polls = fail, error, expire_after, 0
+
+    def poll(self):
+        from sqlalchemy.exc import OperationalError
+
+        from nexus_cutover.errors import BadInput
+
+        self.polls += 1
+        if self.polls <= self.fail:
+            if self.error == "bad_input":
+                raise BadInput("connection nexus_tenant_acme does not exist")
+            raise OperationalError("SELECT 1", {}, Exception("(2013, 'Lost connection to server during query')"))
+        return {"state": "done", "message": "done", "polls": self.polls}
+
+    def expired(self):
+        return self.polls >= self.expire_after
+
+    def close(self):
+        pass
+
+
+def _events(poller_kwargs):
+    from nexus_airflow.triggers import StatusPollTrigger
+
+    async def collect():
+        return [e async for e in StatusPollTrigger(f"{__name__}.FlakyPoller", poller_kwargs, poll_interval=0).run()]
+
+    return asyncio.run(asyncio.wait_for(collect(), timeout=60))
+
+
+def test_a_database_error_mid_wait_is_retried_until_the_poll_succeeds(airflow_db):
+    (event,) = _events({"fail": 3, "error": "operational"})  # e.g. the tenant's server restarting
+    assert event.payload == {"state": "done", "message": "done", "polls": 4}
+
+
+def test_database_errors_past_the_deadline_end_the_wait_naming_the_error(airflow_db):
+    (event,) = _events({"fail": 10, "error": "operational", "expire_after": 3})
+    assert event.payload["state"] == "error" and event.payload["failed_polls"] == 3
+    assert "OperationalError" in event.payload["message"] and "Lost connection" in event.payload["message"]
+
+
+def test_bad_input_ends_the_wait_at_once(airflow_db):
+    (event,) = _events({"fail": 10, "error": "bad_input"})
+    assert event.payload["state"] == "error" and event.payload["failed_polls"] == 1
+    assert "nexus_tenant_acme does not exist" in event.payload["message"]
+
+
 def test_trigger_polls_off_the_event_loop_and_fires_the_final_result(airflow_db):
     from nexus_airflow.triggers import StatusPollTrigger
 
@@ -113,7 +164,7 @@ def _timeout_event():
 @pytest.mark.parametrize(
     ("event", "needle"),
     [
-        (_timeout_event(), "cutover not performed: no answer within the confirmation timeout"),
+        (_timeout_event(), "cutover not performed: no answer within 24 h"),  # the form's default confirm_timeout
         ({"chosen_options": ["Reject"], "params_input": {}, "responded_at": dt.datetime(2026, 1, 1),
           "responded_by_user": {"id": "u", "name": "engineer"}},
          "cutover not performed: engineer rejected \"Confirm that every old-protocol writer"),
@@ -127,7 +178,7 @@ def test_confirmation_never_passes_on_timeout_or_reject(airflow_db, event, needl
     op = ConfirmWritersStoppedOperator(task_id="confirm_writers_stopped")
     assert op.defaults is None and op.retries == 0
     with pytest.raises(AirflowFailException, match=needle):
-        op.execute_complete({}, event)
+        op.execute_complete({"params": {"tenant": NS}}, event)
 
 
 def test_confirmation_passes_only_on_confirm(airflow_db):
@@ -135,6 +186,6 @@ def test_confirmation_passes_only_on_confirm(airflow_db):
     from nexus_airflow.hitl import StartNewHostOperator
 
     op = StartNewHostOperator(task_id="start_new_host")
-    out = op.execute_complete({}, {"chosen_options": [op.approve_option], "params_input": {},
+    out = op.execute_complete({"params": {"tenant": NS}}, {"chosen_options": [op.approve_option], "params_input": {},
                                    "responded_at": dt.datetime(2026, 1, 1), "responded_by_user": {"id": "u", "name": "e"}})
     assert out["chosen_options"] == [op.approve_option]
