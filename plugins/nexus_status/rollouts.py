@@ -154,7 +154,7 @@ def rollouts(limit: int = LATEST, cache=None) -> dict[str, Any]:
     from airflow.utils.session import create_session
 
     from nexus_airflow import rollout as contract
-    from nexus_status.runs import summaries
+    from nexus_status.runs import summaries, task_states
 
     with create_session() as session:
         runs = _rollout_runs(session, limit)
@@ -164,9 +164,10 @@ def rollouts(limit: int = LATEST, cache=None) -> dict[str, Any]:
         wanted = {contract.run_id_for(r, t): (r, t) for r in ids for t in _plan_tenants(xcoms[r]["plan"])}
         tenant_runs = _tenant_runs(session, list(wanted))
         steps = summaries(session, contract.CUTOVER_DAG, {k: v["state"] for k, v in tenant_runs.items()})
+        own = task_states(session, contract.ROLLOUT_DAG, ids)
     etas = _tenant_etas(tenant_runs, steps, wanted, cache)
-    return {"rollouts": [_rollout(r, xcoms[r["run_id"]], controls.get(r["run_id"]), tenant_runs, steps, etas)
-                         for r in runs]}
+    return {"rollouts": [_rollout(r, xcoms[r["run_id"]], controls.get(r["run_id"]), tenant_runs, steps, etas,
+                                  own.get(r["run_id"], [])) for r in runs]}
 
 
 def _plan_tenants(plan: dict[str, Any] | None) -> list[str]:
@@ -233,7 +234,21 @@ def _wave_eta(state: str, outcome, going: list[dict[str, Any]]) -> tuple[int | N
     return eta, (f"~{eta} min" if going else "every tenant finished: closing")
 
 
-def _rollout(run, xc, control_raw, tenant_runs, steps, etas) -> dict[str, Any]:
+def wave_step(wave: int, tasks: list[tuple[str, str]]) -> dict[str, str] | None:
+    """The wave's own task that is active or failed (e.g. ``wave_01.confirm`` awaiting its approval), if any."""
+    from nexus_airflow import rollout as contract
+    from nexus_status.runs import ACTIVE, STOPPED
+
+    prefix = contract.wave_group(wave) + "."
+    mine = sorted((t, st) for t, st in tasks if t.startswith(prefix))
+    for state in STOPPED + ACTIVE:
+        for task, st in mine:
+            if st == state:
+                return {"task": task, "state": st}
+    return None
+
+
+def _rollout(run, xc, control_raw, tenant_runs, steps, etas, own_tasks=()) -> dict[str, Any]:
     from nexus_airflow import rollout as contract
     from nexus_status.runs import run_link
 
@@ -242,7 +257,7 @@ def _rollout(run, xc, control_raw, tenant_runs, steps, etas) -> dict[str, Any]:
     for i, w in enumerate(plan.get("waves") or []):
         k = w.get("wave", i)
         ts = [_tenant(run["run_id"], t, tenant_runs, steps, etas) for t in w.get("tenants") or []]
-        waves.append(_wave({**w, "wave": k}, xc["waves"].get(k), ts))
+        waves.append({**_wave({**w, "wave": k}, xc["waves"].get(k), ts), "step": wave_step(k, list(own_tasks))})
     run = {k: v for k, v in run.items() if k != "_pk"}
     return {**run, "link": run_link(contract.ROLLOUT_DAG, run["run_id"]), "planned": bool(xc["plan"]),
             "approval": plan.get("approval"), "approvers": plan.get("approvers") or [],

@@ -202,7 +202,8 @@ def _rollout_spec() -> dict:
                        "approval": {"by": "lead-anna", "at": "2026-12-01T09:40:00Z", "answer": "approved"}}),
         {"task_id": "summary", "key": SUMMARY_KEY, "value": {"succeeded": ["r01", "r02", "r04"], "failed": ["r03"],
                                                              "halted_at_wave": 1, "not_run": ["r05", "r06", "r07"]}}]}
-    rollout_b = {"dag_id": ROLLOUT, "run_id": "rollout-b", "state": "running", "conf": {}, "tis": [], "xcoms": [
+    rollout_b = {"dag_id": ROLLOUT, "run_id": "rollout-b", "state": "running", "conf": {},
+                 "tis": [{"task_id": "wave_01.confirm", "state": "awaiting_input"}], "xcoms": [
         {"task_id": "plan", "key": PLAN_KEY, "value": plan_b},
         _wave_xcom(0, {"state": "halted", "succeeded": [],
                        "failed": {"s01": {"task": "confirm_writers_stopped", "reason": "wave approval rejected"}},
@@ -292,6 +293,8 @@ def test_rollout_page_and_what_now_in_chromium(stack, rollouts_seeded):
     assert r03["r05"]["state"] == "not started" and a["skipped"] == {"r00": "already cut over"}
     assert a["eta"]["text"] == "halted at wave 1: no later wave starts (failed)" and a["summary"]["failed"] == ["r03"]
     assert b["control"]["state"] == "pause" and b["waves"][0]["approval"]["answer"] == "rejected"
+    assert b["waves"][1]["step"] == {"task": "wave_01.confirm", "state": "awaiting_input"}
+    assert b["waves"][0]["step"] is None and a["waves"][1]["step"] is None
     wave1 = {t["tenant"]: t for t in b["waves"][1]["tenants"]}
     assert b["waves"][1]["state"] == "running"
     assert (wave1["s02"]["task"], wave1["s02"]["task_state"]) == ("wait_for_drain", "deferred")
@@ -330,6 +333,7 @@ def test_rollout_page_and_what_now_in_chromium(stack, rollouts_seeded):
     assert "audit_and_checkpoint" in page_a and "[DSN hidden]" in page_a and "Next: a fence finding" in page_a
     assert "skipped: r00 (already cut over)" in page_a and "halted_at_wave" in page_a
     assert "rejected by lead-bob" in page_b and "control pause" in page_b
+    assert "waiting for approval: wave_01.confirm awaiting_input" in page_b
     assert "wait_for_drain deferred" in page_b and "items/min, ETA ~" in page_b
     assert "confirm_writers_stopped awaiting_input" in page_b and "Next: confirm only when no old binary" in page_b
     assert "audit_and_checkpoint failed" in r03_row and "Next: a fence finding" in r03_row
