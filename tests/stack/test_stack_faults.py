@@ -45,6 +45,8 @@ pytestmark = pytest.mark.airflow
 
 #: Tenants waiting at once in fault 2: the cutover DAG's ``max_active_runs`` (16) caps the runs of one DAG that
 #: run at once, so no more than 16 tenants can wait in ``wait_for_drain`` together (issue 13 asks for 50).
+#: Measured on 2 cores shared with other work: 16 parked in 166 s / 337 s, the whole test 6.3 / 11.7 min (the
+#: second run under a heavier load; the bounds below allow for it).
 WAITING_TENANTS = 16
 POLL_INTERVAL_S = 10  # cutover_conf's
 FIRED = "Trigger fired event"
@@ -86,7 +88,7 @@ def test_sigkill_triggerer_holding_waiting_drains_the_other_takes_over(stack, my
     run_ids = list(runs)
     victim = None
     try:
-        held = wait_for("every drain deferred to a triggerer", lambda: _all_deferred(stack, run_ids), 420, every_s=3)
+        held = wait_for("every drain deferred to a triggerer", lambda: _all_deferred(stack, run_ids), 600, every_s=3)
         parked_s = time.monotonic() - started
         by_job = collections.Counter(job for _, job in held.values())
         victim_job = by_job.most_common(1)[0][0]
@@ -131,7 +133,7 @@ def test_sigkill_triggerer_holding_waiting_drains_the_other_takes_over(stack, my
             rows = task_rows(stack, CUTOVER_DAG, run_ids)
             return all(r.get("confirm_writers_stopped", (None,))[0] == "awaiting_input" for r in rows.values()) and rows
 
-        rows = wait_for("every run at the writer-stop confirmation", all_at_the_confirmation, 300, every_s=3)
+        rows = wait_for("every run at the writer-stop confirmation", all_at_the_confirmation, 480, every_s=3)
         for run_id in run_ids:
             tis = rows[run_id]
             assert tis["wait_for_drain"] == ("success", 1) and tis["check_old_writers"] == ("success", 1), tis
@@ -161,7 +163,7 @@ def _reject_all(stack, run_ids) -> None:
         elif run_states(stack, CUTOVER_DAG, [run_id]).get(run_id) in ("queued", "running"):
             stack.request("PATCH", f"/api/v2/dags/{CUTOVER_DAG}/dagRuns/{run_id}", {"state": "failed"})
     wait_for("every run of the test ended", lambda: all(
-        s in ("failed", "success") for s in run_states(stack, CUTOVER_DAG, run_ids).values()), 180, every_s=3)
+        s in ("failed", "success") for s in run_states(stack, CUTOVER_DAG, run_ids).values()), 300, every_s=3)
 
 
 # -- Field History: stage_2_materialize interrupted inside a batch --------------------------------------------------
