@@ -214,6 +214,10 @@ def _wave_state(outcome: dict[str, Any] | None, tenants: list[dict[str, Any]]) -
 
 def _wave(plan_wave: dict[str, Any], outcome: dict[str, Any] | None, tenants: list[dict[str, Any]]) -> dict[str, Any]:
     state = _wave_state(outcome, tenants)
+    for t in tenants:  # the wave's record names the reason when the tenant's run left none (e.g. a rejected wave)
+        recorded = ((outcome or {}).get("failed") or {}).get(t["tenant"]) or {}
+        if recorded.get("reason") and (not t.get("reason") or t["reason"].startswith("no reason recorded")):
+            t["reason"] = str(recorded["reason"])
     eta, eta_text = _wave_eta(state, outcome, [t for t in tenants if t["state"] in ("running", "queued")])
     return {"wave": plan_wave.get("wave"), "name": plan_wave.get("name"), "state": state, "tenants": tenants,
             "succeeded": (outcome or {}).get("succeeded"), "failed": (outcome or {}).get("failed") or {},

@@ -295,6 +295,7 @@ def test_rollout_page_and_what_now_in_chromium(stack, rollouts_seeded):
     assert b["control"]["state"] == "pause" and b["waves"][0]["approval"]["answer"] == "rejected"
     assert b["waves"][1]["step"] == {"task": "wave_01.confirm", "state": "awaiting_input"}
     assert b["waves"][0]["step"] is None and a["waves"][1]["step"] is None
+    assert b["waves"][0]["tenants"][0]["reason"] == "wave approval rejected"  # the run left none: the wave's record
     wave1 = {t["tenant"]: t for t in b["waves"][1]["tenants"]}
     assert b["waves"][1]["state"] == "running"
     assert (wave1["s02"]["task"], wave1["s02"]["task_state"]) == ("wait_for_drain", "deferred")
