@@ -41,9 +41,11 @@ def stack(tmp_path_factory):
     good, missing = connection_json(f"sqlite:///{shared}"), connection_json(f"sqlite:///{tmp / 'missing.db'}")
     env = {f"AIRFLOW_CONN_{_conn_id(i).upper()}": missing if i in BROKEN else good for i in range(FLEET)}
     s = AirflowStack(tmp / "airflow", parallelism=2, extra_env={**env, "NEXUS_STATUS_REFRESH_S": "86400"})
-    s.start(timeout_s=600)  # a loaded 2-core machine: the stack took 3 min to be healthy here
-    yield s
-    s.stop()
+    try:
+        s.start(timeout_s=600)  # a loaded 2-core machine: the stack took 3 min to be healthy here
+        yield s
+    finally:
+        s.stop()  # also when start() gave up: it leaves the stack's processes running
 
 
 def _get(stack, query: str) -> dict:

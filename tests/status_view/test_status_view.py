@@ -54,9 +54,11 @@ def stack(tmp_path_factory):
     s = AirflowStack(tmp_path_factory.mktemp("airflow-status"), parallelism=2, extra_env={
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer",
         "NEXUS_STATUS_REFRESH_S": "5"})
-    s.start(timeout_s=600)  # a loaded 2-core machine: the stack took 3 min to be healthy here
-    yield s
-    s.stop()
+    try:
+        s.start(timeout_s=600)  # a loaded 2-core machine: the stack took 3 min to be healthy here
+        yield s
+    finally:
+        s.stop()  # also when start() gave up: it leaves the stack's processes running
 
 
 def _demo_tenant_fenced(tmp_path) -> tuple[str, int]:
