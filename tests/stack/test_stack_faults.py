@@ -242,10 +242,6 @@ def _restarted(server: MariaDBServer, down_s: float) -> None:
     server.start()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "StatusPollTrigger (plugins/nexus_airflow/triggers.py) ends the wait with an error event on the first poll that "
-    "raises, so the run fails at wait_for_drain; issue 13 fault 4 wants the error logged and the poll retried "
-    "until the deadline. strict: this fails as soon as the trigger retries, so the marker must go then."))
 def test_mariadb_restart_under_the_drain_polls_they_retry_and_the_drain_completes(stack, own_mariadb):
     """Fault 4, the drain: the tenant's MariaDB is down for two poll intervals while its drain trigger polls;
     the polls log the error and retry within the drain's deadline; once the server is back and the old runtime
@@ -265,7 +261,9 @@ def test_mariadb_restart_under_the_drain_polls_they_retry_and_the_drain_complete
         assert run.xcom("wait_for_drain")["state"] == "drained"
         logs = "".join(trigger_logs(stack, CUTOVER_DAG, run.run_id, "wait_for_drain").values())
         assert count_lines(logs, FIRED) == 1
-        assert "OperationalError" in logs or "DatabaseUnavailable" in logs, logs[-3000:]  # the failed polls, logged
+        failed = count_lines(logs, "; retrying in")
+        print(f"\nfault 4 (drain): {failed} failed poll(s) logged and retried while the tenant MariaDB was down")
+        assert failed >= 1, logs[-3000:]  # the polls that met the stopped server: logged, then retried
     finally:
         if not own_mariadb.running():
             own_mariadb.start()
