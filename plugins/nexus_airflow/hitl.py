@@ -14,9 +14,10 @@ Invariants:
   the fence stays armed. The answer's log and XCom say how old the evidence was.
 * On a dry run nothing is asked: the step logs what it would ask.
 * Who may answer: with ``approvers`` set, only they (HITL ``assigned_users``, and
-  checked again on the answer); the user who triggered the run or its rollout
-  never counts as an approver unless ``allow_self_approval`` is set. A refused
-  answerer fails the run like a rejection. Who answered is in the log and XCom.
+  checked again on the answer), and the user who triggered the run or its rollout
+  is not one of them unless ``allow_self_approval`` is set. A refused answerer
+  fails the run like a rejection. Without ``approvers``, anyone the auth manager
+  lets answer may. Who answered is in the log and XCom.
 * ``approval=per_wave`` (set by ``tenant_rollout``): the run pushes its evidence
   and waits (rescheduled, no worker slot held) for its wave's one answer in the
   rollout run; the evidence the wave's question showed for this tenant is then
@@ -58,7 +59,11 @@ def assigned_users(approvers: tuple[str, ...] | list[str], excluded: set[str]) -
 
 
 def answerer_refusal(who: str, approvers, excluded: set[str], allow_self: bool) -> str | None:
-    """Why ``who`` may not answer (None: allowed)."""
+    """Why ``who`` may not answer (None: allowed). Without ``approvers`` anyone the auth manager lets answer
+    may (a single run's behaviour, e.g. one engineer with one login); with them, only they, and never the
+    user who asked for the run unless ``allow_self``."""
+    if not approvers:
+        return None
     if who in excluded and not allow_self:
         return f"self-approval refused: {who} triggered this run (or its rollout); set allow_self_approval to allow it"
     if approvers and who not in approvers:

@@ -90,13 +90,13 @@ APPROVAL_MODES = ("per_tenant", "per_wave")
 USER_NAME_PATTERN = r"^[A-Za-z0-9_.@+-]{1,128}$"
 #: Who may answer a confirmation, shared by the cutover's form and the rollout's (one definition).
 APPROVAL_FIELDS: dict[str, Field] = {
-    "approvers": Field([], "Approvers", "Airflow user names allowed to answer the writer-stop confirmation. Empty: "
-                       "anyone allowed by the auth manager. The user who triggered the run (or its rollout) may not "
-                       "answer unless allow_self_approval is set.",
+    "approvers": Field([], "Approvers", "Airflow user names allowed to answer the writer-stop confirmation; the "
+                       "user who triggered the run (or its rollout) is not one of them unless allow_self_approval "
+                       "is set. Empty: anyone allowed by the auth manager.",
                        {"type": "array", "items": {"type": "string", "pattern": USER_NAME_PATTERN}, "uniqueItems": True},
                        lambda v: tuple(v or ())),
-    "allow_self_approval": Field(False, "Allow self-approval", "Let the user who triggered the run answer its "
-                                 "confirmation (off by default: four eyes).", {"type": "boolean"}, bool),
+    "allow_self_approval": Field(False, "Allow self-approval", "With approvers: let the user who triggered the run "
+                                 "answer its confirmation too (off by default: four eyes).", {"type": "boolean"}, bool),
     "approval": Field("per_tenant", "Approval", "per_tenant: this run asks its own writer-stop confirmation. per_wave: "
                       "set by tenant_rollout only: the rollout asks one question for the whole wave; this run gathers "
                       "its evidence, waits for that answer and re-checks its evidence when it comes.",
