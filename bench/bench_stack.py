@@ -20,11 +20,13 @@ visible; polls in flight are the only expected ones). Then triggerer-2 is starte
 SIGKILLed: the time until the survivor holds every trigger and until every tenant polled there, and the
 survivor's memory and CPU after. No trigger may fire (every task instance stays deferred).
 
-**rollout** -- ``--rollout-tenants`` MariaDB tenants (small drained histories, no old writers) through
-``tenant_rollout`` (form fields ``tenants`` and ``cutover_conf`` only), each tenant's writer-stop
-confirmation answered over REST by this script, each tenant's new host stopped once its run succeeded;
-against the floor: the same steps for fresh copies of the same tenants by ``nexus-cutover run``, 4 at a
-time (the rollout's pool), same poll interval. Wall time per tenant = total wall / tenants.
+**rollout** -- ``--rollout-tenants`` MariaDB tenants (default 11: the canary and one wave of 10; 100 does not
+fit the time on 2 cores) with small drained histories and no old writers, through ``tenant_rollout`` (form
+fields ``tenants`` and ``cutover_conf`` only, its other fields at their defaults), each tenant's writer-stop
+confirmation answered over REST by this script as a second user, each tenant's new host stopped once its run
+succeeded; against the floor: the same steps for fresh copies of the same tenants by ``nexus-cutover run``,
+4 at a time (the rollout's ``max_parallel``), same poll interval. Wall time per tenant = total wall / tenants.
+The waiting run is ended first (its 1,000 triggers would fill the survivor's capacity).
 
 Figures go under the key ``stack`` of bench/results.json (merged: other figures are kept).
 """
@@ -55,6 +57,7 @@ REPO = BENCH.parent
 sys.path[:0] = [str(BENCH), str(REPO), str(REPO / "plugins")]
 import benchlib  # noqa: E402
 
+from scripts.demo_airflow import ApiError  # noqa: E402
 from scripts.stack import ProductionStack, descendants, mariadb_tenant, pids_with_env, signal_all  # noqa: E402
 
 WAIT_DAG = "nexus_bench_waiting_tenants"
@@ -331,6 +334,12 @@ def measure_waiting(stack: ProductionStack, args, tenants_dir: Path) -> dict[str
     out["final_ti_states"] = state
     if state.get("deferred", 0) != n:
         raise RuntimeError(f"not every task instance is still deferred: {state}")
+    # the waiting tenants are done with: their triggers must not load the survivor during the rollout
+    try:
+        stack.request("PATCH", f"/api/v2/dags/{WAIT_DAG}/dagRuns/{run_id}", {"state": "failed"})
+        out["waiting_run_ended"] = True
+    except ApiError as exc:
+        out["waiting_run_ended"] = f"could not end the waiting run: {exc}"
     return out
 
 
@@ -481,12 +490,20 @@ def airflow_rollout(stack: ProductionStack, names: list[str], limit_s: float) ->
             break
         time.sleep(2)
     wall = time.monotonic() - started
+    stopped = state not in ("success", "failed")
+    if stopped:  # the limit: end it, so that the CLI floor does not run beside it
+        for dag_id, run_id in [(ROLLOUT_DAG, rollout_run),
+                               *((CUTOVER_DAG, r["dag_run_id"]) for r in cutover_runs(stack, rollout_run)
+                                 if r["state"] not in ("success", "failed"))]:
+            with contextlib.suppress(ApiError):
+                stack.request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}", {"state": "failed"})
     failed_tasks = sorted({t["task_id"] for t in stack.task_instances(ROLLOUT_DAG, rollout_run) if t.get("state") == "failed"})
     summary = stack.xcom(ROLLOUT_DAG, rollout_run, "summary", key="summary")
     per = [_seconds(r) for r in done.values() if r["state"] == "success"]
     ok = sum(1 for r in done.values() if r["state"] == "success")
     say(f"rollout (Airflow): {state} in {wall:.0f}s; {ok}/{len(names)} tenants succeeded")
-    return {"state": state, "wall_s": round(wall, 1), "succeeded": ok, "finished_runs": len(done),
+    return {"state": state, "stopped_at_limit_s": round(limit_s) if stopped else None, "wall_s": round(wall, 1),
+            "succeeded": ok, "finished_runs": len(done),
             "wall_s_per_tenant": round(wall / len(names), 1) if ok == len(names) else None,
             "tenant_run_s_mean": round(sum(per) / len(per), 1) if per else None,
             "tenant_run_s_max": round(max(per), 1) if per else None,
@@ -569,11 +586,11 @@ def run(args, save) -> dict[str, Any]:
         try:
             stack.wait_for_dag(WAIT_DAG, 180)
             if "waiting" in args.only:
-                results["waiting"] = measure_waiting(stack, args, tenants_dir)
+                results["waiting"] = {"measured_at": benchlib.now_utc(), **measure_waiting(stack, args, tenants_dir)}
                 results["verdicts"] = verdicts(results["waiting"])
                 save(results)  # kept should the rollout fail
             if "rollout" in args.only:
-                results["rollout"] = measure_rollout(stack, args)
+                results["rollout"] = {"measured_at": benchlib.now_utc(), **measure_rollout(stack, args)}
         except BaseException:
             say("failed; stack logs:\n" + stack.log_tails(25))
             raise
@@ -590,6 +607,16 @@ def run(args, save) -> dict[str, Any]:
     return results
 
 
+def save(key: str, results: dict[str, Any]) -> None:
+    """Merge part by part: a run of one part (``--only``) keeps the other part's recorded figures."""
+    path = benchlib.results_path()
+    recorded = (json.loads(path.read_text()) if path.exists() and path.stat().st_size else {}).get(key) or {}
+    for part in ("waiting", "rollout"):  # each part keeps the date of the run that measured it
+        if isinstance(recorded.get(part), dict):
+            recorded[part].setdefault("measured_at", recorded.get("measured_at"))
+    benchlib.merge_results({key: {**recorded, **results}})
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes (a few minutes)")
@@ -599,19 +626,21 @@ def main() -> int:
     parser.add_argument("--window", type=float, help="measured window, s (default 90, quick 10)")
     parser.add_argument("--idle", type=float, help="idle baseline window, s (default 20, quick 5)")
     parser.add_argument("--ramp-limit", type=float, default=600.0)
-    parser.add_argument("--rollout-tenants", type=int, help="rollout tenants (default 100, quick 2)")
+    parser.add_argument("--rollout-tenants", type=int,
+                        help="rollout tenants (default 11: the canary and one wave of 10, what fits ~15 minutes on "
+                             "2 cores; issue 13 asks 100: --rollout-tenants 100 --rollout-limit 7200; quick 2)")
     parser.add_argument("--keep", type=Path, help="copy the stack's process and task logs here before the cleanup")
     parser.add_argument("--rollout-limit", type=float, default=900.0, help="give the Airflow rollout up after, s")
     args = parser.parse_args()
     q = args.quick
     for name, full, quick in (("tenants", 1000, 20), ("poll_interval", 30.0, 5.0), ("window", 90.0, 10.0),
-                              ("idle", 20.0, 5.0), ("rollout_tenants", 100, 2)):
+                              ("idle", 20.0, 5.0), ("rollout_tenants", 11, 2)):
         if getattr(args, name) is None:
             setattr(args, name, quick if q else full)
     benchlib.server_url()
     key = "stack_quick" if q else "stack"  # a quick run never replaces the recorded full figures
-    results = run(args, lambda partial: benchlib.merge_results({key: partial}))
-    benchlib.merge_results({key: results})
+    results = run(args, lambda partial: save(key, partial))
+    save(key, results)
     print(json.dumps(results, indent=2, default=str))
     return 0
 
