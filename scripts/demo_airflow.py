@@ -57,6 +57,9 @@ def airflow_env(home: pathlib.Path, port: int, *, parallelism: int = 4) -> dict[
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        # a task's start call to the execution API (default 5 s) timed out on a loaded 2-core machine and the
+        # task ended failed while still "queued"; slow is not wrong, so give it a minute
+        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -192,11 +195,13 @@ class AirflowStack(AirflowApi):
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                self.stop()  # its components may outlive it
                 raise RuntimeError(f"airflow standalone exited with {self.proc.returncode}; see {self.log_path}")
             if self._healthy():
                 break
             time.sleep(1.0)
         else:
+            self.stop()  # never leave a half-started stack behind
             raise RuntimeError(f"airflow standalone not healthy after {timeout_s:.0f}s; see {self.log_path}")
         self.login()
 
