@@ -4,7 +4,7 @@ It reuses the per-tenant DAG ``connector_projection_cutover`` (one run per tenan
 run id ``rollout__<rollout run id>__<tenant>``): the cutover's tasks are never
 copied here. The tasks live in ``nexus_airflow.rollout_tasks`` (the invariants are
 its docstring); this file declares the flow: ``plan`` >> wave 0 (the canary) >>
-wave 1 >> ... >> ``summary``, each wave ``open`` >> (``cutover`` per tenant,
+wave 1 >> ... >> ``summary``, each wave ``open`` >> (``cutover`` per lane,
 ``confirm``) >> ``close``. The DAG declares ``MAX_WAVES`` wave groups; those past
 the plan's last wave are skipped.
 """
@@ -20,8 +20,8 @@ from nexus_airflow.rollout import MAX_WAVES, PLAN_KEY, ROLLOUT_DAG, wave_group
 from nexus_airflow.rollout_tasks import (
     MAX_PARALLEL_CAP,
     SHARED_FIELDS,
-    TenantCutoverOperator,
     WaveConfirmOperator,
+    WaveLaneOperator,
 )
 
 CUTOVER_DAG = "connector_projection_cutover"
@@ -134,21 +134,12 @@ with DAG(
     previous = plan()
     for k in range(MAX_WAVES):
         with TaskGroup(wave_group(k)):
-            triggers = open_wave.override(task_id="open")(k)
-            cutover = TenantCutoverOperator.partial(
-                task_id="cutover",
-                trigger_dag_id=CUTOVER_DAG,
-                wait_for_completion=True,
-                deferrable=True,
-                poke_interval=30,
-                allowed_states=["success"],
-                failed_states=["failed"],
-                max_active_tis_per_dagrun=MAX_PARALLEL_CAP,
-                logical_date=None,
-            ).expand_kwargs(triggers)
+            lanes = open_wave.override(task_id="open")(k)
+            cutover = WaveLaneOperator.partial(task_id="cutover", poke_interval=30,
+                                               max_active_tis_per_dagrun=MAX_PARALLEL_CAP).expand_kwargs(lanes)
             confirm = WaveConfirmOperator(task_id="confirm", wave=k)
             closed = close_wave.override(task_id="close")(k)
-            previous >> triggers
-            triggers >> [cutover, confirm] >> closed
+            previous >> lanes
+            lanes >> [cutover, confirm] >> closed
         previous = closed
     previous >> summary()

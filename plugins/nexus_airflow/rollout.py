@@ -28,6 +28,10 @@ CUTOVER_DAG = "connector_projection_cutover"
 PLAN_KEY = "rollout"
 WAVE_KEY = "wave"
 SUMMARY_KEY = "summary"
+PLAN_TASK = "plan"
+SUMMARY_TASK = "summary"
+#: Each wave group's tasks: open (its lanes), cutover (mapped per lane), confirm (per-wave question), close.
+CLOSE_TASK = "close"
 CONTROL_ACTIONS = ("pause", "resume", "cancel")
 #: Most waves of one rollout (the DAG declares this many wave groups; unused ones are skipped).
 MAX_WAVES = 20
@@ -41,6 +45,11 @@ def run_id_for(rollout_run_id: str, tenant: str) -> str:
 def wave_group(wave: int) -> str:
     """The task group of wave ``wave`` (``wave_00`` is the canary)."""
     return f"wave_{wave:02d}"
+
+
+def close_task(wave: int) -> str:
+    """The task id of wave ``wave``'s ``close`` (its XCom ``wave`` is the wave's outcome)."""
+    return f"{wave_group(wave)}.{CLOSE_TASK}"
 
 
 def control_variable(rollout_run_id: str) -> str:
@@ -102,5 +111,10 @@ def read_control(rollout_run_id: str) -> str:
     """``pause``, ``cancel`` or ``run`` (no Variable, ``resume``, or anything else: run) for a rollout run."""
     from airflow.sdk import Variable
 
-    value = str(Variable.get(control_variable(rollout_run_id), default="") or "").strip().lower()
+    return control_state(Variable.get(control_variable(rollout_run_id), default=""))
+
+
+def control_state(raw: str | None) -> str:
+    """The control a stored Variable value means: ``pause``, ``cancel``, else ``run``."""
+    value = str(raw or "").strip().lower()
     return value if value in ("pause", "cancel") else "run"

@@ -13,9 +13,9 @@ Invariants (the vocabulary is :mod:`nexus_airflow.rollout`):
 * A wave starts only after the previous wave's ``close`` passed: within
   ``max_failed``, its succeeded tenants' runs ended with their Asset event.
   Past the budget the rollout halts; later waves' tenants are never started.
-* At most ``max_parallel`` tenants of a wave run at once: the tenant of map index
-  ``i`` starts once ``i - max_parallel + 1`` tenants of the wave have finished
-  (race-free: it depends only on finished counts, never on a check-then-start).
+* At most ``max_parallel`` tenants of a wave run at once: the wave runs in that
+  many lanes, each starting its tenants one after another (deferred while one
+  runs), so the bound holds by construction and nothing polls for a slot.
 * Pause holds tenants not yet started (rescheduled, no slot held); cancel stops
   them and makes running tenants stop at their next safe point, before their
   checkpoints (fences stay armed and are reported).
@@ -32,13 +32,12 @@ import datetime as dt
 from typing import Any
 
 from airflow.providers.standard.operators.hitl import HITLOperator
-from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+from airflow.sdk import BaseOperator
 
 from nexus_airflow import rollout as ro
 
 #: Upper bound of ``max_parallel`` (the static cap of every wave's mapped cutover task).
 MAX_PARALLEL_CAP = 32
-FINISHED_TI_STATES = ["success", "failed", "skipped", "upstream_failed"]
 #: How often a waiting wave task looks again (s): the shared ``poll_interval`` when the rollout sets one.
 WAIT_S = 30
 #: Fields of the per-tenant form a rollout may set for every tenant (never a DSN: connections are per tenant).
@@ -192,7 +191,8 @@ def _trigger(tenant: str, wave: int, run_id: str, shared: dict[str, Any], params
 # --- waves ------------------------------------------------------------------------------------------------------
 
 def open_wave(wave: int, run_id: str, params: dict[str, Any], ti, log) -> list[dict[str, Any]]:
-    """The wave's triggers; skipped past the last wave, held while paused, failed when cancelled."""
+    """The wave's lanes (``max_parallel`` of them at most, tenant ``i`` in lane ``i % lanes``); skipped past the
+    last wave, held while paused, failed when cancelled."""
     from airflow.sdk.exceptions import AirflowSkipException
 
     plan = ti.xcom_pull(task_ids="plan", key=ro.PLAN_KEY) or {}
@@ -206,30 +206,90 @@ def open_wave(wave: int, run_id: str, params: dict[str, Any], ti, log) -> list[d
     if control == "cancel":
         raise _fail(f"rollout cancelled before wave {wave} started: its tenants were not started")
     tenants = waves[wave]["tenants"]
-    log.info("wave %d (%s): %d tenant(s): %s", wave, waves[wave]["name"], len(tenants), ", ".join(tenants))
-    return [plan["triggers"][t] for t in tenants]
+    lanes = max(1, min(int(plan.get("max_parallel") or 1), len(tenants)))
+    log.info("wave %d (%s): %d tenant(s) in %d lane(s): %s", wave, waves[wave]["name"], len(tenants), lanes,
+             ", ".join(tenants))
+    return [{"lane": j, "triggers": [plan["triggers"][t] for t in tenants[j::lanes]]} for j in range(lanes)]
 
 
-class TenantCutoverOperator(TriggerDagRunOperator):
-    """One tenant's cutover run in a wave: waits for a parallel slot (and while paused), then triggers it and
-    waits for it (deferred) to end."""
+def wave_triggers(ti, wave: int) -> list[dict[str, Any]] | None:
+    """Every tenant trigger of the wave's lanes, in the wave's order (None: the wave did not open)."""
+    lanes = ti.xcom_pull(task_ids=f"{ro.wave_group(wave)}.open")
+    if lanes is None:
+        return None
+    by_lane = [lane["triggers"] for lane in lanes]
+    rounds = max((len(x) for x in by_lane), default=0)
+    return [x[i] for i in range(rounds) for x in by_lane if i < len(x)]  # tenant k*lanes+j is lane j's k-th
+
+
+class WaveLaneOperator(BaseOperator):
+    """One lane of a wave: its tenants' cutover runs one after another, each triggered and then waited for
+    deferred (no worker slot held while a tenant runs). ``max_parallel`` lanes bound the wave's parallelism by
+    construction: nothing waits for a slot.
+
+    Idempotent: a tenant whose run already ended is not started again (a cleared lane resumes where it was);
+    one still running is waited for. Pause holds the lane before its next tenant (deferred); cancel starts no
+    further tenant. The lane fails at its end if any of its tenants did not succeed (``close`` reports why).
+    """
+
+    def __init__(self, *, lane: int, triggers: list[dict[str, Any]], poke_interval: int = 30, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.lane = lane
+        self.triggers = triggers
+        self.poke_interval = poke_interval
 
     def execute(self, context):
+        return self._advance(context, 0)
+
+    def execute_complete(self, context, event: Any = None, resume_at: int | None = None):
+        if resume_at is not None:  # back from a pause
+            return self._advance(context, resume_at)
+        _, data = event  # DagStateTrigger: (classpath, {"run_ids": [the tenant's run], ...})
+        ids = [t["trigger_run_id"] for t in self.triggers]
+        done = ids.index(data["run_ids"][0])
+        self.log.info("lane %d: %s ended", self.lane, self.triggers[done]["conf"]["tenant"])
+        return self._advance(context, done + 1)
+
+    def _advance(self, context, i: int):
+        from airflow.providers.standard.triggers.external_task import DagStateTrigger
+        from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
+        from airflow.sdk.exceptions import DagRunTriggerException
+
         ti, run_id = context["ti"], context["run_id"]
-        control = ro.read_control(run_id)
-        if control == "cancel":
-            ti.xcom_push(key="outcome", value="cancelled")
-            raise _fail("rollout cancelled: this tenant was not started")
-        if control == "pause":
-            self.log.info("rollout paused: this tenant waits to start")
-            raise _later(_wait_s(context["params"]))
-        limit = int(context["params"].get("max_parallel", 4))
-        finished = ti.get_ti_count(dag_id=ro.ROLLOUT_DAG, task_ids=[self.task_id], run_ids=[run_id],
-                                   states=FINISHED_TI_STATES)
-        if ti.map_index > finished + limit - 1:
-            self.log.info("waiting for a slot: %d of this wave finished, max_parallel %d", finished, limit)
-            raise _later(_wait_s(context["params"]))
-        return super().execute(context)
+        for index in range(i, len(self.triggers)):
+            trig = self.triggers[index]
+            rid, tenant = trig["trigger_run_id"], trig["conf"]["tenant"]
+            state = _state_word(ti.get_dagrun_state(dag_id=ro.CUTOVER_DAG, run_id=rid)) \
+                if ti.get_dr_count(dag_id=ro.CUTOVER_DAG, run_ids=[rid]) else None
+            if state == "success" or (state == "failed" and not trig.get("reset_dag_run")):
+                continue  # this lane already ran it (a cleared lane resuming)
+            if state in ("queued", "running"):
+                self.defer(trigger=DagStateTrigger(dag_id=ro.CUTOVER_DAG, states=["success", "failed"],
+                                                   execution_dates=None, run_ids=[rid],
+                                                   poll_interval=self.poke_interval), method_name="execute_complete")
+            control = ro.read_control(run_id)
+            if control == "cancel":
+                self.log.info("rollout cancelled: lane %d starts none of %s", self.lane,
+                              ", ".join(t["conf"]["tenant"] for t in self.triggers[index:]))
+                break
+            if control == "pause":
+                self.log.info("rollout paused: lane %d holds %s", self.lane, tenant)
+                self.defer(trigger=TimeDeltaTrigger(dt.timedelta(seconds=_wait_s(context["params"]))),
+                           method_name="execute_complete", kwargs={"resume_at": index})
+            self.log.info("lane %d: starting %s (run %s)", self.lane, tenant, rid)
+            raise DagRunTriggerException(
+                trigger_dag_id=ro.CUTOVER_DAG, dag_run_id=rid, conf=trig["conf"], logical_date=None,
+                reset_dag_run=bool(trig.get("reset_dag_run")) and state is not None, skip_when_already_exists=False,
+                wait_for_completion=True, allowed_states=["success"], failed_states=["failed"],
+                poke_interval=self.poke_interval, deferrable=True)
+        states = {t["conf"]["tenant"]: _state_word(ti.get_dagrun_state(dag_id=ro.CUTOVER_DAG, run_id=t["trigger_run_id"]))
+                  if ti.get_dr_count(dag_id=ro.CUTOVER_DAG, run_ids=[t["trigger_run_id"]]) else "not started"
+                  for t in self.triggers}
+        bad = {t: s for t, s in states.items() if s != "success"}
+        if bad:
+            raise _fail(f"lane {self.lane}: {len(bad)} tenant(s) did not succeed: "
+                        + ", ".join(f"{t} ({s})" for t, s in bad.items()))
+        return states
 
 
 class WaveConfirmOperator(HITLOperator):
@@ -248,7 +308,7 @@ class WaveConfirmOperator(HITLOperator):
         ti, params = context["ti"], context["params"]
         if params.get("approval") != "per_wave":
             return {"approval": "per_tenant"}
-        triggers = ti.xcom_pull(task_ids=f"{ro.wave_group(self.wave)}.open") or []
+        triggers = wave_triggers(ti, self.wave) or []
         if ro.read_control(context["run_id"]) == "cancel":  # its tenants stop at their own next look
             ti.xcom_push(key="answer", value={"answer": "cancelled", "by": None, "at": None, "evidence": {}})
             raise _fail(f"rollout cancelled: wave {self.wave}'s question is not asked")
@@ -377,7 +437,7 @@ def close_wave(wave: int, run_id: str, ti, log) -> dict[str, Any]:
     from airflow.sdk.exceptions import AirflowSkipException
 
     group = ro.wave_group(wave)
-    triggers = ti.xcom_pull(task_ids=f"{group}.open")
+    triggers = wave_triggers(ti, wave)
     plan = ti.xcom_pull(task_ids="plan", key=ro.PLAN_KEY) or {}
     if triggers is None:
         if ro.read_control(run_id) == "cancel" and wave < len(plan.get("waves") or []):
@@ -396,6 +456,9 @@ def close_wave(wave: int, run_id: str, ti, log) -> dict[str, Any]:
     cancelled = ro.read_control(run_id) == "cancel"
     if cancelled:
         state = "cancelled"
+        for t, f in failed.items():
+            if outcomes[t]["state"] == "not triggered":
+                f["reason"] = "cancelled before it started"
     elif not decided and len(failed) > budget:
         state = "halted"
     outcome = {"wave": wave, "state": state, "succeeded": succeeded, "failed": failed, "budget": budget,
@@ -421,7 +484,7 @@ def summarize(run_id: str, ti, log) -> dict[str, Any]:
     tenants: dict[str, Any] = {}
     halted = None
     for w in plan["waves"]:
-        closed = ti.xcom_pull(task_ids=f"{ro.wave_group(w['wave'])}.close", key=ro.WAVE_KEY)
+        closed = ti.xcom_pull(task_ids=ro.close_task(w["wave"]), key=ro.WAVE_KEY)
         if closed and closed["state"] in ("halted", "cancelled") and halted is None:
             halted = f"{closed['state']} after wave {w['wave']}"
         for t in w["tenants"]:

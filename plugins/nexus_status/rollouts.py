@@ -42,7 +42,6 @@ import statistics
 from typing import Any
 
 LATEST = 5
-WAVE_TASK = ".close"
 
 
 def _json(raw: Any) -> Any:
@@ -91,11 +90,11 @@ def _rollout_xcoms(session, runs: list[dict[str, Any]]) -> dict[str, dict[str, A
         value = _json(value)
         if key == contract.PLAN_KEY and isinstance(value, dict):
             out[run_id]["plan"] = value
-        elif key == contract.WAVE_KEY and isinstance(value, dict) and task_id.endswith(WAVE_TASK):
+        elif key == contract.WAVE_KEY and isinstance(value, dict) and task_id.endswith("." + contract.CLOSE_TASK):
             wave = value.get("wave")
-            if isinstance(wave, int) and task_id == contract.wave_group(wave) + WAVE_TASK:
+            if isinstance(wave, int) and task_id == contract.close_task(wave):
                 out[run_id]["waves"][wave] = value
-        elif key == contract.SUMMARY_KEY and task_id == "summary":
+        elif key == contract.SUMMARY_KEY and task_id == contract.SUMMARY_TASK:
             out[run_id]["summary"] = value
     return out
 
@@ -115,9 +114,10 @@ def _controls(session, run_ids: list[str]) -> dict[str, str]:
 
 
 def control_state(raw: str | None) -> str:
-    """``pause``, ``cancel`` or ``run``: the rule of ``nexus_airflow.rollout.read_control``, for a stored value."""
-    value = str(raw or "").strip().lower()
-    return value if value in ("pause", "cancel") else "run"
+    """``pause``, ``cancel`` or ``run`` for a stored control value (the one rule: ``nexus_airflow.rollout``)."""
+    from nexus_airflow.rollout import control_state as rule
+
+    return rule(raw)
 
 
 def _tenant_runs(session, run_ids: list[str]) -> dict[str, dict[str, Any]]:
