@@ -36,8 +36,9 @@ from airflow.sdk import BaseOperator
 
 from nexus_airflow import rollout as ro
 
-#: Upper bound of ``max_parallel`` (the static cap of every wave's mapped cutover task).
-MAX_PARALLEL_CAP = 32
+#: Upper bound of ``max_parallel`` (the static cap of every wave's lanes): the cutover DAG's ``max_active_runs``,
+#: so a per-wave question never waits for a tenant run Airflow holds queued (tests/rollout checks they agree).
+MAX_PARALLEL_CAP = 16
 #: How often a waiting wave task looks again (s): the shared ``poll_interval`` when the rollout sets one.
 WAIT_S = 30
 #: Fields of the per-tenant form a rollout may set for every tenant (never a DSN: connections are per tenant).

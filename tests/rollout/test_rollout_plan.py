@@ -73,3 +73,23 @@ def test_the_wave_question_shows_one_row_per_tenant_with_its_evidence_and_the_on
     assert "## Wave 3" in body
     assert "| `acme` | 0 / 2 | 30.0 | drained |" in body
     assert "| `beta` | run failed (not in this question) |" in body
+
+
+def test_max_parallel_never_exceeds_the_tenant_runs_airflow_lets_run_at_once():
+    """A per-wave question needs every tenant of the wave running: the rollout's cap is the cutover DAG's
+    max_active_runs (more would leave tenants queued while the wave waits for them)."""
+    import importlib
+    import pathlib
+    import sys
+
+    from nexus_airflow.rollout_tasks import MAX_PARALLEL_CAP
+
+    dags = str(pathlib.Path(__file__).resolve().parents[2] / "dags")
+    sys.path.insert(0, dags)
+    try:
+        cutover = importlib.import_module("connector_projection_cutover").dag
+        rollout = importlib.import_module("tenant_rollout").dag
+    finally:
+        sys.path.remove(dags)
+    assert cutover.max_active_runs == MAX_PARALLEL_CAP
+    assert rollout.params.get_param("max_parallel").schema["maximum"] == MAX_PARALLEL_CAP
