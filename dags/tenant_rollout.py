@@ -81,7 +81,9 @@ def open_wave(wave: int, params: dict[str, Any] | None = None, run_id: str | Non
     return _open(wave, run_id, params, ti, logging.getLogger("nexus.rollout"))
 
 
-@task(trigger_rule=TriggerRule.NONE_SKIPPED)
+# multiple_outputs=False: a dict return would otherwise be spread into one XCom per key, and its "wave" key
+# would overwrite the wave's outcome (XCom ``wave``)
+@task(trigger_rule=TriggerRule.NONE_SKIPPED, multiple_outputs=False)
 def close_wave(wave: int, run_id: str | None = None, ti=None) -> dict[str, Any]:
     import logging
 
@@ -90,7 +92,7 @@ def close_wave(wave: int, run_id: str | None = None, ti=None) -> dict[str, Any]:
     return _close(wave, run_id, ti, logging.getLogger("nexus.rollout"))
 
 
-@task(trigger_rule=TriggerRule.ALL_DONE)
+@task(trigger_rule=TriggerRule.ALL_DONE, multiple_outputs=False)
 def summary(run_id: str | None = None, ti=None) -> dict[str, Any]:
     """Every tenant's outcome, logged as a table; fails the rollout unless every planned tenant succeeded."""
     import logging
