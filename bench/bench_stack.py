@@ -59,6 +59,7 @@ import benchlib  # noqa: E402
 
 from scripts.demo_airflow import ApiError  # noqa: E402
 from scripts.stack import ProductionStack, descendants, mariadb_tenant, pids_with_env, signal_all  # noqa: E402
+from scripts.stack import wait_for as stack_wait_for  # noqa: E402
 
 WAIT_DAG = "nexus_bench_waiting_tenants"
 ROLLOUT_DAG = "tenant_rollout"
@@ -261,14 +262,7 @@ def running_triggerer_jobs(stack: ProductionStack) -> list[int]:
 
 
 def wait_for(what: str, cond, timeout_s: float, every_s: float = 1.0):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"not {what} within {timeout_s:.0f}s")
-        time.sleep(every_s)
+    return stack_wait_for(what, cond, timeout_s, every_s)  # the bench looks every second (its takeover times)
 
 
 def idle(pid: int, seconds: float) -> dict[str, float]:

@@ -636,6 +636,18 @@ def _ready_lines(log: pathlib.Path, start_no: int) -> str:
 # ---------------------------------------------------------------------------
 
 
+def wait_for(what: str, cond, timeout_s: float, every_s: float = 2.0):
+    """``cond()`` until it is truthy (returned), at most ``timeout_s`` (then TimeoutError naming ``what``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not {what} within {timeout_s:.0f}s")
+        time.sleep(every_s)
+
+
 def mariadb_tenant(server_url: str, database: str, build) -> dict[str, Any]:
     """Create ``database`` on the server of ``server_url`` with a user of its own (random password), build the
     tenant in it with ``build(engine)``; returns the Airflow connection fields (``conn``) and the DSN (``dsn``).

@@ -36,21 +36,13 @@ Unknown is said, never guessed.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from typing import Any
 
+from nexus_status.runs import xcom_value as _json
+
 LATEST = 5
-
-
-def _json(raw: Any) -> Any:
-    if isinstance(raw, str | bytes):
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw
-    return raw
 
 
 def _rollout_runs(session, limit: int, run_id: str | None = None) -> list[dict[str, Any]]:

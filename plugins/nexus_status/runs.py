@@ -68,11 +68,12 @@ def failure_reports(session, dag_id: str, failed: dict[str, str]) -> dict[str, A
                 XComModel.dag_id == dag_id, XComModel.task_id.in_(sorted({failed[r] for r in chunk})),
                 XComModel.run_id.in_(chunk), XComModel.key == "report")
         ).all()
-        out.update({run_id: _json(value) for run_id, task_id, value in rows if failed.get(run_id) == task_id})
+        out.update({run_id: xcom_value(value) for run_id, task_id, value in rows if failed.get(run_id) == task_id})
     return out
 
 
-def _json(raw: Any) -> Any:
+def xcom_value(raw: Any) -> Any:
+    """An XCom value as stored (JSON text in the metadata DB), decoded; anything else as it is."""
     if isinstance(raw, str | bytes):
         try:
             return json.loads(raw)

@@ -16,7 +16,7 @@ from sqlalchemy import text
 
 from nexus_cutover.db import make_engine
 from scripts.demo import Watcher
-from scripts.stack import ProductionStack, build_demo_tenant, mariadb_tenant
+from scripts.stack import ProductionStack, build_demo_tenant, mariadb_tenant, wait_for  # noqa: F401 - for the tests
 
 CUTOVER_DAG = "connector_projection_cutover"
 CONFIRM = "Confirm: all old writers stopped"
@@ -210,18 +210,6 @@ def live_triggerer_jobs(stack: ProductionStack) -> set[int]:
     rows = stack.metadata("SELECT id FROM job WHERE job_type = 'TriggererJob' AND state = 'running' "
                           "AND latest_heartbeat > now() - interval '30 seconds'")
     return {int(r[0]) for r in rows}
-
-
-def wait_for(what: str, cond: Callable[[], Any], timeout_s: float, every_s: float = 2.0) -> Any:
-    """``cond()`` until it is truthy (returned), at most ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not {what} within {timeout_s:.0f}s")
-        time.sleep(every_s)
 
 
 # -- trigger logs and triggerer processes ------------------------------------------------------------------------
