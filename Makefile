@@ -54,7 +54,7 @@ lint: deps
 	$(BIN)/ruff check .
 
 # Performance figures (docs/performance.md) on a throwaway MariaDB: prints a table, writes bench/results.json.
-# QUICK=1: small sizes, about a minute (what the smoke test tests/bench runs).
+# QUICK=1: small sizes, each figure still 3 repetitions: a few minutes (what the smoke test tests/bench runs).
 bench: deps
 	bash scripts/with-mariadb.sh $(BIN)/python bench/run_all.py $(if $(QUICK),--quick,) $(BENCH_ARGS)
 
