@@ -22,7 +22,7 @@ from nexus_airflow.rollout import control_variable, run_id_for
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
 from nexus_cutover.protocol_row import read_protocol_row
-from nexus_cutover.schema import create_legacy_schema
+from nexus_cutover.schema import create_legacy_schema, has_table
 from nexus_sim.scenario import TenantScenario, drained_pack_history
 from scripts.demo import stop_pid_if_ours
 from scripts.demo_airflow import AirflowStack, ApiError
@@ -150,9 +150,12 @@ def _answer(api, run_id: str, task_id: str, option: str):
 
 
 def _checkpointed(dsn: str, tenant: str) -> bool:
+    """Whether the tenant's pack has its checkpoint (a tenant never started has not even the new table)."""
     engine = make_engine(dsn)
     try:
         with engine.connect() as conn:
+            if not has_table(conn, catalog.ConnectorProjectionProtocol.name):
+                return False
             return read_protocol_row(conn, f"pk-{tenant}") is not None
     finally:
         engine.dispose()
