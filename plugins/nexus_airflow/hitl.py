@@ -216,8 +216,11 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
         from nexus_airflow import rollout as ro
 
         p = params_of(context)
-        ro.stop_if_cancelled(context, self.log, "the writer-stop confirmation")
         run_id, wave = p.rollout["run_id"], int(p.rollout["wave"])
+        if context["run_id"] != ro.run_id_for(run_id, p.tenant):  # a wave answers only the rollout's own runs
+            stop(context, self.log, f"{NOT_PERFORMED}: approval per_wave names rollout run {run_id}, which did not "
+                 f"start this run; trigger one tenant with approval per_tenant. {self.on_reject}",
+                 {"rollout": run_id, "run_id": context["run_id"]})
         ti = context["ti"]
         answer = ti.xcom_pull(dag_id=ro.ROLLOUT_DAG, run_id=run_id, task_ids=f"{ro.wave_group(wave)}.confirm",
                               key="answer", map_indexes=-1)

@@ -91,6 +91,19 @@ def test_only_a_named_approver_may_confirm_and_anyone_else_is_refused_like_a_rej
     assert snap["protocol_rows"] == [] and snap["fences"] == [("*", True, False)]  # nothing confirmed, fence armed
 
 
+def test_a_run_not_started_by_the_rollout_it_names_cannot_take_a_wave_answer(dag, tenant):
+    """``approval=per_wave`` is the rollout's own: a run triggered by hand that names a rollout run (which did
+    not start it) stops at the confirmation, asks nothing and writes nothing."""
+    engine, conn_id = tenant
+    drained_tenant().write(engine)
+    result = run_dag(dag, base_conf(conn_id, approval="per_wave", rollout={"run_id": "someone-elses-rollout", "wave": 0}))
+    assert result.state == "failed" and result.state_of("confirm_writers_stopped") == "failed", result.task_states
+    report = result.xcom("confirm_writers_stopped", key="report")
+    assert "names rollout run someone-elses-rollout, which did not start this run" in report["message"]
+    snap = snapshot(engine)
+    assert snap["protocol_rows"] == [] and snap["fences"] == [("*", True, False)]
+
+
 class HistoryChangingDeployer(Deployer):
     """Starts the new host, but first changes one history row: what a buggy new runtime or a rogue script would do."""
 
