@@ -73,8 +73,13 @@ def _tenants(params: dict[str, Any]) -> list[str]:
     tenants = list(params.get("tenants") or [])
     if params.get("tenants_variable"):
         from airflow.sdk import Variable
+        from airflow.sdk.exceptions import AirflowRuntimeError
 
-        extra = Variable.get(params["tenants_variable"], deserialize_json=True)
+        try:
+            extra = Variable.get(params["tenants_variable"], deserialize_json=True)
+        except (KeyError, ValueError, AirflowRuntimeError) as exc:  # missing, or not JSON: name the Variable
+            raise ValueError(f"tenants_variable: Variable {params['tenants_variable']!r} is missing or not JSON "
+                             f"({type(exc).__name__})") from None
         if not isinstance(extra, list) or not all(isinstance(t, str) for t in extra):
             raise ValueError(f"Variable {params['tenants_variable']} must hold a JSON list of tenant names")
         tenants += extra

@@ -36,3 +36,9 @@ def test_the_plan_names_what_to_fix_before_any_tenant_starts(rollout, form, reas
     assert not [t for t, s in result.task_states.items() if ".cutover" in t and s not in ("skipped", "upstream_failed")]
     summary = result.xcom("summary", key="summary")
     assert reason in summary["refusal"], summary
+
+
+def test_a_missing_tenants_variable_is_named(rollout):
+    result = run_dag(rollout, {"tenants": ["acme"], "tenants_variable": "nexus_no_such_fleet"})
+    assert result.state == "failed" and result.state_of("plan") == "failed"
+    assert "Variable 'nexus_no_such_fleet' is missing or not JSON" in result.xcom("summary", key="summary")["refusal"]
