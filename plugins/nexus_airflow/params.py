@@ -90,9 +90,9 @@ APPROVAL_MODES = ("per_tenant", "per_wave")
 USER_NAME_PATTERN = r"^[A-Za-z0-9_.@+-]{1,128}$"
 #: Who may answer a confirmation, shared by the cutover's form and the rollout's (one definition).
 APPROVAL_FIELDS: dict[str, Field] = {
-    "approvers": Field([], "Approvers", "Airflow user names allowed to answer the writer-stop confirmation; the "
-                       "user who triggered the run (or its rollout) is not one of them unless allow_self_approval "
-                       "is set. Empty: anyone allowed by the auth manager.",
+    "approvers": Field([], "Approvers", "Airflow user names allowed to answer the run's confirmations (writer "
+                       "stop, and a manual host start); the user who triggered the run (or its rollout) is not one "
+                       "of them unless allow_self_approval is set. Empty: anyone allowed by the auth manager.",
                        {"type": "array", "items": {"type": "string", "pattern": USER_NAME_PATTERN}, "uniqueItems": True},
                        lambda v: tuple(v or ())),
     "allow_self_approval": Field(False, "Allow self-approval", "With approvers: let the user who triggered the run "
