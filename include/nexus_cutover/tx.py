@@ -27,8 +27,8 @@ Rules:
   by re-running the whole body in a new transaction (nothing is retried after a
   commit): a deadlock victim (the server already rolled the transaction back);
   a lock-wait timeout, where each attempt is idempotent (a materialization
-  batch); a duplicate key, where the protocol allocates ids as ``MAX()+1`` or
-  inserts if absent. One backoff for all: jittered, doubling from 2 ms to at
+  batch); a duplicate key, where an id allocated from the greatest id in use
+  (:mod:`nexus_cutover.runtime.tx`) lost a race or a row is inserted if absent. One backoff for all: jittered, doubling from 2 ms to at
   most 0.5 s; attempts are bounded by the deadline and :data:`MAX_ATTEMPTS`.
 * **Deadline.** Every lock wait is bounded by what is left of the caller's
   :class:`~nexus_cutover.db.Deadline` (and by ``lock_wait_s`` per attempt);

@@ -39,7 +39,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from sqlalchemy import Connection, Engine, and_, func, insert, or_, select, update
+from sqlalchemy import Column, Connection, Engine, and_, func, insert, or_, select, update
 
 from nexus_cutover import catalog
 from nexus_cutover import tx as policy
@@ -53,7 +53,7 @@ from nexus_cutover.runtime.activation import active_packs
 from nexus_cutover.runtime.fences import FenceView, fences_in_force
 from nexus_cutover.runtime.model import Input, Routing
 from nexus_cutover.runtime.registry import default_process_id, heartbeat, mark_stopped, register
-from nexus_cutover.runtime.tx import allocate_ids, allocate_ordinals, run_in_pack_transaction
+from nexus_cutover.runtime.tx import allocate_ordinals, run_in_pack_transaction
 from nexus_cutover.schema import has_column
 
 log = logging.getLogger(__name__)
@@ -368,6 +368,11 @@ def _claimable(now: dt.datetime, worker_id: str):
     )
 
 
+def allocate_table_id(conn: Connection, key: Column) -> int:
+    """``MAX()+1`` of the whole table: how the old runtime allocates ids (the new one uses per-pack id shards)."""
+    return (conn.execute(select(func.max(key))).scalar() or 0) + 1
+
+
 def _old_admit(conn: Connection, namespace: str, pack: str, inputs: list[Input], receipt_keys: Iterable[tuple[str, str]]) -> int:
     """Old-style admission of ``inputs`` under the pack lock; returns how many Events were created."""
     now = utcnow()
@@ -383,7 +388,7 @@ def _old_admit(conn: Connection, namespace: str, pack: str, inputs: list[Input],
             continue
         identity = item.identity(pack)
         ordinal = allocate_ordinals(conn, pack, 0, 1)
-        event_id = allocate_ids(conn, Event.c.EventId, 1)
+        event_id = allocate_table_id(conn, Event.c.EventId)
         conn.execute(
             insert(Event).values(
                 EventId=event_id,
@@ -430,7 +435,7 @@ def _old_coalesce(conn: Connection, namespace: str, identity: ProjectionIdentity
             return
     conn.execute(
         insert(WorkItem).values(
-            WorkId=allocate_ids(conn, WorkItem.c.WorkId, 1),
+            WorkId=allocate_table_id(conn, WorkItem.c.WorkId),
             Namespace=namespace,
             WorkClass=catalog.WORK_CLASS_PROJECTION,
             **identity.as_values(),

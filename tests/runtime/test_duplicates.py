@@ -33,14 +33,14 @@ def test_duplicate_at_or_below_cutoff_is_acknowledged_without_interpreting_histo
 
 
 def test_duplicate_above_cutoff_with_coverage_is_acknowledged_even_when_skipped_or_terminal(range_engine, tenant):
-    admit_batch(range_engine, PACK, [inp("a", "1"), inp("a", "2")])
-    claimed = claim_work(range_engine, 1, "w")
+    (work_id,) = admit_batch(range_engine, PACK, [inp("a", "1"), inp("a", "2")]).created_work_ids
+    claimed = claim_work(range_engine, work_id, "w")
     assert complete(range_engine, claimed)
     with range_engine.begin() as conn:  # the test (not the runtime) marks a member skipped
         conn.execute(update(Event).where(Event.c.ReceiptId == "1").values(Status="skipped"))
     before = history_checksum(range_engine)
     result = admit_batch(range_engine, PACK, [inp("a", "1"), inp("a", "2")])
-    assert [(d.reason, d.work_id) for d in result.duplicates] == [("covered", 1), ("covered", 1)]
+    assert [(d.reason, d.work_id) for d in result.duplicates] == [("covered", work_id), ("covered", work_id)]
     assert history_checksum(range_engine) == before
 
 
@@ -76,8 +76,9 @@ def test_duplicate_above_cutoff_without_coverage_is_an_explicit_error_and_nothin
 
 def test_mixed_duplicates_in_one_batch(range_engine):
     range_tenant(range_engine, build=_legacy_and_orphan)
-    admit_batch(range_engine, PACK, [inp("a", "new-1"), inp("b", "new-2")])
-    claim_work(range_engine, 2, "w")  # generation of a, claimed: its inputs stay covered
+    created = admit_batch(range_engine, PACK, [inp("a", "new-1"), inp("b", "new-2")])
+    lane_a = next(a.work_id for a in created.admitted if a.source_lane == "a")
+    assert claim_work(range_engine, lane_a, "w")  # generation of a, claimed: its inputs stay covered
     result = admit_batch(range_engine, PACK, [inp("a", "r-2"), inp("a", "new-1"), inp("a", "new-3"), inp("b", "new-2"), inp("a", "new-3")])
     reasons = sorted((d.receipt_id, d.reason) for d in result.duplicates)
     assert reasons == [("new-1", "covered"), ("new-2", "covered"), ("new-3", "covered"), ("r-2", "at_or_below_cutoff")]

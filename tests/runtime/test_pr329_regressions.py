@@ -61,18 +61,18 @@ def test_regression_1_scenario_built_ranges_with_shuffled_clock(range_engine):
 
 
 def test_membership_ignores_event_status_and_retained_terminal_history(range_engine, tenant):
-    admit_batch(range_engine, PACK, [inp("a", "1"), inp("a", "2")])
-    old = claim_work(range_engine, 1, "w1")
+    (old_id,) = admit_batch(range_engine, PACK, [inp("a", "1"), inp("a", "2")]).created_work_ids
+    old = claim_work(range_engine, old_id, "w1")
     assert complete(range_engine, old)
-    admit_batch(range_engine, PACK, [inp("a", "3"), inp("a", "4")])
-    new = claim_work(range_engine, 2, "w1")
+    (new_id,) = admit_batch(range_engine, PACK, [inp("a", "3"), inp("a", "4")]).created_work_ids
+    new = claim_work(range_engine, new_id, "w1")
     assert retry_or_fail(range_engine, new, retry_in_s=0) == "retry"
     with range_engine.begin() as conn:  # statuses that a status-based reader would have misread
         conn.execute(update(Event).where(Event.c.ReceiptId == "2").values(Status="pending"))
         conn.execute(update(Event).where(Event.c.ReceiptId == "3").values(Status="skipped"))
         conn.execute(update(Event).where(Event.c.ReceiptId == "4").values(Status="processed"))
-    assert payload_receipts(range_engine, 1) == ["1", "2"]
-    assert payload_receipts(range_engine, 2) == ["3", "4"]
+    assert payload_receipts(range_engine, old_id) == ["1", "2"]
+    assert payload_receipts(range_engine, new_id) == ["3", "4"]
 
 
 def test_regression_2_duplicate_of_a_lost_generation_reconstructs_no_task(range_engine, tenant):

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import text
 
 from nexus_cutover.identity import ProjectionIdentity
+from nexus_cutover.runtime.admission import admit_batch
 from nexus_cutover.runtime.claim import claim_candidates_query
 from nexus_cutover.runtime.duplicates import existing_events_query
 from nexus_cutover.runtime.generations import (
@@ -21,7 +22,9 @@ from nexus_cutover.runtime.generations import (
     latest_generations_query,
     previous_generation_query,
 )
+from nexus_cutover.runtime.model import Input
 from nexus_cutover.runtime.payload import payload_query
+from nexus_cutover.runtime.tx import next_ids_query
 
 from .support import NS, range_tenant
 
@@ -70,6 +73,12 @@ def test_hot_queries_use_the_source_lane_and_projection_order_indexes(mysql_rang
     union = _explain(engine, latest_generations_query([ident, other]))
     derived = [r for r in union if r["table"] == "_System_WorkItem"]
     assert len(derived) == 2 and all(r["key"] == "ix_WorkItem_ProjectionOrder" and r["type"] == "range" for r in derived), union
+    # The id shard's next ids: MAX over a primary-key range, answered by one index dive at plan time.
+    dives = ("Select tables optimized away", "No matching min/max row")
+    for _ in ("an empty shard", "a used shard"):
+        id_reads = [r for r in _explain(engine, next_ids_query("pk-1")) if r["select_type"] == "SUBQUERY"]
+        assert len(id_reads) == 2 and all(r["Extra"] in dives for r in id_reads), id_reads
+        admit_batch(engine, "pk-1", [Input("lane-000", "fresh", "{}")])
     (payload,) = _explain(engine, payload_query(ident, mid, mid + INPUTS - 1))
     assert int(payload["rows"]) <= 2 * INPUTS, payload  # the generation's inputs, not the lane's history
 

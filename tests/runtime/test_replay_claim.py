@@ -22,25 +22,25 @@ def _event_status(engine, event_id):
 
 
 def test_replay_starts_at_its_new_event_and_absorbs_later_inputs_until_claimed(range_engine, tenant):
-    admit_batch(range_engine, PACK, [inp("a", "1"), inp("a", "2")])
-    claimed = claim_work(range_engine, 1, "w")
+    (first,) = admit_batch(range_engine, PACK, [inp("a", "1"), inp("a", "2")]).created_work_ids
+    claimed = claim_work(range_engine, first, "w")
     with pytest.raises(ReplayRefused, match="only terminal work"):
-        replay(range_engine, 1)
+        replay(range_engine, first)
     assert complete(range_engine, claimed)
-    result = replay(range_engine, 1)
+    result = replay(range_engine, first)
     assert result.ordinal == 3
     admit_batch(range_engine, PACK, [inp("a", "3"), inp("b", "x")])
     admit_batch(range_engine, PACK, [inp("a", "4")])
     gens = {g.WorkId: g for g in range_generations(range_engine)}
     rg = gens[result.work_id]
-    assert (rg.InputStartOrdinal, rg.LaneOrdinal, rg.ReplayOfWorkId) == (3, 6, 1)
-    assert payload_receipts(range_engine, result.work_id) == ["replay:1:3", "3", "4"]
+    assert (rg.InputStartOrdinal, rg.LaneOrdinal, rg.ReplayOfWorkId) == (3, 6, first)
+    assert payload_receipts(range_engine, result.work_id) == [f"replay:{first}:3", "3", "4"]
     replay_event = [e for e in all_events(range_engine) if e.EventId == result.event_id][0]
-    assert replay_event.ReplayOfWorkId == 1 and replay_event.EnqueueOrdinal == 3
+    assert replay_event.ReplayOfWorkId == first and replay_event.EnqueueOrdinal == 3
     claim_work(range_engine, result.work_id, "w")
     admit_batch(range_engine, PACK, [inp("a", "5")])
-    assert payload_receipts(range_engine, result.work_id) == ["replay:1:3", "3", "4"]
-    assert payload_receipts(range_engine, 1) == ["1", "2"]  # the replayed generation is untouched
+    assert payload_receipts(range_engine, result.work_id) == [f"replay:{first}:3", "3", "4"]
+    assert payload_receipts(range_engine, first) == ["1", "2"]  # the replayed generation is untouched
     assert_membership(range_engine)
 
 
@@ -67,11 +67,11 @@ def test_claim_sets_processing_on_the_selected_event_and_is_exclusive(range_engi
 
 
 def test_expired_lease_is_reclaimed_as_a_retry(range_engine, tenant):
-    admit_batch(range_engine, PACK, [inp("a", "1")])
-    first = claim_work(range_engine, 1, "w1")
+    (work_id,) = admit_batch(range_engine, PACK, [inp("a", "1")]).created_work_ids
+    first = claim_work(range_engine, work_id, "w1")
     with range_engine.begin() as conn:
         conn.execute(update(WorkItem).values(LeaseExpiresAt=dt.datetime(2000, 1, 1)))
-    second = claim_work(range_engine, 1, "w2")
+    second = claim_work(range_engine, work_id, "w2")
     assert second.attempt == 1 and second.lease_owner == "w2"
     assert not complete(range_engine, first)  # the old lease holder cannot complete
     admit_batch(range_engine, PACK, [inp("a", "2")])
@@ -79,22 +79,22 @@ def test_expired_lease_is_reclaimed_as_a_retry(range_engine, tenant):
 
 
 def test_retry_until_max_attempts_then_failed(range_engine, tenant):
-    admit_batch(range_engine, PACK, [inp("a", "1")])
+    (work_id,) = admit_batch(range_engine, PACK, [inp("a", "1")]).created_work_ids
     statuses = []
     for _ in range(3):
-        claimed = claim_work(range_engine, 1, "w")
+        claimed = claim_work(range_engine, work_id, "w")
         statuses.append(retry_or_fail(range_engine, claimed, retry_in_s=0, max_attempts=3))
     assert statuses == ["retry", "retry", "failed"]
-    assert claim_work(range_engine, 1, "w") is None
+    assert claim_work(range_engine, work_id, "w") is None
     (gen,) = range_generations(range_engine)
     assert (gen.Status, gen.Attempt) == ("failed", 3)
 
 
 def test_retry_not_due_is_not_claimed(range_engine, tenant):
-    admit_batch(range_engine, PACK, [inp("a", "1")])
-    claimed = claim_work(range_engine, 1, "w")
+    (work_id,) = admit_batch(range_engine, PACK, [inp("a", "1")]).created_work_ids
+    claimed = claim_work(range_engine, work_id, "w")
     assert retry_or_fail(range_engine, claimed, retry_in_s=3600) == "retry"
-    assert claim_work(range_engine, 1, "w") is None
+    assert claim_work(range_engine, work_id, "w") is None
 
 
 def test_claim_next_keeps_per_identity_order_and_skips_old_work(range_engine):

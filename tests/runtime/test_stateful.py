@@ -23,7 +23,7 @@ from nexus_cutover.runtime.admission import admit_batch
 from nexus_cutover.runtime.claim import claim_work, complete, retry_or_fail
 from nexus_cutover.runtime.payload import load_payloads
 from nexus_cutover.runtime.replay import replay
-from nexus_cutover.runtime.tx import allocate_ids
+from nexus_sim.old_runtime import allocate_table_id
 from nexus_sim.scenario.builder import BASE_TIME
 
 from .support import NS, assert_membership, inp
@@ -66,7 +66,7 @@ def _setup_pack(engine, pack):
         for o in range(1, LEGACY + 1):
             conn.execute(
                 insert(catalog.Event).values(
-                    EventId=allocate_ids(conn, catalog.Event.c.EventId, 1),
+                    EventId=allocate_table_id(conn, catalog.Event.c.EventId),
                     Namespace=NS,
                     PackInstallId=pack,
                     EventKind="contact.changed",

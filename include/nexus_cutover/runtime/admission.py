@@ -83,7 +83,7 @@ def _admit(conn: Connection, pack_install_id: str, inputs: Sequence[Input]) -> A
         return result
     now = utcnow()
     first_ordinal = allocate_ordinals(conn, pack_install_id, ctx.protocol.legacy_max_ordinal, len(fresh))
-    first_event_id, next_work_id = allocate_event_and_work_ids(conn)
+    first_event_id, next_work_id = allocate_event_and_work_ids(conn, pack_install_id, len(fresh), len(fresh))
     by_identity = _insert_events(conn, ctx, fresh, first_ordinal, first_event_id, now)
     _write_generations(conn, ctx, by_identity, next_work_id, now, result)
     _cover_repeated(repeated, result)

@@ -63,7 +63,7 @@ def replay(engine: Engine, work_id: int, *, payload: str | None = None, deadline
         ctx = pack_context(conn, pack_install_id)
         identity = of_row(current)
         ordinal = allocate_ordinals(conn, pack_install_id, ctx.protocol.legacy_max_ordinal, 1)
-        event_id = allocate_ids(conn, Event.c.EventId, 1)
+        event_id = allocate_ids(conn, Event.c.EventId, pack_install_id)
         now = utcnow()
         conn.execute(
             insert(Event).values(
@@ -78,7 +78,7 @@ def replay(engine: Engine, work_id: int, *, payload: str | None = None, deadline
                 ReceivedAt=now,
             )
         )
-        new_work_id = allocate_ids(conn, WorkItem.c.WorkId, 1)
+        new_work_id = allocate_ids(conn, WorkItem.c.WorkId, pack_install_id)
         create_generations(conn, [generation_row(
             work_id=new_work_id,
             namespace=ctx.namespace,

@@ -10,12 +10,22 @@ Invariants:
   (``pack/<PackInstallId>``, a point lock taken first). It serializes fresh
   ingress, replay and old-style admission of one pack; the ordinal allocator
   row is also read FOR UPDATE.
-* ``EventId`` / ``WorkId`` are plain BIGINT keys with no allocator table: they
-  are allocated as ``MAX()+1`` (a one-row read at the end of the primary key)
-  inside the transaction. Two packs admitting at once hold different pack locks
-  and may pick the same id; the loser gets a duplicate-key error and the whole
-  transaction is retried from the start (as are deadlock victims), within the
-  caller's :class:`~nexus_cutover.db.Deadline`. Nothing is retried after a commit.
+* ``EventId`` / ``WorkId`` are plain BIGINT keys with no allocator table. The
+  rows a pack writes take their ids from the pack's own **id shard**, a range of
+  2**40 ids picked by a stable hash of the PackInstallId (shards 1..8191; shard 0,
+  below 2**40, is where the legacy runtime's ids live): the next id is the
+  shard's greatest id + 1, one indexed read at the end of that primary-key
+  range, under the pack lock. So two packs admitting at once do not pick the
+  same ids (the ``MAX()+1`` of the whole table, which every pack shared, made
+  them collide on every concurrent batch), and on TiDB their inserts land in
+  different key ranges instead of one hot region (what AUTO_RANDOM's shard bits
+  do). Ids stay below 2**53, exact in JSON and JavaScript. Ids are unique, never
+  an order: nothing reads "latest" from them.
+* A collision is still possible (two packs whose hashes share a shard, or a
+  writer outside this protocol taking ``MAX()+1`` of the table): the loser gets
+  a duplicate-key error and the whole transaction is retried from the start (as
+  are deadlock victims), within the caller's :class:`~nexus_cutover.db.Deadline`.
+  Nothing is retried after a commit.
 * Ordinals come from ``_System_EnqueueOrdinal`` under the pack lock: positive,
   strictly increasing, never reused, and always above the given floor
   (``LegacyMaxOrdinal``).
@@ -23,10 +33,11 @@ Invariants:
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from typing import TypeVar
 
-from sqlalchemy import Column, Connection, Engine, func, insert, select, update
+from sqlalchemy import Column, Connection, Engine, Select, func, insert, select, update
 
 from .. import catalog
 from .. import tx as policy
@@ -34,7 +45,7 @@ from ..db import Deadline
 
 T = TypeVar("T")
 
-#: Runtime transactions retry deadlock victims and lost ``MAX()+1`` id races.
+#: Runtime transactions retry deadlock victims and lost id races.
 RUNTIME_RETRY = policy.Retry.DEADLOCK | policy.Retry.DUPLICATE_KEY
 
 
@@ -57,21 +68,46 @@ def run_in_pack_transaction(
     return run_transaction(engine, body, what=what, deadline=deadline, lock_names=[catalog.pack_lock_name(pack_install_id)])
 
 
-def allocate_ids(conn: Connection, key: Column, count: int) -> int:
-    """The first of ``count`` fresh ids of ``key``'s table (``MAX()+1``; conflicts retried by the caller)."""
-    last = conn.execute(select(func.max(key))).scalar()
-    return (last or 0) + 1 if count else 0
+#: Bits of an id below its shard number: 2**40 ids per pack; shards 1..8191 keep every id below 2**53.
+ID_SHARD_BITS = 40
+ID_SHARDS = 2**13
 
 
-def allocate_event_and_work_ids(conn: Connection) -> tuple[int, int]:
-    """The next free EventId and WorkId in one statement (``MAX()+1`` of each primary key)."""
-    row = conn.execute(
-        select(
-            select(func.max(catalog.Event.c.EventId)).scalar_subquery(),
-            select(func.max(catalog.WorkItem.c.WorkId)).scalar_subquery(),
-        )
-    ).one()
-    return (row[0] or 0) + 1, (row[1] or 0) + 1
+def id_shard(pack_install_id: str) -> int:
+    """The pack's id shard, 1..8191: a stable hash of the PackInstallId (the same in every process and release)."""
+    return 1 + zlib.crc32(pack_install_id.encode()) % (ID_SHARDS - 1)
+
+
+def _shard_range(pack_install_id: str) -> tuple[int, int]:
+    low = id_shard(pack_install_id) << ID_SHARD_BITS
+    return low, low + (1 << ID_SHARD_BITS) - 1
+
+
+def _next_in_shard(key: Column, pack_install_id: str):
+    low, high = _shard_range(pack_install_id)
+    return select(func.coalesce(func.max(key), low) + 1).where(key.between(low, high)).scalar_subquery()
+
+
+def _checked(first: int, count: int, pack_install_id: str) -> int:
+    if first + count - 1 > _shard_range(pack_install_id)[1]:
+        raise RuntimeError(f"pack {pack_install_id!r} used up its id shard {id_shard(pack_install_id)}")
+    return first
+
+
+def allocate_ids(conn: Connection, key: Column, pack_install_id: str, count: int = 1) -> int:
+    """The first of ``count`` fresh ids of ``key``'s table in the pack's id shard (under the pack lock)."""
+    return _checked(conn.execute(select(_next_in_shard(key, pack_install_id))).scalar_one(), count, pack_install_id)
+
+
+def next_ids_query(pack_install_id: str) -> Select:
+    """The next free EventId and WorkId of the pack's id shard: two reads at the end of a primary-key range."""
+    return select(_next_in_shard(catalog.Event.c.EventId, pack_install_id), _next_in_shard(catalog.WorkItem.c.WorkId, pack_install_id))
+
+
+def allocate_event_and_work_ids(conn: Connection, pack_install_id: str, events: int, works: int) -> tuple[int, int]:
+    """The first of ``events`` EventIds and of ``works`` WorkIds of the pack's id shard, in one statement (under the pack lock)."""
+    row = conn.execute(next_ids_query(pack_install_id)).one()
+    return _checked(row[0], events, pack_install_id), _checked(row[1], works, pack_install_id)
 
 
 def allocate_ordinals(conn: Connection, pack_install_id: str, floor: int, count: int) -> int:
