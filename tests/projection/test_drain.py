@@ -212,12 +212,11 @@ def test_drain_queries_use_the_state_index(mysql_url):
         sc.write(eng)
         with eng.connect() as conn:
             conn.execute(text("ANALYZE TABLE `_System_WorkItem`"))
-            for status in catalog.WORK_LIVE_STATUSES:
-                stmt = (
-                    drain.select(drain.func.count())
-                    .select_from(catalog.WorkItem)
-                    .where(drain._old_work("acme", status, True))
-                )
+            counts = drain.live_counts_statement("acme", True)
+            for stmt in [counts] + [
+                drain.select(drain.func.count()).select_from(catalog.WorkItem).where(drain._old_work("acme", status, True))
+                for status in catalog.WORK_LIVE_STATUSES
+            ]:
                 compiled = stmt.compile(eng, compile_kwargs={"literal_binds": True})
                 plan = conn.execute(text(f"EXPLAIN {compiled}")).mappings().all()
                 assert plan[0]["key"] == "ix_WorkItem_State", plan

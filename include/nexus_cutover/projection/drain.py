@@ -137,32 +137,56 @@ class DrainReport:
         }
 
 
-def _old_work(namespace: str, status: str, range_column: bool):
-    """The WHERE clause of old projection work in ``status``: an equality prefix of ix_WorkItem_State."""
+def _old_work(namespace: str, status: str | tuple[str, ...], range_column: bool):
+    """The WHERE clause of old projection work in ``status`` (one, or several): a prefix of ix_WorkItem_State."""
     clause = and_(
         WorkItem.c.Namespace == namespace,
         WorkItem.c.WorkClass == catalog.WORK_CLASS_PROJECTION,
-        WorkItem.c.Status == status,
+        WorkItem.c.Status == status if isinstance(status, str) else WorkItem.c.Status.in_(status),
     )
     if range_column:
         clause = and_(clause, catalog.INPUT_START_ORDINAL.column.is_(None))
     return clause
 
 
-def live_old_processes(conn: Connection, namespace: str, role: str, *, stale_heartbeat: dt.timedelta, now: dt.datetime) -> list[str]:
-    """ProcessIds of the namespace's live (:func:`~nexus_cutover.liveness.live_clause`) old-protocol ``role`` processes."""
+def live_counts_statement(namespace: str, range_column: bool):
+    """Old projection work of the namespace per live status, in one statement (ranges on ix_WorkItem_State)."""
+    return (
+        select(WorkItem.c.Status, func.count())
+        .where(_old_work(namespace, catalog.WORK_LIVE_STATUSES, range_column))
+        .group_by(WorkItem.c.Status)
+    )
+
+
+#: Most live processes listed per role (a namespace has a handful; the cap bounds a runaway registry).
+PROCESS_LIST_LIMIT = 1000
+
+
+def live_old_processes_by_role(
+    conn: Connection, namespace: str, roles: tuple[str, ...], *, stale_heartbeat: dt.timedelta, now: dt.datetime
+) -> dict[str, list[str]]:
+    """Role -> ProcessIds (sorted) of the namespace's live old-protocol processes of ``roles``, in one statement."""
     rows = conn.execute(
-        select(ProcessRegistry.c.ProcessId)
+        select(ProcessRegistry.c.Role, ProcessRegistry.c.ProcessId)
         .where(
             ProcessRegistry.c.Namespace == namespace,
-            ProcessRegistry.c.Role == role,
+            ProcessRegistry.c.Role.in_(roles),
             ProcessRegistry.c.ProjectionProtocol == catalog.PROTOCOL_OLD,
             live_clause(now, stale_heartbeat),
         )
-        .order_by(ProcessRegistry.c.ProcessId)
-        .limit(1000)
+        .order_by(ProcessRegistry.c.Role, ProcessRegistry.c.ProcessId)
+        .limit(PROCESS_LIST_LIMIT * len(roles))
     ).all()
-    return [r[0] for r in rows]
+    by_role: dict[str, list[str]] = {role: [] for role in roles}
+    for role, process_id in rows:
+        if len(by_role[role]) < PROCESS_LIST_LIMIT:
+            by_role[role].append(process_id)
+    return by_role
+
+
+def live_old_processes(conn: Connection, namespace: str, role: str, *, stale_heartbeat: dt.timedelta, now: dt.datetime) -> list[str]:
+    """ProcessIds of the namespace's live (:func:`~nexus_cutover.liveness.live_clause`) old-protocol ``role`` processes."""
+    return live_old_processes_by_role(conn, namespace, (role,), stale_heartbeat=stale_heartbeat, now=now)[role]
 
 
 def live_old_projection_workers(conn: Connection, namespace: str, *, stale_heartbeat: dt.timedelta, now: dt.datetime) -> list[str]:
@@ -239,8 +263,9 @@ def _look(
     if range_column is None:
         range_column = has_column(conn, catalog.INPUT_START_ORDINAL)
     counts = _live_counts(conn, namespace, range_column)
-    workers = live_old_projection_workers(conn, namespace, stale_heartbeat=stale_heartbeat, now=now)
-    resolvers = live_old_dependency_resolvers(conn, namespace, stale_heartbeat=stale_heartbeat, now=now)
+    roles = (catalog.ROLE_PROJECTION_WORKER, catalog.ROLE_DEPENDENCY_RESOLVER)
+    live = live_old_processes_by_role(conn, namespace, roles, stale_heartbeat=stale_heartbeat, now=now)
+    workers, resolvers = live[roles[0]], live[roles[1]]
     report = DrainReport(namespace, now, deadline, counts, workers, resolvers)
     report.timed_out = now >= deadline and not report.drained
     blockers = _Blockers(conn, report, range_column, sample_limit)
@@ -253,11 +278,10 @@ def _look(
 
 
 def _live_counts(conn: Connection, namespace: str, range_column: bool) -> dict[str, int]:
-    """Old projection work of the namespace by live status (one count each)."""
-    counts = {}
-    for status in catalog.WORK_LIVE_STATUSES:
-        where = _old_work(namespace, status, range_column)
-        counts[status] = int(conn.execute(select(func.count()).select_from(WorkItem).where(where)).scalar_one())
+    """Old projection work of the namespace by live status (every live status present, 0 when none)."""
+    counts = dict.fromkeys(catalog.WORK_LIVE_STATUSES, 0)
+    for status, total in conn.execute(live_counts_statement(namespace, range_column)):
+        counts[status] = int(total)
     return counts
 
 
