@@ -6,7 +6,7 @@ copied here. The tasks live in ``nexus_airflow.rollout_tasks`` (the invariants a
 its docstring); this file declares the flow: ``plan`` >> wave 0 (the canary) >>
 wave 1 >> ... >> ``summary``, each wave ``open`` >> (``cutover`` per lane,
 ``confirm``) >> ``close``. The DAG declares ``MAX_WAVES`` wave groups; those past
-the plan's last wave are skipped.
+the plan's last wave are skipped by ``plan``, at once.
 """
 
 from __future__ import annotations
@@ -50,12 +50,16 @@ running tenants before their checkpoints (their fences stay armed and are report
 
 
 @task
-def plan(params: dict[str, Any] | None = None, run_id: str | None = None, dag_run=None, ti=None) -> int:
-    """The waves and every tenant's trigger (XCom ``rollout``); refuses bad input before any tenant starts."""
+def plan(params: dict[str, Any] | None = None, run_id: str | None = None, dag_run=None, ti=None) -> None:
+    """The waves and every tenant's trigger (XCom ``rollout``); refuses bad input before any tenant starts.
+
+    Skips the wave groups past the last planned wave at once (one call, so a small rollout does not wait for
+    a skip to travel through every unused wave)."""
     import logging
 
-    from airflow.sdk.exceptions import AirflowFailException
+    from airflow.sdk.exceptions import AirflowFailException, DownstreamTasksSkipped
 
+    from nexus_airflow.rollout import unused_wave_tasks
     from nexus_airflow.rollout_tasks import build_plan
 
     log = logging.getLogger("nexus.rollout")
@@ -69,7 +73,8 @@ def plan(params: dict[str, Any] | None = None, run_id: str | None = None, dag_ru
         log.info("wave %d (%s): %s", w["wave"], w["name"], ", ".join(w["tenants"]))
     for tenant, why in result["skipped"].items():
         log.info("skipped %s: %s", tenant, why)
-    return len(result["waves"])
+    if unused := unused_wave_tasks(len(result["waves"])):
+        raise DownstreamTasksSkipped(tasks=unused)
 
 
 @task
@@ -133,7 +138,8 @@ with DAG(
                               description=f"Applied to every tenant's run; allowed keys: {', '.join(SHARED_FIELDS)}."),
     },
 ) as dag:
-    previous = plan()
+    planned = previous = plan()
+    closes = []
     for k in range(MAX_WAVES):
         with TaskGroup(wave_group(k)):
             lanes = open_wave.override(task_id="open")(k)
@@ -141,7 +147,9 @@ with DAG(
                                                max_active_tis_per_dagrun=MAX_PARALLEL_CAP).expand_kwargs(lanes)
             confirm = WaveConfirmOperator(task_id="confirm", wave=k)
             closed = close_wave.override(task_id="close")(k)
-            previous >> lanes
+            # Every wave also hangs off plan directly: a refused plan fails every wave in one step, not 20.
+            ([planned] if previous is planned else [planned, previous]) >> lanes
             lanes >> [cutover, confirm] >> closed
         previous = closed
-    previous >> summary()
+        closes.append(closed)
+    closes >> summary()  # every wave, not only the last: unused ones are skipped before the first one ends

@@ -31,6 +31,7 @@ SUMMARY_KEY = "summary"
 PLAN_TASK = "plan"
 SUMMARY_TASK = "summary"
 #: Each wave group's tasks: open (its lanes), cutover (mapped per lane), confirm (per-wave question), close.
+WAVE_TASKS = ("open", "cutover", "confirm", "close")
 CLOSE_TASK = "close"
 CONTROL_ACTIONS = ("pause", "resume", "cancel")
 #: Most waves of one rollout (the DAG declares this many wave groups; unused ones are skipped).
@@ -50,6 +51,11 @@ def wave_group(wave: int) -> str:
 def close_task(wave: int) -> str:
     """The task id of wave ``wave``'s ``close`` (its XCom ``wave`` is the wave's outcome)."""
     return f"{wave_group(wave)}.{CLOSE_TASK}"
+
+
+def unused_wave_tasks(planned_waves: int) -> list[str]:
+    """The task ids of every wave group past the plan's ``planned_waves`` (skipped by ``plan`` in one call)."""
+    return [f"{wave_group(k)}.{name}" for k in range(planned_waves, MAX_WAVES) for name in WAVE_TASKS]
 
 
 def control_variable(rollout_run_id: str) -> str:

@@ -75,21 +75,43 @@ def test_the_wave_question_shows_one_row_per_tenant_with_its_evidence_and_the_on
     assert "| `beta` | run failed (not in this question) |" in body
 
 
-def test_max_parallel_never_exceeds_the_tenant_runs_airflow_lets_run_at_once():
-    """A per-wave question needs every tenant of the wave running: the rollout's cap is the cutover DAG's
-    max_active_runs (more would leave tenants queued while the wave waits for them)."""
+def _dag(module: str):
     import importlib
     import pathlib
     import sys
 
-    from nexus_airflow.rollout_tasks import MAX_PARALLEL_CAP
-
     dags = str(pathlib.Path(__file__).resolve().parents[2] / "dags")
     sys.path.insert(0, dags)
     try:
-        cutover = importlib.import_module("connector_projection_cutover").dag
-        rollout = importlib.import_module("tenant_rollout").dag
+        return importlib.import_module(module).dag
     finally:
         sys.path.remove(dags)
+
+
+def test_max_parallel_never_exceeds_the_tenant_runs_airflow_lets_run_at_once():
+    """A per-wave question needs every tenant of the wave running: the rollout's cap is the cutover DAG's
+    max_active_runs (more would leave tenants queued while the wave waits for them)."""
+    from nexus_airflow.rollout_tasks import MAX_PARALLEL_CAP
+
+    cutover, rollout = _dag("connector_projection_cutover"), _dag("tenant_rollout")
     assert cutover.max_active_runs == MAX_PARALLEL_CAP
     assert rollout.params.get_param("max_parallel").schema["maximum"] == MAX_PARALLEL_CAP
+
+
+def test_plan_skips_exactly_the_unused_wave_groups_and_summary_waits_for_every_wave():
+    """plan names the tasks of the waves past its last one (real task ids: a wrong id would skip nothing), each
+    wave's open hangs off plan directly (a refused plan fails every wave at once), and summary waits for every
+    wave's close (an unused last wave is skipped at once: summary must not run while wave 0 does)."""
+    from nexus_airflow.rollout import close_task, unused_wave_tasks, wave_group
+
+    dag = _dag("tenant_rollout")
+    assert unused_wave_tasks(MAX_WAVES) == []
+    for planned in (1, 3):
+        unused = set(unused_wave_tasks(planned))
+        used = {t for t in dag.task_ids if t.startswith("wave_") and int(t[5:7]) < planned}
+        assert unused <= set(dag.task_ids)
+        assert unused | used == {t for t in dag.task_ids if t.startswith("wave_")} and not unused & used
+    assert dag.get_task("summary").upstream_task_ids == {close_task(k) for k in range(MAX_WAVES)}
+    for k in range(MAX_WAVES):
+        expected = {"plan"} | ({close_task(k - 1)} if k else set())
+        assert dag.get_task(f"{wave_group(k)}.open").upstream_task_ids == expected
