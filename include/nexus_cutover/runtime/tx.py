@@ -42,6 +42,7 @@ from sqlalchemy import Column, Connection, Engine, Select, func, insert, select,
 from .. import catalog
 from .. import tx as policy
 from ..db import Deadline
+from ..errors import CutoverError
 
 T = TypeVar("T")
 
@@ -90,7 +91,8 @@ def _next_in_shard(key: Column, pack_install_id: str):
 
 def _checked(first: int, count: int, pack_install_id: str) -> int:
     if first + count - 1 > _shard_range(pack_install_id)[1]:
-        raise RuntimeError(f"pack {pack_install_id!r} used up its id shard {id_shard(pack_install_id)}")
+        raise CutoverError(f"pack {pack_install_id!r} used up its id shard {id_shard(pack_install_id)} (2**40 ids): "
+                           "nothing written; a new pack incarnation gets a shard of its own")
     return first
 
 
