@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import insert, select
 
 from nexus_cutover.catalog import Event, WorkItem
+from nexus_cutover.errors import CutoverError
 from nexus_cutover.runtime.admission import admit_batch
 from nexus_cutover.runtime.claim import claim_work, complete
 from nexus_cutover.runtime.replay import replay
@@ -70,6 +71,23 @@ def test_a_foreign_row_inside_a_shard_is_stepped_over(range_engine):
         )
     admitted = admit_batch(range_engine, pack, [inp("a", "2"), inp("a", "3")]).admitted
     assert [a.event_id for a in admitted] == [next_event + 6, next_event + 7]
+
+
+def test_a_used_up_shard_is_a_clear_error_and_nothing_is_written(range_engine):
+    range_tenant(range_engine, packs=PACKS)
+    pack = PACKS[0]
+    top = ((id_shard(pack) + 1) << ID_SHARD_BITS) - 1
+    with range_engine.begin() as conn:  # a row at the very top of the pack's shard
+        conn.execute(
+            insert(Event).values(
+                EventId=top, Namespace="acme", PackInstallId=PACKS[1], EventKind="contact.changed", RouteVersion=1,
+                FlowVersion="1.0.0", WorkType="project", SourceLane="z", EnqueueOrdinal=0, ReceiptId="top", Status="processed",
+                Payload="{}", ReceivedAt=dt.datetime(2026, 1, 1),
+            )
+        )
+    with pytest.raises(CutoverError, match="used up its id shard .* nothing written"):
+        admit_batch(range_engine, pack, [inp("a", "1")])
+    assert _ids(range_engine, pack) == (set(), set())
 
 
 class _Retries(logging.Handler):
