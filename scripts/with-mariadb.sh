@@ -2,7 +2,8 @@
 # Run a command with NEXUS_TEST_MYSQL_URL pointing at a MySQL-protocol server.
 # If NEXUS_TEST_MYSQL_URL is already set (e.g. a real TiDB), use it as is;
 # otherwise start a throwaway MariaDB (temp datadir, own socket and port) and
-# stop it when the command ends, whatever its outcome.
+# stop it when the command ends, whatever its outcome. NEXUS_MARIADB_BUFFER_POOL sets its InnoDB buffer
+# pool (default 256M, what the tests use; `make bench` gives its server 2G, see docs/performance.md).
 set -euo pipefail
 if [ -n "${NEXUS_TEST_MYSQL_URL:-}" ]; then exec "$@"; fi
 
@@ -24,7 +25,7 @@ mariadb-install-db --no-defaults --datadir="$work/data" --user=root \
   || { cat "$work/install.log"; exit 1; }
 "$MARIADBD" --no-defaults --datadir="$work/data" --socket="$work/sock" --port="$port" \
   --bind-address=127.0.0.1 --user=root --pid-file="$work/pid" --log-error="$work/error.log" \
-  --innodb-buffer-pool-size=256M --max-connections=300 --skip-name-resolve &
+  --innodb-buffer-pool-size="${NEXUS_MARIADB_BUFFER_POOL:-256M}" --max-connections=300 --skip-name-resolve &
 for _ in $(seq 100); do
   mariadb-admin --no-defaults --socket="$work/sock" -uroot ping >/dev/null 2>&1 && break
   sleep 0.1
