@@ -13,7 +13,7 @@ deps:
 # production topology of `make stack` once for its tests: about 5 minutes on 2 cores.
 test: deps
 	$(BIN)/ruff check .
-	NEXUS_DB_REQUIRED=1 bash scripts/with-mariadb.sh $(BIN)/python -m pytest $(PYTEST_ARGS)
+	NEXUS_DB_REQUIRED=1 bash scripts/with-mariadb.sh $(BIN)/python -m pytest --durations=30 $(PYTEST_ARGS)
 	$(TIDB_TEST)
 
 # The locking, concurrency, checkpoint, fence, materialize and runtime suites again, MySQL only, with TiDB's
