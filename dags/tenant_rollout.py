@@ -107,6 +107,30 @@ def summary(run_id: str | None = None, ti=None) -> dict[str, Any]:
     return summarize(run_id, ti, logging.getLogger("nexus.rollout"))
 
 
+#: The form (set on the DAG after its tasks are declared: see the end of this file).
+ROLLOUT_PARAMS: dict[str, Param] = {
+    "tenants": Param(["demo"], type="array", items={"type": "string", "pattern": TENANT_PATTERN},
+                     uniqueItems=True, title="Tenants",
+                     description="Namespaces; each uses the connection nexus_tenant_<tenant>."),
+    "tenants_variable": Param("", type="string", title="Tenants Variable",
+                              description="An Airflow Variable holding a JSON list of more tenants (after `tenants`)."),
+    "canary": Param(1, type=["integer", "array"], title="Canary",
+                    description="The first N tenants, or a list of tenant names, run first as wave 0."),
+    "wave_size": Param(10, type="integer", minimum=1, maximum=500, title="Wave size"),
+    "max_parallel": Param(4, type="integer", minimum=1, maximum=MAX_PARALLEL_CAP, title="Max parallel tenants"),
+    "max_failed": Param(0, type="number", minimum=0, title="Failure budget per wave",
+                        description="A count (>= 1), or a fraction of the wave (< 1). Past it the rollout halts."),
+    "retry_failed": Param(False, type="boolean", title="Retry failed tenants",
+                          description="On a rerun, run again the tenants whose earlier cutover run failed."),
+    "approval": Param("per_tenant", type="string", enum=list(APPROVAL_MODES), title="Approval",
+                      description="per_tenant: each tenant's run asks; per_wave: one question per wave."),
+    "approvers": APPROVAL_FIELDS["approvers"].param(),
+    "allow_self_approval": APPROVAL_FIELDS["allow_self_approval"].param(),
+    "cutover_conf": Param({"host_controller": "manual"}, type="object", title="Per-tenant form fields",
+                          description=f"Applied to every tenant's run; allowed keys: {', '.join(SHARED_FIELDS)}."),
+}
+
+
 with DAG(
     dag_id=ROLLOUT_DAG,
     description=f"{CUTOVER_DAG} over a fleet of tenants: canary, waves, failure budget, approvals",
@@ -116,27 +140,6 @@ with DAG(
     doc_md=DOC,
     default_args={"retries": 0},
     tags=["nexus", "cutover", "rollout"],
-    params={
-        "tenants": Param(["demo"], type="array", items={"type": "string", "pattern": TENANT_PATTERN},
-                         uniqueItems=True, title="Tenants",
-                         description="Namespaces; each uses the connection nexus_tenant_<tenant>."),
-        "tenants_variable": Param("", type="string", title="Tenants Variable",
-                                  description="An Airflow Variable holding a JSON list of more tenants (after `tenants`)."),
-        "canary": Param(1, type=["integer", "array"], title="Canary",
-                        description="The first N tenants, or a list of tenant names, run first as wave 0."),
-        "wave_size": Param(10, type="integer", minimum=1, maximum=500, title="Wave size"),
-        "max_parallel": Param(4, type="integer", minimum=1, maximum=MAX_PARALLEL_CAP, title="Max parallel tenants"),
-        "max_failed": Param(0, type="number", minimum=0, title="Failure budget per wave",
-                            description="A count (>= 1), or a fraction of the wave (< 1). Past it the rollout halts."),
-        "retry_failed": Param(False, type="boolean", title="Retry failed tenants",
-                              description="On a rerun, run again the tenants whose earlier cutover run failed."),
-        "approval": Param("per_tenant", type="string", enum=list(APPROVAL_MODES), title="Approval",
-                          description="per_tenant: each tenant's run asks; per_wave: one question per wave."),
-        "approvers": APPROVAL_FIELDS["approvers"].param(),
-        "allow_self_approval": APPROVAL_FIELDS["allow_self_approval"].param(),
-        "cutover_conf": Param({"host_controller": "manual"}, type="object", title="Per-tenant form fields",
-                              description=f"Applied to every tenant's run; allowed keys: {', '.join(SHARED_FIELDS)}."),
-    },
 ) as dag:
     planned = previous = plan()
     closes = []
@@ -153,3 +156,6 @@ with DAG(
         previous = closed
         closes.append(closed)
     closes >> summary()  # every wave, not only the last: unused ones are skipped before the first one ends
+    # The form is set last: a task declared while the DAG has params deep-copies them all (80 tasks, half of this
+    # file's parse time). Airflow merges the DAG's params into every task's when it runs (process_params).
+    dag.params = ROLLOUT_PARAMS
