@@ -107,6 +107,9 @@ def runtime_figures(stdout: str) -> dict:
                         "admission_conflict_retries_per_batch": c["retries_per_batch_samples"]}}
 
 
+#: Keys of bench/results.json written by make bench-stack, kept when make bench rewrites the file.
+STACK_KEYS = ("stack", "stack_quick")
+
 STEPS = [
     Step("audit", "bench_audit.py", ("audit_vs_server_floor", "audit_peak_rss_mb", "audit_rss_growth_mb",
                                      "audit_growth_vs_floor_growth"),
@@ -305,6 +308,9 @@ def main() -> int:
     results["samples"] = {k: v for k, v in produced.get("samples", {}).items()}
     results["details"].pop("samples", None)
     results["missing"] = missing
+    # make bench-stack's figures (bench/bench_stack.py) live in the same file and are not remeasured here: keep them
+    previous = json.loads(args.out.read_text()) if args.out.exists() and args.out.stat().st_size else {}
+    results.update({k: previous[k] for k in STACK_KEYS if k in previous})
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2, sort_keys=True, default=str) + "\n")
     print(f"\n=== results ({results['mode']}, {results['machine']['cores']} cores, {results['machine']['server_version']}, "
