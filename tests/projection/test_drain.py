@@ -223,3 +223,16 @@ def test_drain_queries_use_the_state_index(mysql_url):
                 assert plan[0]["key"] == "ix_WorkItem_State", plan
     finally:
         eng.dispose()
+
+
+def test_a_runaway_count_of_one_role_never_hides_the_other_roles_processes(engine, monkeypatch):
+    """The one read of both roles is capped; when it comes back full, each role is read on its own."""
+    monkeypatch.setattr(drain, "PROCESS_LIST_LIMIT", 3)
+    sc = _scenario()
+    for i in range(7):  # sorts before projection_worker, and more than the whole capped read
+        sc.process(catalog.ROLE_DEPENDENCY_RESOLVER, process_id=f"r{i}")
+    sc.process(catalog.ROLE_PROJECTION_WORKER, process_id="w1")
+    sc.write(engine)
+    rep = _report(engine)
+    assert rep.live_old_workers == ["w1"]
+    assert rep.live_old_resolvers == ["r0", "r1", "r2"]

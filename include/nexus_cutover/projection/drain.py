@@ -165,18 +165,23 @@ PROCESS_LIST_LIMIT = 1000
 def live_old_processes_by_role(
     conn: Connection, namespace: str, roles: tuple[str, ...], *, stale_heartbeat: dt.timedelta, now: dt.datetime
 ) -> dict[str, list[str]]:
-    """Role -> ProcessIds (sorted) of the namespace's live old-protocol processes of ``roles``, in one statement."""
-    rows = conn.execute(
-        select(ProcessRegistry.c.Role, ProcessRegistry.c.ProcessId)
-        .where(
-            ProcessRegistry.c.Namespace == namespace,
-            ProcessRegistry.c.Role.in_(roles),
-            ProcessRegistry.c.ProjectionProtocol == catalog.PROTOCOL_OLD,
-            live_clause(now, stale_heartbeat),
+    """Role -> ProcessIds (sorted, at most :data:`PROCESS_LIST_LIMIT` each) of the namespace's live old-protocol
+    processes of ``roles``: one statement, unless it comes back full, when each role is read on its own (so a
+    runaway count of one role can never hide another role's processes)."""
+    t = ProcessRegistry
+
+    def live(*where):
+        return (
+            select(t.c.Role, t.c.ProcessId)
+            .where(t.c.Namespace == namespace, t.c.ProjectionProtocol == catalog.PROTOCOL_OLD, live_clause(now, stale_heartbeat),
+                   *where)
+            .order_by(t.c.Role, t.c.ProcessId)
         )
-        .order_by(ProcessRegistry.c.Role, ProcessRegistry.c.ProcessId)
-        .limit(PROCESS_LIST_LIMIT * len(roles))
-    ).all()
+
+    cap = PROCESS_LIST_LIMIT * len(roles)
+    rows = conn.execute(live(t.c.Role.in_(roles)).limit(cap)).all()
+    if len(rows) == cap and len(roles) > 1:
+        rows = [r for role in roles for r in conn.execute(live(t.c.Role == role).limit(PROCESS_LIST_LIMIT))]
     by_role: dict[str, list[str]] = {role: [] for role in roles}
     for role, process_id in rows:
         if len(by_role[role]) < PROCESS_LIST_LIMIT:
