@@ -232,19 +232,17 @@ _ITEM_COLUMNS = [
 ]
 
 
-def count_and_sample_statement(where, limit: int):
-    """The first ``limit`` items matching ``where`` (by WorkId), each carrying the exact total of matches.
-
-    One statement: the window count runs over every match before the LIMIT (no second COUNT round trip).
-    """
-    total = func.count().over().label("total")
-    return select(*_ITEM_COLUMNS, total).where(where).order_by(WorkItem.c.WorkId).limit(max(1, limit))
-
-
 def _count_and_sample(conn: Connection, where, limit: int) -> tuple[int, list[dict[str, Any]]]:
-    rows = conn.execute(count_and_sample_statement(where, limit)).all()
-    total = int(rows[0].total) if rows else 0
-    return total, [_item(r) for r in rows[:limit]]
+    """The exact total of ``where`` and its first ``limit`` items; a cause with none costs one small COUNT.
+
+    (One statement with a window ``COUNT(*) OVER ()`` was measured: it saves a round trip only when the cause
+    has items, and its compiled form, cached by each waiting tenant's engine, costs ~8 KB more per cause.)
+    """
+    total = conn.execute(select(func.count()).select_from(WorkItem).where(where)).scalar_one()
+    if not total:
+        return 0, []
+    rows = conn.execute(select(*_ITEM_COLUMNS).where(where).order_by(WorkItem.c.WorkId).limit(limit)).all()
+    return int(total), [_item(r) for r in rows]
 
 
 def drain_report(
