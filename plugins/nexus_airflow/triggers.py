@@ -10,13 +10,9 @@ Invariants:
   "message": str}``. Every blocking call (constructing, polling, closing) runs in
   a worker thread (``asyncio.to_thread``), so the triggerer's event loop --
   shared by thousands of waiting tenants -- never blocks on the database.
-* Each poll's ``message`` is logged when it differs from the last one logged
-  (the task log shows the progress); a message that repeats is logged again at
-  most every :data:`REPEAT_LOG_S` seconds, saying how many polls it stood for
-  (a tenant waiting for hours writes a line per 5 minutes, not per poll: the
-  triggerer ships every line of thousands of waiting tenants). The first
-  non-``waiting`` result is always logged and fired as the single event, whose
-  payload is the poller's result unchanged.
+* Each poll's ``message`` is logged (the task log shows the progress); the first
+  non-``waiting`` result is fired as the single event, whose payload is the
+  poller's result unchanged.
 * A poll that fails on the database (a restarted server, a dropped connection)
   is logged and retried every ``poll_interval`` until the poller's own deadline
   (``expired()``); only then, or at once for bad input or a refusal (which no
@@ -26,15 +22,12 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 WAITING = "waiting"
-#: A waiting poll that repeats the last logged message is logged again after this many seconds.
-REPEAT_LOG_S = 300.0
 
 
 def import_poller(path: str):
@@ -53,22 +46,6 @@ def _retryable(exc: BaseException) -> bool:
 def _expired(poller) -> bool:
     expired = getattr(poller, "expired", None)
     return bool(expired()) if callable(expired) else True  # no deadline known: do not retry blindly
-
-
-class _ProgressLog:
-    """Logs a poll's message when it changed, or when it repeated for :data:`REPEAT_LOG_S` (with the count)."""
-
-    def __init__(self, log, clock=time.monotonic):
-        self.log, self.clock, self.last, self.logged_at, self.repeats = log, clock, None, 0.0, 0
-
-    def poll(self, message: str, *, final: bool) -> None:
-        now = self.clock()
-        if message == self.last and not final and now - self.logged_at < REPEAT_LOG_S:
-            self.repeats += 1
-            return
-        same = message == self.last and self.repeats
-        self.log.info("%s%s", message, f" (unchanged over the last {self.repeats + 1} polls)" if same else "")
-        self.last, self.logged_at, self.repeats = message, now, 0
 
 
 class StatusPollTrigger(BaseTrigger):
@@ -90,7 +67,6 @@ class StatusPollTrigger(BaseTrigger):
         cls = import_poller(self.poller)
         instance = await asyncio.to_thread(cls, **self.poller_kwargs)
         failures = 0
-        progress = _ProgressLog(self.log)
         try:
             while True:
                 try:
@@ -106,7 +82,7 @@ class StatusPollTrigger(BaseTrigger):
                     await asyncio.sleep(self.poll_interval)
                     continue
                 failures = 0
-                progress.poll(str(result.get("message", "")), final=result.get("state") != WAITING)
+                self.log.info("%s", result.get("message", ""))
                 if result.get("state") != WAITING:
                     yield TriggerEvent(result)
                     return

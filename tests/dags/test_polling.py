@@ -60,57 +60,6 @@ class FlakyPoller:
         pass
 
 
-class ScriptedPoller:
-    """Returns ``script``'s (message, state) pairs in turn."""
-
-    def __init__(self, script):
-        self.script = list(script)
-
-    def poll(self):
-        message, state = self.script.pop(0)
-        return {"state": state, "message": message}
-
-    def close(self):
-        pass
-
-
-def test_a_repeated_progress_message_is_logged_once_until_it_changes(airflow_db, capfd):
-    from nexus_airflow.triggers import StatusPollTrigger
-
-    script = [("left 3", "waiting")] * 4 + [("left 1", "waiting")] * 2 + [("left 0", "drained")]
-    trigger = StatusPollTrigger(f"{__name__}.ScriptedPoller", {"script": script}, poll_interval=0)
-
-    async def collect():
-        return [e async for e in trigger.run()]
-
-    events = asyncio.run(asyncio.wait_for(collect(), timeout=60))
-    assert [e.payload["state"] for e in events] == ["drained"]
-    lines = [line for line in capfd.readouterr().out.splitlines() if " left " in line]
-    assert [line.split(" left ")[1].split()[0] for line in lines] == ["3", "1", "0"], lines
-
-
-def test_a_message_repeated_past_the_interval_is_logged_again_with_the_polls_it_stood_for():
-    import logging
-
-    from nexus_airflow.triggers import REPEAT_LOG_S, _ProgressLog
-
-    records: list[str] = []
-    log = logging.getLogger("tests.progress")
-    handler = logging.Handler()
-    handler.emit = lambda record: records.append(record.getMessage())
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    clock = iter([0.0, 10.0, 20.0, REPEAT_LOG_S + 1, REPEAT_LOG_S + 2, REPEAT_LOG_S + 3])
-    progress = _ProgressLog(log, clock=lambda: next(clock))
-    try:
-        for message in ("left 3", "left 3", "left 3", "left 3", "left 3"):
-            progress.poll(message, final=False)
-        progress.poll("left 3", final=True)
-    finally:
-        log.removeHandler(handler)
-    assert records == ["left 3", "left 3 (unchanged over the last 3 polls)", "left 3 (unchanged over the last 2 polls)"]
-
-
 def _events(poller_kwargs):
     from nexus_airflow.triggers import StatusPollTrigger
 
