@@ -18,11 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Connection, bindparam, insert, select
 
 from .catalog import Lock, namespace_lock_name, pack_lock_name
 from .db import Deadline
 from .errors import LockTimeout
+
+#: The point lock on one existing row (built once: constructing a statement costs more than running this one).
+_LOCK_ROW = select(Lock.c.LockName).where(Lock.c.LockName == bindparam("name", type_=Lock.c.LockName.type)).with_for_update()
 
 
 def lifecycle_lock_names(namespace: str, pack_install_ids: Iterable[str] = ()) -> list[str]:
@@ -44,6 +47,6 @@ def acquire(conn: Connection, names: list[str], deadline: Deadline) -> None:
     """
     for name in names:
         deadline.check(f"waiting for lock {name!r}")
-        row = conn.execute(select(Lock.c.LockName).where(Lock.c.LockName == name).with_for_update()).first()
+        row = conn.execute(_LOCK_ROW, {"name": name}).first()
         if row is None:
             raise LockTimeout(f"lock row {name!r} disappeared while waiting for it; nothing written")

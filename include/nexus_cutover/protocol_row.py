@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Connection, bindparam, insert, select
 
 from .catalog import PROTOCOL_RANGES, ConnectorProjectionProtocol
 from .clock import utcnow
@@ -36,17 +36,21 @@ class ProtocolRow:
     written_by: str
 
 
+_t = ConnectorProjectionProtocol
+#: Built once (read once per admission batch: constructing the statement would cost more than running it).
+_ROW = select(_t.c.PackInstallId, _t.c.ProtocolVersion, _t.c.LegacyMaxOrdinal, _t.c.WrittenAt, _t.c.WrittenBy).where(
+    _t.c.PackInstallId == bindparam("pack", type_=_t.c.PackInstallId.type)
+)
+_ROW_FOR_UPDATE = _ROW.with_for_update()
+
+
 def read_protocol_row(conn: Connection, pack_install_id: str, *, for_update: bool = False) -> ProtocolRow | None:
     """The pack's protocol row (a bounded primary-key read), or None.
 
     ``for_update``: a locking read, which sees the latest committed row even where
     the transaction's snapshot is older (TiDB takes it at the first statement).
     """
-    t = ConnectorProjectionProtocol
-    stmt = select(t.c.PackInstallId, t.c.ProtocolVersion, t.c.LegacyMaxOrdinal, t.c.WrittenAt, t.c.WrittenBy).where(
-        t.c.PackInstallId == pack_install_id
-    )
-    row = conn.execute(stmt.with_for_update() if for_update else stmt).first()
+    row = conn.execute(_ROW_FOR_UPDATE if for_update else _ROW, {"pack": pack_install_id}).first()
     if row is None:
         return None
     return ProtocolRow(*row)

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pymysql.cursors
 import pytest
-from sqlalchemy import update
+from sqlalchemy import event, select, update
 
-from nexus_cutover.catalog import Event
+from nexus_cutover.catalog import EnqueueOrdinal, Event
 from nexus_cutover.runtime.admission import admit_batch
 from nexus_cutover.runtime.claim import claim_work, complete
 from nexus_cutover.runtime.errors import MissingCoverage
 
 from ..support import history_checksum
-from .support import PACK, assert_membership, inp, range_tenant
+from .support import PACK, all_events, assert_membership, inp, range_tenant
 
 
 def _legacy_and_orphan(sc):
@@ -93,3 +94,41 @@ def test_retrying_an_admitted_receipt_is_idempotent(range_engine, tenant):
         result = admit_batch(range_engine, PACK, [inp("a", "1")])
         assert not result.admitted and result.duplicates[0].reason == "covered"
     assert history_checksum(range_engine) == before
+
+
+def _statements(engine):
+    """The SQL text of every statement ``engine`` sends from now on, unquoted (an executemany counts once)."""
+    sent: list[str] = []
+
+    def record(_conn, _cursor, statement, *_):
+        sent.append(" ".join(statement.replace("`", "").replace('"', "").split()))
+
+    event.listen(engine, "before_cursor_execute", record)
+    return sent
+
+
+def test_a_batch_of_fresh_receipts_is_admitted_without_probing_its_receipts(range_engine, tenant):
+    sent = _statements(range_engine)
+    result = admit_batch(range_engine, PACK, [inp("a", f"r-{k}") for k in range(20)] + [inp("b", "r-0")])
+    assert len(result.admitted) == 21 and not result.duplicates
+    event_reads = [s for s in sent if s.startswith("SELECT") and "ReceiptId" in s]
+    assert event_reads == [], event_reads  # the INSERT's unique key found no duplicate: no probe was needed
+    assert sum(s.startswith("INSERT INTO _System_Event ") for s in sent) == 1
+
+
+def test_a_duplicate_late_in_a_batch_the_driver_sends_in_parts_rolls_the_whole_attempt_back(range_engine, tenant):
+    """pymysql sends an executemany INSERT in statements of at most ~1 MB, SQLite row by row: a duplicate in the
+    last part comes after rows already inserted. The attempt is rolled back whole; the rerun, probing first,
+    admits every fresh input once, with consecutive ordinals and no gap."""
+    (dup,) = admit_batch(range_engine, PACK, [inp("b", "seen")]).admitted
+    big = "x" * 8000
+    batch = [inp("a", f"r-{k:03d}", f'{{"k": {k}, "pad": "{big}"}}') for k in range(299)] + [inp("b", "seen")]
+    assert sum(len(i.payload) for i in batch) > 2 * pymysql.cursors.Cursor.max_stmt_length  # sent in 3 parts or more
+    result = admit_batch(range_engine, PACK, batch)
+    assert [(d.receipt_id, d.reason, d.event_id) for d in result.duplicates] == [("seen", "covered", dup.event_id)]
+    assert [a.ordinal for a in result.admitted] == list(range(dup.ordinal + 1, dup.ordinal + 300))
+    events = all_events(range_engine, PACK)
+    assert len(events) == 300 and sorted(e.ReceiptId for e in events) == sorted({i.receipt_id for i in batch})
+    with range_engine.connect() as conn:
+        assert conn.scalar(select(EnqueueOrdinal.c.LastOrdinal).where(EnqueueOrdinal.c.PackInstallId == PACK)) == dup.ordinal + 299
+    assert_membership(range_engine)

@@ -8,6 +8,13 @@ Invariants:
 * Duplicates (receipt already admitted, or repeated inside the batch) change
   no membership and create no work (:mod:`.duplicates`); a post-cutoff
   duplicate without coverage fails the whole batch with ``MissingCoverage``.
+* Receipts admitted before are found by the Event INSERT itself (optimistic:
+  most batches hold none, and ``ux_Event_Receipt`` checks every row anyway).
+  When it fails on a key, its whole transaction is rolled back (nothing of the
+  batch is committed) and the batch runs again in a new one that probes the
+  receipts first, so the result is the one a probe first gives. A transaction
+  the policy retries (a deadlock, or a duplicate TiDB reports only at commit)
+  probes first too.
 * Fresh inputs get consecutive new ordinals above ``LegacyMaxOrdinal`` and
   ``_System_EnqueueOrdinal.LastOrdinal``, in batch order. Per affected identity,
   the batch either extends the latest generation (only if unclaimed, attempt
@@ -30,6 +37,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Engine, insert
+from sqlalchemy.exc import IntegrityError
 
 from ..catalog import Event
 from ..clock import utcnow
@@ -62,43 +70,67 @@ def admit_batch(
         if not item.source_lane or not item.receipt_id:
             raise BadInput(f"every input needs a source lane and a receipt id, got {item!r}")
 
-    def body(conn: Connection) -> AdmissionResult:
-        result = _admit(conn, pack_install_id, inputs)
+    attempts = 0
+
+    def body(conn: Connection, *, probe_first: bool) -> AdmissionResult:
+        nonlocal attempts
+        attempts += 1
+        result = _admit(conn, pack_install_id, inputs, probe_first=probe_first or attempts > 1)
         if in_transaction is not None:
             in_transaction(conn, result)
         return result
 
-    return run_in_pack_transaction(engine, pack_install_id, body, what=f"admitting into pack {pack_install_id!r}", deadline=deadline)
+    what = f"admitting into pack {pack_install_id!r}"
+    try:
+        return run_in_pack_transaction(engine, pack_install_id, lambda conn: body(conn, probe_first=False), what=what, deadline=deadline)
+    except _AdmittedBefore:
+        return run_in_pack_transaction(engine, pack_install_id, lambda conn: body(conn, probe_first=True), what=what, deadline=deadline)
+
+
+class _AdmittedBefore(Exception):
+    """The optimistic Event INSERT hit a key that exists: its transaction is rolled back and the batch runs again, probing first."""
 
 
 #: The batch's new Event rows grouped by identity, each group in batch (so ordinal) order.
 ByIdentity = dict[ProjectionIdentity, list[dict[str, Any]]]
 
 
-def _admit(conn: Connection, pack_install_id: str, inputs: Sequence[Input]) -> AdmissionResult:
+def _admit(conn: Connection, pack_install_id: str, inputs: Sequence[Input], *, probe_first: bool) -> AdmissionResult:
     ctx = pack_context(conn, pack_install_id)
     result = AdmissionResult(pack_install_id)
-    fresh, repeated = _sort_out(conn, ctx, inputs, result)
+    fresh, repeated = _sort_out(conn, ctx, inputs, result, probe=probe_first)
     if not fresh:
         return result
     now = utcnow()
     first_ordinal = allocate_ordinals(conn, pack_install_id, ctx.protocol.legacy_max_ordinal, len(fresh))
     first_event_id, next_work_id = allocate_event_and_work_ids(conn, pack_install_id, len(fresh), len(fresh))
-    by_identity = _insert_events(conn, ctx, fresh, first_ordinal, first_event_id, now)
+    try:
+        by_identity = _insert_events(conn, ctx, fresh, first_ordinal, first_event_id, now)
+    except IntegrityError as exc:
+        if probe_first:
+            raise
+        # Most likely a receipt admitted before. A driver may have sent the rows in several statements, some of
+        # which succeeded, so the whole transaction is rolled back, not this statement alone.
+        raise _AdmittedBefore() from exc
     _write_generations(conn, ctx, by_identity, next_work_id, now, result)
     _cover_repeated(repeated, result)
     return result
 
 
-def _sort_out(conn: Connection, ctx: PackContext, inputs: Sequence[Input], result: AdmissionResult) -> tuple[list[Input], list[Input]]:
-    """``(fresh, repeated)`` in batch order; receipts admitted before go to ``result.duplicates``.
+def _sort_out(
+    conn: Connection, ctx: PackContext, inputs: Sequence[Input], result: AdmissionResult, *, probe: bool
+) -> tuple[list[Input], list[Input]]:
+    """``(fresh, repeated)`` in batch order; with ``probe``, receipts admitted before go to ``result.duplicates``.
 
     Those are verified (:func:`~.duplicates.verify_duplicates`: a post-cutoff one
     without coverage raises ``MissingCoverage``); a receipt repeated inside the
-    batch is fresh the first time, ``repeated`` after.
+    batch is fresh the first time, ``repeated`` after. Without ``probe`` every
+    receipt's first occurrence is fresh (the optimistic INSERT finds the rest).
     """
-    existing = existing_events(conn, ctx.pack_install_id, ((i.source_lane, i.receipt_id) for i in inputs))
-    verified = {(d.source_lane, d.receipt_id): d for d in verify_duplicates(conn, ctx.protocol, existing.values())}
+    verified: dict[tuple[str, str], Duplicate] = {}
+    if probe:
+        existing = existing_events(conn, ctx.pack_install_id, ((i.source_lane, i.receipt_id) for i in inputs))
+        verified = {(d.source_lane, d.receipt_id): d for d in verify_duplicates(conn, ctx.protocol, existing.values())}
     fresh: list[Input] = []
     repeated: list[Input] = []
     seen: set[tuple[str, str]] = set()
@@ -120,12 +152,15 @@ def _insert_events(
     """Insert one pending Event per fresh input (consecutive ordinals and EventIds, in batch order), in one statement."""
     rows: list[dict[str, Any]] = []
     by_identity: ByIdentity = {}
+    identity_values: dict[ProjectionIdentity, dict[str, Any]] = {}  # a batch has few identities and many inputs
     for offset, item in enumerate(fresh):
         identity = item.identity(ctx.pack_install_id)
+        if identity not in identity_values:
+            identity_values[identity] = identity.as_values()
         row = {
             "EventId": first_event_id + offset,
             "Namespace": ctx.namespace,
-            **identity.as_values(),
+            **identity_values[identity],
             "EnqueueOrdinal": first_ordinal + offset,
             "ReceiptId": item.receipt_id,
             "ReplayOfWorkId": None,

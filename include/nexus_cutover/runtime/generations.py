@@ -25,7 +25,7 @@ import datetime as dt
 import functools
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Select, and_, bindparam, case, insert, literal, or_, select, union_all, update
+from sqlalchemy import Connection, Select, Update, and_, bindparam, case, insert, literal, or_, select, union_all, update
 
 from .. import catalog
 from ..catalog import WorkItem
@@ -154,26 +154,40 @@ def extend_many(conn: Connection, moves: list[tuple[Generation, int, int]], now:
         gen, lane_ordinal, event_id = moves[0]
         return {gen.work_id} if try_extend(conn, gen, lane_ordinal, event_id, now) else set()
     ids = [g.work_id for g, _, _ in moves]
-    stmt = (
-        update(WorkItem)
-        .where(
-            WorkItem.c.WorkId.in_(ids),
-            WorkItem.c.Status == "pending",
-            WorkItem.c.Attempt == 0,
-            WorkItem.c.InputStartOrdinal.is_not(None),
-            or_(*(and_(WorkItem.c.WorkId == g.work_id, WorkItem.c.LaneOrdinal == g.lane_ordinal) for g, _, _ in moves)),
-        )
-        .values(
-            LaneOrdinal=case(*((WorkItem.c.WorkId == g.work_id, lo) for g, lo, _ in moves)),
-            SelectedEventId=case(*((WorkItem.c.WorkId == g.work_id, ev) for g, _, ev in moves)),
-            UpdatedAt=now,
-        )
-    )
-    if conn.execute(stmt).rowcount == len(moves):
+    params = {"now": now}
+    for k, (gen, lane_ordinal, event_id) in enumerate(moves):
+        params.update({f"w{k}": gen.work_id, f"was{k}": gen.lane_ordinal, f"lo{k}": lane_ordinal, f"ev{k}": event_id})
+    stmt = _extend_statement(len(moves))
+    if conn.execute(stmt, params).rowcount == len(moves):
         return set(ids)
     target = {g.work_id: lo for g, lo, _ in moves}
     rows = conn.execute(select(WorkItem.c.WorkId, WorkItem.c.LaneOrdinal).where(WorkItem.c.WorkId.in_(ids)))
     return {r.WorkId for r in rows if r.LaneOrdinal == target[r.WorkId]}
+
+
+@functools.lru_cache(maxsize=64)
+def _extend_statement(n: int) -> Update:
+    """The UPDATE of :func:`extend_many` for ``n`` generations, with bound parameters (built once per ``n``).
+
+    Parameters ``w<k>`` (WorkId), ``was<k>`` (its ``LaneOrdinal`` as read), ``lo<k>`` / ``ev<k>`` (the new upper
+    bound and selected Event), ``now``.
+    """
+    work_id = [bindparam(f"w{k}") for k in range(n)]
+    return (
+        update(WorkItem)
+        .where(
+            WorkItem.c.WorkId.in_(work_id),
+            WorkItem.c.Status == "pending",
+            WorkItem.c.Attempt == 0,
+            WorkItem.c.InputStartOrdinal.is_not(None),
+            or_(*(and_(WorkItem.c.WorkId == work_id[k], WorkItem.c.LaneOrdinal == bindparam(f"was{k}")) for k in range(n))),
+        )
+        .values(
+            LaneOrdinal=case(*((WorkItem.c.WorkId == work_id[k], bindparam(f"lo{k}")) for k in range(n))),
+            SelectedEventId=case(*((WorkItem.c.WorkId == work_id[k], bindparam(f"ev{k}")) for k in range(n))),
+            UpdatedAt=bindparam("now"),
+        )
+    )
 
 
 def try_extend(conn: Connection, gen: Generation, lane_ordinal: int, selected_event_id: int, now: dt.datetime) -> bool:

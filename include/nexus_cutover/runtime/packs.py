@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, bindparam, select
 
 from .. import catalog
 from ..errors import BadInput
@@ -32,9 +32,14 @@ def no_protocol_row_reason(pack_install_id: str) -> str:
     )
 
 
+#: Built once: it runs once per admission batch.
+_PACK = select(catalog.PackInstall.c.Namespace, catalog.PackInstall.c.Status).where(
+    catalog.PackInstall.c.PackInstallId == bindparam("pack", type_=catalog.PackInstall.c.PackInstallId.type)
+)
+
+
 def pack_context(conn: Connection, pack_install_id: str) -> PackContext:
-    t = catalog.PackInstall
-    row = conn.execute(select(t.c.Namespace, t.c.Status).where(t.c.PackInstallId == pack_install_id)).first()
+    row = conn.execute(_PACK, {"pack": pack_install_id}).first()
     if row is None:
         raise BadInput(f"unknown pack install {pack_install_id!r}: no _System_PackInstall row")
     if row.Status != catalog.PACK_ACTIVE:

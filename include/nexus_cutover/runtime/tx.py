@@ -37,7 +37,7 @@ import zlib
 from collections.abc import Callable
 from typing import TypeVar
 
-from sqlalchemy import Column, Connection, Engine, Select, func, insert, select, update
+from sqlalchemy import Column, Connection, Engine, Select, bindparam, func, insert, select, update
 
 from .. import catalog
 from .. import tx as policy
@@ -84,9 +84,20 @@ def _shard_range(pack_install_id: str) -> tuple[int, int]:
     return low, low + (1 << ID_SHARD_BITS) - 1
 
 
-def _next_in_shard(key: Column, pack_install_id: str):
-    low, high = _shard_range(pack_install_id)
+def _next_in_shard(key: Column, prefix: str):
+    """The shard's greatest ``key`` + 1 (its low bound + 1 when empty); bound parameters ``<prefix>_low/_high``."""
+    low, high = bindparam(f"{prefix}_low", type_=key.type), bindparam(f"{prefix}_high", type_=key.type)
     return select(func.coalesce(func.max(key), low) + 1).where(key.between(low, high)).scalar_subquery()
+
+
+#: Built once (they run once per admission batch: constructing a statement costs more than these reads).
+_NEXT_ID = {key.name: select(_next_in_shard(key, "id")) for key in (catalog.Event.c.EventId, catalog.WorkItem.c.WorkId)}
+_NEXT_IDS = select(_next_in_shard(catalog.Event.c.EventId, "ev"), _next_in_shard(catalog.WorkItem.c.WorkId, "work"))
+
+
+def _shard_params(pack_install_id: str, *prefixes: str) -> dict[str, int]:
+    low, high = _shard_range(pack_install_id)
+    return {name: value for p in prefixes for name, value in ((f"{p}_low", low), (f"{p}_high", high))}
 
 
 def _checked(first: int, count: int, pack_install_id: str) -> int:
@@ -97,19 +108,29 @@ def _checked(first: int, count: int, pack_install_id: str) -> int:
 
 
 def allocate_ids(conn: Connection, key: Column, pack_install_id: str, count: int = 1) -> int:
-    """The first of ``count`` fresh ids of ``key``'s table in the pack's id shard (under the pack lock)."""
-    return _checked(conn.execute(select(_next_in_shard(key, pack_install_id))).scalar_one(), count, pack_install_id)
+    """The first of ``count`` fresh ids of ``key`` (``Event.EventId`` or ``WorkItem.WorkId``) in the pack's id shard
+    (under the pack lock)."""
+    return _checked(conn.execute(_NEXT_ID[key.name], _shard_params(pack_install_id, "id")).scalar_one(), count, pack_install_id)
 
 
 def next_ids_query(pack_install_id: str) -> Select:
     """The next free EventId and WorkId of the pack's id shard: two reads at the end of a primary-key range."""
-    return select(_next_in_shard(catalog.Event.c.EventId, pack_install_id), _next_in_shard(catalog.WorkItem.c.WorkId, pack_install_id))
+    return _NEXT_IDS.params(_shard_params(pack_install_id, "ev", "work"))
 
 
 def allocate_event_and_work_ids(conn: Connection, pack_install_id: str, events: int, works: int) -> tuple[int, int]:
     """The first of ``events`` EventIds and of ``works`` WorkIds of the pack's id shard, in one statement (under the pack lock)."""
-    row = conn.execute(next_ids_query(pack_install_id)).one()
+    row = conn.execute(_NEXT_IDS, _shard_params(pack_install_id, "ev", "work")).one()
     return _checked(row[0], events, pack_install_id), _checked(row[1], works, pack_install_id)
+
+
+_ordinal = catalog.EnqueueOrdinal
+# A locking (current) read: TiDB's plain reads use the snapshot taken before the pack lock was granted.
+_pack = bindparam("pack", type_=_ordinal.c.PackInstallId.type)
+_last = bindparam("last", type_=_ordinal.c.LastOrdinal.type)
+_LAST_ORDINAL = select(_ordinal.c.LastOrdinal).where(_ordinal.c.PackInstallId == _pack).with_for_update()
+_SET_LAST_ORDINAL = update(_ordinal).where(_ordinal.c.PackInstallId == _pack).values(LastOrdinal=_last)
+_NEW_LAST_ORDINAL = insert(_ordinal).values(PackInstallId=_pack, LastOrdinal=_last)
 
 
 def allocate_ordinals(conn: Connection, pack_install_id: str, floor: int, count: int) -> int:
@@ -117,13 +138,8 @@ def allocate_ordinals(conn: Connection, pack_install_id: str, floor: int, count:
 
     Must run under the pack lock. Creates the allocator row when the pack has none.
     """
-    t = catalog.EnqueueOrdinal
-    # A locking (current) read: TiDB's plain reads use the snapshot taken before the pack lock was granted.
-    last = conn.execute(select(t.c.LastOrdinal).where(t.c.PackInstallId == pack_install_id).with_for_update()).scalar()
+    last = conn.execute(_LAST_ORDINAL, {"pack": pack_install_id}).scalar()
     first = max(last or 0, floor) + 1
-    new_last = first + count - 1
-    if last is None:
-        conn.execute(insert(t).values(PackInstallId=pack_install_id, LastOrdinal=new_last))
-    else:
-        conn.execute(update(t).where(t.c.PackInstallId == pack_install_id).values(LastOrdinal=new_last))
+    params = {"pack": pack_install_id, "last": first + count - 1}
+    conn.execute(_NEW_LAST_ORDINAL if last is None else _SET_LAST_ORDINAL, params)
     return first
