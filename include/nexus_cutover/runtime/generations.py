@@ -172,20 +172,25 @@ def _extend_statement(n: int) -> Update:
     Parameters ``w<k>`` (WorkId), ``was<k>`` (its ``LaneOrdinal`` as read), ``lo<k>`` / ``ev<k>`` (the new upper
     bound and selected Event), ``now``.
     """
-    work_id = [bindparam(f"w{k}") for k in range(n)]
+    c = WorkItem.c
+
+    def param(name: str, column):  # typed like its column, as a literal value would be (SQLite's DateTime format)
+        return bindparam(name, type_=column.type)
+
+    work_id = [param(f"w{k}", c.WorkId) for k in range(n)]
     return (
         update(WorkItem)
         .where(
-            WorkItem.c.WorkId.in_(work_id),
-            WorkItem.c.Status == "pending",
-            WorkItem.c.Attempt == 0,
-            WorkItem.c.InputStartOrdinal.is_not(None),
-            or_(*(and_(WorkItem.c.WorkId == work_id[k], WorkItem.c.LaneOrdinal == bindparam(f"was{k}")) for k in range(n))),
+            c.WorkId.in_(work_id),
+            c.Status == "pending",
+            c.Attempt == 0,
+            c.InputStartOrdinal.is_not(None),
+            or_(*(and_(c.WorkId == work_id[k], c.LaneOrdinal == param(f"was{k}", c.LaneOrdinal)) for k in range(n))),
         )
         .values(
-            LaneOrdinal=case(*((WorkItem.c.WorkId == work_id[k], bindparam(f"lo{k}")) for k in range(n))),
-            SelectedEventId=case(*((WorkItem.c.WorkId == work_id[k], bindparam(f"ev{k}")) for k in range(n))),
-            UpdatedAt=bindparam("now"),
+            LaneOrdinal=case(*((c.WorkId == work_id[k], param(f"lo{k}", c.LaneOrdinal)) for k in range(n))),
+            SelectedEventId=case(*((c.WorkId == work_id[k], param(f"ev{k}", c.SelectedEventId)) for k in range(n))),
+            UpdatedAt=param("now", c.UpdatedAt),
         )
     )
 
