@@ -63,28 +63,30 @@ def admit_batch(
     deadline: Deadline | None = None,
     in_transaction: InTransaction | None = None,
 ) -> AdmissionResult:
-    """Admit ``inputs`` of one pack in one transaction; see the module invariants."""
+    """Admit ``inputs`` of one pack in one committed transaction (a duplicate costs a rolled-back one first); see the module invariants."""
     if len(inputs) > MAX_BATCH:
         raise BadInput(f"an admission batch holds at most {MAX_BATCH} inputs, got {len(inputs)}: split it")
     for item in inputs:
         if not item.source_lane or not item.receipt_id:
             raise BadInput(f"every input needs a source lane and a receipt id, got {item!r}")
 
-    attempts = 0
+    probe_next = False  # the first attempt inserts optimistically; every later one probes first
 
-    def body(conn: Connection, *, probe_first: bool) -> AdmissionResult:
-        nonlocal attempts
-        attempts += 1
-        result = _admit(conn, pack_install_id, inputs, probe_first=probe_first or attempts > 1)
+    def body(conn: Connection) -> AdmissionResult:
+        nonlocal probe_next
+        probe_first, probe_next = probe_next, True
+        result = _admit(conn, pack_install_id, inputs, probe_first=probe_first)
         if in_transaction is not None:
             in_transaction(conn, result)
         return result
 
-    what = f"admitting into pack {pack_install_id!r}"
+    def run() -> AdmissionResult:
+        return run_in_pack_transaction(engine, pack_install_id, body, what=f"admitting into pack {pack_install_id!r}", deadline=deadline)
+
     try:
-        return run_in_pack_transaction(engine, pack_install_id, lambda conn: body(conn, probe_first=False), what=what, deadline=deadline)
+        return run()
     except _AdmittedBefore:
-        return run_in_pack_transaction(engine, pack_install_id, lambda conn: body(conn, probe_first=True), what=what, deadline=deadline)
+        return run()
 
 
 class _AdmittedBefore(Exception):
