@@ -48,7 +48,8 @@ WORK_CLASS_PROJECTION = "projection"
 WORK_CLASS_ORDINARY = "ordinary"
 
 WORK_LIVE_STATUSES = ("pending", "blocked", "retry", "processing")
-WORK_TERMINAL_STATUSES = ("completed", "failed", "cancelled")
+WORK_COMPLETED = "completed"
+WORK_TERMINAL_STATUSES = (WORK_COMPLETED, "failed", "cancelled")
 
 PACK_ACTIVE = "active"
 PACK_UNINSTALLED = "uninstalled"

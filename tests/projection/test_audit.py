@@ -8,7 +8,8 @@ import random
 import pytest
 from sqlalchemy import select, update
 
-from nexus_cutover import catalog
+from nexus_cutover import catalog, identity
+from nexus_cutover.db import Deadline
 from nexus_cutover.projection import audit
 from nexus_cutover.projection.checkpoint import ALREADY_WRITTEN, REFUSED, WOULD_WRITE, WRITTEN, run_checkpoint
 from nexus_cutover.protocol_row import WrongProtocolVersion, read_protocol_row
@@ -170,6 +171,74 @@ def test_input_beyond_the_completed_boundary_owned_by_failed_work_is_refused(eng
     sc.write(engine)
     result = checkpoint(engine)
     assert refused_with(result, {(audit.BEYOND_COMPLETED_BOUNDARY, (events[0]["EventId"], events[1]["EventId"]), ())})
+
+
+def test_a_completed_boundary_below_many_failed_generations_is_found(engine):
+    """B(I) lies under more failed generations than the first read of an identity's top rows holds."""
+    sc = TenantScenario()
+    lane = sc.pack("pk-1").lane("a")
+    boundary_events, _ = lane.generation(2, status="completed")
+    above = []
+    for _ in range(audit.REACH_TOP_ROWS + 2):
+        events, _ = lane.generation(2, status="failed")
+        above.append(events[0]["EventId"])  # the coalesced input; the selected one has its (failed) direct task
+    sc.write(engine)
+    result = checkpoint(engine)
+    assert refused_with(result, {(audit.BEYOND_COMPLETED_BOUNDARY, tuple(above), ())})
+    assert boundary_events[0]["EventId"] not in result.findings[0].event_ids
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_reach_read_from_the_top_equals_the_maximum_over_every_row(engine, seed):
+    """B(I), the terminal reach and the total reach of each identity, read from the top of its range in
+    statements of many identities and walked down where the top holds no completed row, equal the plain
+    maxima over every projection WorkItem row of the identity: past one statement's identities, past one
+    walk batch, with ties on a LaneOrdinal, rows without a LaneOrdinal, and other packs and classes beside.
+    """
+    rng = random.Random(seed)
+    sc = TenantScenario()
+    pack, other = sc.pack("pk-1"), sc.pack("pk-2")
+    statuses = catalog.WORK_TERMINAL_STATUSES + catalog.WORK_LIVE_STATUSES
+    not_completed = tuple(s for s in statuses if s != catalog.WORK_COMPLETED)
+    lanes = [pack.lane(f"lane-{i:03d}") for i in range(audit.REACH_IDENTITIES_PER_STATEMENT + 30)]
+    for i, lane in enumerate(lanes):
+        shape = i % 5
+        if shape == 4:
+            lane.event()  # Events only: no WorkItem reaches anything
+            continue
+        lane.generation(rng.randint(1, 3), status=catalog.WORK_COMPLETED if shape != 2 else rng.choice(not_completed))
+        top_rows = {0: rng.randint(0, 1), 1: rng.randint(1, 2 * audit.REACH_TOP_ROWS), 2: rng.randint(1, 9), 3: 2}[shape]
+        for _ in range(top_rows):
+            events, _ = lane.generation(rng.randint(1, 2), status=rng.choice(not_completed))
+            if shape == 3:  # a tie: a second WorkItem on the same LaneOrdinal, completed or not
+                lane.work_item(events[-1], status=rng.choice(statuses))
+        if rng.random() < 0.3:
+            lane.work_item(None, status=rng.choice(statuses))  # no LaneOrdinal: reaches nothing
+        other.lane(lane.identity.source_lane).generation(1, status=catalog.WORK_COMPLETED)
+    deep = lanes[1]
+    for _ in range(audit.REACH_WALK_BATCH + 10):
+        deep.generation(1, status="failed")
+    sc.ordinary_work(sc.events[0], status="completed")
+    sc.write(engine)
+
+    expected = {}
+    for lane in lanes:
+        rows = [w for w in sc.work_items if w["WorkClass"] == catalog.WORK_CLASS_PROJECTION
+                and identity.of_row(w) == lane.identity and w["LaneOrdinal"] is not None]
+
+        def greatest(keep, rows=rows):
+            return max((w["LaneOrdinal"] for w in rows if keep(w["Status"])), default=None)
+
+        expected[lane.identity] = (
+            greatest(lambda s: s == catalog.WORK_COMPLETED),
+            greatest(lambda s: s in catalog.WORK_TERMINAL_STATUSES),
+            greatest(lambda s: True),
+        )
+    with engine.connect() as conn:
+        reach = audit._work_reach_by_identity(conn, [lane.identity for lane in lanes], Deadline(60))
+    got = {ident: (r.completed_boundary, r.terminal_reach, r.any_reach) for ident, r in reach.items()}
+    assert got == expected
+    assert expected[deep.identity][0] < expected[deep.identity][1]  # the deep lane's boundary really lies deep
 
 
 def test_beyond_boundary_with_no_completed_work_at_all(engine):

@@ -19,12 +19,19 @@ Status; an Event with a direct task is permitted (a live one is ``live_work``).
 How it stays bounded (memory does not grow with history depth):
 
 1. live work comes from ``ix_WorkItem_State`` (only live rows are read);
-2. one aggregate per identity over the pack's WorkItems
-   (``ix_WorkItem_ProjectionOrder``): B, the terminal reach, the total reach,
-   and a count of native rows;
+2. range-protocol rows (``native_work_before_checkpoint``) are looked for in
+   one statement that returns offenders only. ``InputStartOrdinal`` is in no
+   index, so every projection WorkItem row of the pack is read once whatever
+   the plan; the server picks it: ``ix_WorkItem_ProjectionOrder`` when the
+   pack is a small share of the table, one pass over the table when the pack
+   is most of it (cheaper than a primary-key lookup per row);
 3. one aggregate per identity over the pack's Events (``ix_Event_SourceLane``,
    MIN/MAX per group: a loose index scan where the server has one);
-4. per identity, only Events *above* B(I) -- or, for mixed identities, all of
+4. per Event identity, B(I) and the reaches come from the top of the
+   identity's ``ix_WorkItem_ProjectionOrder`` range, read downwards only until
+   a completed row is found (a few rows in a drained history, so the cost
+   does not grow with depth), for many identities per statement;
+5. per identity, only Events *above* B(I) -- or, for mixed identities, all of
    them -- are probed for a direct task, with an anti-join on
    ``ix_WorkItem_Selected``, in keyset batches that return offenders only.
 
@@ -34,11 +41,12 @@ Nothing here writes; timestamps decide nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, and_, case, exists, func, or_, select
+from sqlalchemy import Connection, and_, exists, func, literal, or_, select, union_all
 
 from .. import catalog, identity
 from ..catalog import Event, WorkItem
@@ -82,6 +90,11 @@ _EXPLANATIONS = {
 }
 
 DEFAULT_BATCH = 5000
+#: Identities whose reach one statement reads, and the rows it reads from the top of each.
+REACH_IDENTITIES_PER_STATEMENT = 100
+REACH_TOP_ROWS = 4
+#: Rows per further read of an identity whose top rows hold no completed WorkItem.
+REACH_WALK_BATCH = 1000
 
 
 @dataclass
@@ -136,10 +149,25 @@ class AuditReport:
 
 @dataclass
 class _WorkReach:
-    completed_boundary: int | None  # B(I)
-    terminal_reach: int | None  # greatest LaneOrdinal of a terminal WorkItem of I
-    any_reach: int | None  # greatest LaneOrdinal of any WorkItem of I
-    native: int
+    """What an identity's projection WorkItems reach, read from the top of its LaneOrdinal range down."""
+
+    completed_boundary: int | None = None  # B(I)
+    terminal_reach: int | None = None  # greatest LaneOrdinal of a terminal WorkItem of I
+    any_reach: int | None = None  # greatest LaneOrdinal of any WorkItem of I
+
+    def take(self, lane_ordinal: int, status: str) -> None:
+        """One more row, in descending (LaneOrdinal, WorkId) order: the first of each kind is its greatest."""
+        if self.any_reach is None:
+            self.any_reach = lane_ordinal
+        if self.terminal_reach is None and status in catalog.WORK_TERMINAL_STATUSES:
+            self.terminal_reach = lane_ordinal
+        if status == catalog.WORK_COMPLETED:
+            self.completed_boundary = lane_ordinal
+
+    @property
+    def known(self) -> bool:
+        """A completed row was seen: every reach is at hand (completed is terminal, terminal is any)."""
+        return self.completed_boundary is not None
 
 
 def audit_pack(
@@ -161,21 +189,20 @@ def audit_pack(
     for work_id, event_id in _live_direct_work_of_other_classes(conn, pack_install_id, namespace):
         add(LIVE_WORK, None, work_id=work_id, event_id=event_id)
 
-    deadline.check("aggregating WorkItems per identity")
-    reach = _work_reach_by_identity(conn, pack_install_id)
-    for ident, r in reach.items():
-        if r.native:
-            for work_id in _native_work_ids(conn, ident):
-                add(NATIVE_WORK_BEFORE_CHECKPOINT, ident, work_id=work_id)
+    deadline.check("looking for range-protocol WorkItems")
+    for ident, work_id in _native_work(conn, pack_install_id):
+        add(NATIVE_WORK_BEFORE_CHECKPOINT, ident, work_id=work_id)
 
     deadline.check("aggregating Events per identity")
+    event_identities = _event_ordinals_by_identity(conn, pack_install_id)
+    reach = _work_reach_by_identity(conn, [ident for ident, _, _ in event_identities], deadline)
     legacy_max = 0
     identities = 0
     probed = 0
-    for ident, min_ordinal, max_ordinal in _event_ordinals_by_identity(conn, pack_install_id):
+    for ident, min_ordinal, max_ordinal in event_identities:
         identities += 1
         legacy_max = max(legacy_max, max_ordinal)
-        r = reach.get(ident, _WorkReach(None, None, None, 0))
+        r = reach[ident]
         mixed = min_ordinal == 0 and max_ordinal > 0
         if mixed:
             above = None  # every indirect Event of a mixed identity is refused, below B(I) too
@@ -248,39 +275,84 @@ def _live_direct_work_of_other_classes(conn: Connection, pack_install_id: str, n
     yield from conn.execute(live_direct_work_statement(pack_install_id, namespace))
 
 
-def work_reach_statement(pack_install_id: str):
-    """Per-identity B(I), terminal reach, total reach and native count (exposed for EXPLAIN tests)."""
-    lane = WorkItem.c.LaneOrdinal
-    status = WorkItem.c.Status
+def native_work_statement(pack_install_id: str):
+    """The pack's projection WorkItems that carry ``InputStartOrdinal``: offenders only (exposed for EXPLAIN)."""
     return (
-        select(
-            *identity.columns(WorkItem),
-            func.max(case((status == "completed", lane))).label("completed_boundary"),
-            func.max(case((status.in_(catalog.WORK_TERMINAL_STATUSES), lane))).label("terminal_reach"),
-            func.max(lane).label("any_reach"),
-            func.sum(case((WorkItem.c.InputStartOrdinal.is_not(None), 1), else_=0)).label("native"),
+        select(*identity.columns(WorkItem), WorkItem.c.WorkId)
+        .where(
+            WorkItem.c.PackInstallId == pack_install_id,
+            WorkItem.c.WorkClass == catalog.WORK_CLASS_PROJECTION,
+            WorkItem.c.InputStartOrdinal.is_not(None),
         )
-        .where(WorkItem.c.PackInstallId == pack_install_id, WorkItem.c.WorkClass == catalog.WORK_CLASS_PROJECTION)
-        .group_by(*identity.columns(WorkItem))
+        .order_by(WorkItem.c.WorkId)
     )
 
 
-def _work_reach_by_identity(conn: Connection, pack_install_id: str) -> dict[ProjectionIdentity, _WorkReach]:
-    reach = {}
-    for row in conn.execute(work_reach_statement(pack_install_id)):
-        reach[identity.of_row(row)] = _WorkReach(
-            row.completed_boundary, row.terminal_reach, row.any_reach, int(row.native or 0)
-        )
+def _native_work(conn: Connection, pack_install_id: str) -> Iterator[tuple[ProjectionIdentity, int]]:
+    for row in conn.execute(native_work_statement(pack_install_id)):
+        yield identity.of_row(row), int(row.WorkId)
+
+
+def _identity_work_downwards(ident: ProjectionIdentity, below: tuple[int, int] | None, limit: int):
+    """(LaneOrdinal, Status, WorkId) of ``ident``'s projection WorkItems, greatest first, after keyset ``below``."""
+    lane, work_id = WorkItem.c.LaneOrdinal, WorkItem.c.WorkId
+    conditions = [identity.matches(WorkItem, ident), WorkItem.c.WorkClass == catalog.WORK_CLASS_PROJECTION, lane.is_not(None)]
+    if below is not None:
+        last_lane, last_work = below
+        conditions.append(or_(lane < last_lane, and_(lane == last_lane, work_id < last_work)))
+    return select(lane, WorkItem.c.Status, work_id).where(*conditions).order_by(lane.desc(), work_id.desc()).limit(limit)
+
+
+def top_work_statement(idents: Sequence[ProjectionIdentity], limit: int = REACH_TOP_ROWS):
+    """The top ``limit`` WorkItems of each identity, tagged ``g`` = its position in ``idents`` (exposed for EXPLAIN).
+
+    One derived table per identity (SQLite takes no LIMIT inside a bare compound member).
+    """
+    tops = [
+        _identity_work_downwards(ident, None, limit).add_columns(literal(g).label("g")).subquery()
+        for g, ident in enumerate(idents)
+    ]
+    return union_all(*(select(top) for top in tops))
+
+
+def walk_down_statement(ident: ProjectionIdentity, below: tuple[int, int], limit: int = REACH_WALK_BATCH):
+    """The next ``limit`` WorkItems of ``ident`` below keyset ``below`` (exposed for EXPLAIN tests)."""
+    return _identity_work_downwards(ident, below, limit)
+
+
+def _work_reach_by_identity(
+    conn: Connection, idents: list[ProjectionIdentity], deadline: Deadline
+) -> dict[ProjectionIdentity, _WorkReach]:
+    """B(I), the terminal reach and the total reach of each identity, from the top of its WorkItem range."""
+    reach: dict[ProjectionIdentity, _WorkReach] = {}
+    for first in range(0, len(idents), REACH_IDENTITIES_PER_STATEMENT):
+        deadline.check("reading the top WorkItems of each identity")
+        chunk = idents[first : first + REACH_IDENTITIES_PER_STATEMENT]
+        tops: dict[int, list[tuple[int, str, int]]] = defaultdict(list)
+        for row in conn.execute(top_work_statement(chunk)):
+            tops[row.g].append((int(row.LaneOrdinal), row.Status, int(row.WorkId)))
+        for g, ident in enumerate(chunk):
+            rows = sorted(tops[g], key=lambda row: (row[0], row[2]), reverse=True)  # a UNION keeps no order
+            reach[ident] = _walk_down(conn, ident, rows, REACH_TOP_ROWS, deadline)
     return reach
 
 
-def _native_work_ids(conn: Connection, ident: ProjectionIdentity) -> list[int]:
-    stmt = (
-        select(WorkItem.c.WorkId)
-        .where(identity.matches(WorkItem, ident), WorkItem.c.InputStartOrdinal.is_not(None))
-        .order_by(WorkItem.c.WorkId)
-    )
-    return list(conn.scalars(stmt))
+def _walk_down(
+    conn: Connection, ident: ProjectionIdentity, rows: list[tuple[int, str, int]], limit: int, deadline: Deadline
+) -> _WorkReach:
+    """Take ``rows`` (a full read of ``limit`` continues below them) until a completed row or the range's end."""
+    r = _WorkReach()
+    while True:
+        for lane_ordinal, status, _ in rows:
+            r.take(lane_ordinal, status)
+            if r.known:
+                return r
+        if len(rows) < limit:
+            return r
+        deadline.check(f"walking down the WorkItems of identity {ident.label()}")
+        below = (rows[-1][0], rows[-1][2])
+        rows = [(int(lane), status, int(work)) for lane, status, work in conn.execute(walk_down_statement(ident, below))]
+        limit = REACH_WALK_BATCH
 
 
 def event_ordinals_statement(pack_install_id: str):
@@ -296,9 +368,9 @@ def event_ordinals_statement(pack_install_id: str):
     )
 
 
-def _event_ordinals_by_identity(conn: Connection, pack_install_id: str) -> Iterator[tuple]:
-    for row in conn.execute(event_ordinals_statement(pack_install_id)).all():
-        yield identity.of_row(row), int(row.min_ordinal), int(row.max_ordinal)
+def _event_ordinals_by_identity(conn: Connection, pack_install_id: str) -> list[tuple[ProjectionIdentity, int, int]]:
+    rows = conn.execute(event_ordinals_statement(pack_install_id)).all()
+    return [(identity.of_row(row), int(row.min_ordinal), int(row.max_ordinal)) for row in rows]
 
 
 def indirect_events_statement(ident: ProjectionIdentity, above: int | None, after: tuple[int, int] | None, limit: int):
