@@ -117,28 +117,6 @@ def prepare(engine, lanes: int, generations: int, inputs: int, live_lanes: int) 
             "explain": explain_counts(engine)}
 
 
-def settle(engine, limit_s: float = 60.0) -> float:
-    """Wait (bounded) until InnoDB has flushed what the builds dirtied, so pokes do not race the flusher.
-
-    On MariaDB/MySQL the dirty-page limit is lowered to 0 meanwhile (then restored);
-    a server without these InnoDB counters (TiDB) is not waited for.
-    """
-    started = time.perf_counter()
-    with engine.connect() as conn:
-        dirty = conn.execute(text("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'")).first()
-        if dirty is None:
-            return 0.0
-        previous = conn.execute(text("SELECT @@GLOBAL.innodb_max_dirty_pages_pct")).scalar_one()
-        conn.execute(text("SET GLOBAL innodb_max_dirty_pages_pct = 0"))
-        try:
-            while int(dirty[1]) >= 100 and time.perf_counter() - started < limit_s:
-                time.sleep(0.5)
-                dirty = conn.execute(text("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'")).one()
-        finally:
-            conn.execute(text("SET GLOBAL innodb_max_dirty_pages_pct = :v"), {"v": previous})
-    return time.perf_counter() - started
-
-
 def measure(engines: list, pokes: int) -> list[dict]:
     """Pokes interleaved across the tenants, so drift hits all alike.
 
@@ -184,7 +162,7 @@ def main() -> int:
             stack.callback(engine.dispose)
             rows.append(prepare(engine, args.lanes, h, args.inputs, args.live_lanes))
             engines.append(engine)
-        settled_s = settle(engines[0])
+        settled_s = benchlib.settle(engines[0], limit_s=60.0, below=100)
         for row, timing in zip(rows, measure(engines, args.pokes), strict=True):
             row.update(timing, settled_s=settled_s)
     print(f"{'H':>6} {'works':>8} {'live':>5} {'build s':>8} {'poke ms':>8} {'min ms':>7} {'1st poke ms':>11}  plan")

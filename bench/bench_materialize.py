@@ -41,6 +41,8 @@ import sys
 import time
 import tracemalloc
 import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from sqlalchemy import func, insert, select, text
 from sqlalchemy.engine import make_url
@@ -57,6 +59,9 @@ from nexus_cutover.field_history.materialize import (
 )
 from nexus_cutover.field_history.status import read_comparison
 from nexus_cutover.schema import apply_steps, create_legacy_schema, field_history_steps
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # noqa: E402
 
 FIELDS = 1000
 AUDIT = catalog.AuditFieldChange.name
@@ -127,26 +132,10 @@ def warm(engine) -> None:
 
     Without the flush, a run right after another pays for writing back the pages the first one dirtied.
     """
-    settle(engine)
+    benchlib.settle(engine)
     with engine.connect() as conn:
         conn.execute(text(f"SELECT COUNT(*), SUM(LENGTH(RecordId)) FROM `{AUDIT}`")).one()
         conn.execute(text(f"SELECT COUNT(*), SUM(FieldId) FROM `{INTERVAL}`")).one()
-
-
-def settle(engine, timeout_s: float = 120.0) -> None:
-    """Until InnoDB has (almost) no dirty pages left, flushing eagerly meanwhile (MariaDB, bench only)."""
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        saved = conn.execute(text("SELECT @@GLOBAL.innodb_max_dirty_pages_pct")).scalar()
-        conn.execute(text("SET GLOBAL innodb_max_dirty_pages_pct = 0"))
-        try:
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline:
-                dirty = int(conn.execute(text("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'")).one()[1])
-                if dirty < 50:
-                    return
-                time.sleep(0.2)
-        finally:
-            conn.execute(text("SET GLOBAL innodb_max_dirty_pages_pct = :v"), {"v": saved})
 
 
 def unproven_bound(lo, batch_size: int):
@@ -183,7 +172,7 @@ def unproven(engine, batch_size: int) -> tuple[int, int, float]:
 
 def reset(engine) -> None:
     """Undo a materialization of a built copy: every row the generator left NULL is NULL again (bench only)."""
-    settle(engine)
+    benchlib.settle(engine)
     with engine.begin() as conn:
         conn.execute(text(f"UPDATE `{AUDIT}` SET FieldHistoryEligible = NULL "
                           "WHERE ChangeId % 23 <> 0 AND FieldHistoryEligible IS NOT NULL"))
@@ -274,10 +263,10 @@ def main() -> int:
     engines = []
     try:
         t0 = time.perf_counter()
-        a, b, d = (build(server_url, name, args.rows) for name in names[:3])
-        small = build(server_url, names[3], args.rows // 10)
-        tiny = build(server_url, names[4], args.rows // 100)
-        engines = [a, b, d, small, tiny]
+        sizes = [args.rows] * 3 + [args.rows // 10, args.rows // 100]
+        with ThreadPoolExecutor(max_workers=2) as pool:  # the server builds each copy on one core
+            engines = list(pool.map(lambda name_rows: build(server_url, *name_rows), zip(names, sizes, strict=True)))
+        a, b, d, small, tiny = engines
         print(f"built 3 x {args.rows} rows (+ {args.rows // 10} and {args.rows // 100}) in {time.perf_counter() - t0:.1f}s")
         pristine = value_counts(a)
         before = comparison_vs_scan(b, args.repeat)  # stage 3's comparison before stage 2: most rows probe an interval
@@ -333,8 +322,6 @@ def report(args, reps: list[dict], before: dict, after: dict, copies, traced) ->
           f"{peak_tiny / 1024:.0f} KiB at {tiny_result.rows} rows (tracemalloc; untimed runs)")
     if not same:
         return 1
-    import benchlib  # bench/ is on sys.path when this runs as a script
-
     benchlib.merge_results({
         **benchlib.figures(materialize_vs_setbased=vs_set, materialize_proof_ratio=proof,
                            stage3_comparison_vs_compat_scan=after["ratio_samples"]),

@@ -51,6 +51,40 @@ def merge_results_to(path: Path, figures: dict) -> Path:
     return path
 
 
+#: Flush-rate limits (pages/s) while :func:`settle` waits; the server's own are restored before anything is timed.
+SETTLE_IO_CAPACITY = 20000
+
+
+def settle(engine, limit_s: float = 120.0, below: int = 50) -> float:
+    """Wait (bounded) until InnoDB has (almost) no dirty pages, flushing at full speed meanwhile; seconds waited.
+
+    Timed runs must not race the page cleaner writing back what an earlier step dirtied. While waiting, the
+    dirty-page target is 0 and the flush-rate limits (``innodb_io_capacity``, ``innodb_io_capacity_max``) are
+    raised; all three are restored before returning, so no timed run sees a changed server. A server without
+    these InnoDB counters (TiDB) is not waited for. Bench only.
+    """
+    started = time.perf_counter()
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        dirty = conn.execute(text("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'")).first()
+        if dirty is None:
+            return 0.0
+        saved = conn.execute(
+            text("SELECT @@GLOBAL.innodb_max_dirty_pages_pct, @@GLOBAL.innodb_io_capacity, @@GLOBAL.innodb_io_capacity_max")
+        ).one()
+        conn.execute(text("SET GLOBAL innodb_max_dirty_pages_pct = 0"))
+        conn.execute(text("SET GLOBAL innodb_io_capacity_max = :v"), {"v": max(SETTLE_IO_CAPACITY, saved[2])})
+        conn.execute(text("SET GLOBAL innodb_io_capacity = :v"), {"v": max(SETTLE_IO_CAPACITY, saved[1])})
+        try:
+            while int(dirty[1]) >= below and time.perf_counter() - started < limit_s:
+                time.sleep(0.2)
+                dirty = conn.execute(text("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'")).one()
+        finally:
+            conn.execute(text("SET GLOBAL innodb_io_capacity = :v"), {"v": saved[1]})
+            conn.execute(text("SET GLOBAL innodb_io_capacity_max = :v"), {"v": saved[2]})
+            conn.execute(text("SET GLOBAL innodb_max_dirty_pages_pct = :v"), {"v": saved[0]})
+    return time.perf_counter() - started
+
+
 def median(samples) -> float:
     """The median of a figure's repetitions (the figure itself); at least one is required."""
     values = [float(v) for v in samples]
