@@ -40,13 +40,14 @@ Nothing here writes; timestamps decide nothing.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, and_, exists, func, literal, or_, select, union_all
+from sqlalchemy import Connection, and_, bindparam, exists, func, literal, or_, select, union_all
 
 from .. import catalog, identity
 from ..catalog import Event, WorkItem
@@ -91,7 +92,7 @@ _EXPLANATIONS = {
 
 DEFAULT_BATCH = 5000
 #: Identities whose reach one statement reads, and the rows it reads from the top of each.
-REACH_IDENTITIES_PER_STATEMENT = 100
+REACH_IDENTITIES_PER_STATEMENT = 25
 REACH_TOP_ROWS = 4
 #: Rows per further read of an identity whose top rows hold no completed WorkItem.
 REACH_WALK_BATCH = 1000
@@ -304,15 +305,27 @@ def _identity_work_downwards(ident: ProjectionIdentity, below: tuple[int, int] |
 
 
 def top_work_statement(idents: Sequence[ProjectionIdentity], limit: int = REACH_TOP_ROWS):
-    """The top ``limit`` WorkItems of each identity, tagged ``g`` = its position in ``idents`` (exposed for EXPLAIN).
+    """The top ``limit`` WorkItems of each identity, tagged ``g`` = its position in ``idents`` (exposed for EXPLAIN)."""
+    return _top_work(len(idents), limit).params(_top_work_params(idents))
+
+
+@functools.lru_cache(maxsize=4)
+def _top_work(identities: int, limit: int):
+    """The top-rows UNION for ``identities`` identities, built once: identity values are bound as ``<column>_<g>``.
 
     One derived table per identity (SQLite takes no LIMIT inside a bare compound member).
     """
-    tops = [
-        _identity_work_downwards(ident, None, limit).add_columns(literal(g).label("g")).subquery()
-        for g, ident in enumerate(idents)
-    ]
+    tops = []
+    for g in range(identities):
+        bound = ProjectionIdentity(
+            *(bindparam(f"{name}_{g}", type_=WorkItem.c[name].type) for name in identity.COLUMN_NAMES)
+        )
+        tops.append(_identity_work_downwards(bound, None, limit).add_columns(literal(g).label("g")).subquery())
     return union_all(*(select(top) for top in tops))
+
+
+def _top_work_params(idents: Sequence[ProjectionIdentity]) -> dict[str, Any]:
+    return {f"{name}_{g}": value for g, ident in enumerate(idents) for name, value in ident.as_values().items()}
 
 
 def walk_down_statement(ident: ProjectionIdentity, below: tuple[int, int], limit: int = REACH_WALK_BATCH):
@@ -329,7 +342,7 @@ def _work_reach_by_identity(
         deadline.check("reading the top WorkItems of each identity")
         chunk = idents[first : first + REACH_IDENTITIES_PER_STATEMENT]
         tops: dict[int, list[tuple[int, str, int]]] = defaultdict(list)
-        for row in conn.execute(top_work_statement(chunk)):
+        for row in conn.execute(_top_work(len(chunk), REACH_TOP_ROWS), _top_work_params(chunk)):
             tops[row.g].append((int(row.LaneOrdinal), row.Status, int(row.WorkId)))
         for g, ident in enumerate(chunk):
             rows = sorted(tops[g], key=lambda row: (row[0], row[2]), reverse=True)  # a UNION keeps no order
