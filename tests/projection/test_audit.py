@@ -174,12 +174,12 @@ def test_input_beyond_the_completed_boundary_owned_by_failed_work_is_refused(eng
 
 
 def test_a_completed_boundary_below_many_failed_generations_is_found(engine):
-    """B(I) lies under more failed generations than the first read of an identity's top rows holds."""
+    """B(I) lies under several failed generations: the identity is walked down from its (failed) top."""
     sc = TenantScenario()
     lane = sc.pack("pk-1").lane("a")
     boundary_events, _ = lane.generation(2, status="completed")
     above = []
-    for _ in range(audit.REACH_TOP_ROWS + 2):
+    for _ in range(6):
         events, _ = lane.generation(2, status="failed")
         above.append(events[0]["EventId"])  # the coalesced input; the selected one has its (failed) direct task
     sc.write(engine)
@@ -190,24 +190,24 @@ def test_a_completed_boundary_below_many_failed_generations_is_found(engine):
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_reach_read_from_the_top_equals_the_maximum_over_every_row(engine, seed):
-    """B(I), the terminal reach and the total reach of each identity, read from the top of its range in
-    statements of many identities and walked down where the top holds no completed row, equal the plain
-    maxima over every projection WorkItem row of the identity: past one statement's identities, past one
-    walk batch, with ties on a LaneOrdinal, rows without a LaneOrdinal, and other packs and classes beside.
+    """B(I), the terminal reach and the total reach of each identity, read from the top of its range (one
+    statement for every identity) and walked down where the top is no completed projection row, equal the
+    plain maxima over every projection WorkItem row of the identity: past one walk batch, with ties on a
+    LaneOrdinal, rows without a LaneOrdinal, an ordinary WorkItem on top of a lane, and another pack beside.
     """
     rng = random.Random(seed)
     sc = TenantScenario()
     pack, other = sc.pack("pk-1"), sc.pack("pk-2")
     statuses = catalog.WORK_TERMINAL_STATUSES + catalog.WORK_LIVE_STATUSES
     not_completed = tuple(s for s in statuses if s != catalog.WORK_COMPLETED)
-    lanes = [pack.lane(f"lane-{i:03d}") for i in range(audit.REACH_IDENTITIES_PER_STATEMENT + 30)]
+    lanes = [pack.lane(f"lane-{i:03d}") for i in range(60)]
     for i, lane in enumerate(lanes):
         shape = i % 5
         if shape == 4:
             lane.event()  # Events only: no WorkItem reaches anything
             continue
         lane.generation(rng.randint(1, 3), status=catalog.WORK_COMPLETED if shape != 2 else rng.choice(not_completed))
-        top_rows = {0: rng.randint(0, 1), 1: rng.randint(1, 2 * audit.REACH_TOP_ROWS), 2: rng.randint(1, 9), 3: 2}[shape]
+        top_rows = {0: rng.randint(0, 1), 1: rng.randint(1, 8), 2: rng.randint(1, 9), 3: 2}[shape]
         for _ in range(top_rows):
             events, _ = lane.generation(rng.randint(1, 2), status=rng.choice(not_completed))
             if shape == 3:  # a tie: a second WorkItem on the same LaneOrdinal, completed or not
@@ -215,6 +215,9 @@ def test_reach_read_from_the_top_equals_the_maximum_over_every_row(engine, seed)
         if rng.random() < 0.3:
             lane.work_item(None, status=rng.choice(statuses))  # no LaneOrdinal: reaches nothing
         other.lane(lane.identity.source_lane).generation(1, status=catalog.WORK_COMPLETED)
+        if i % 7 == 0:  # a WorkItem of another class carrying the identity, above every projection row of the lane
+            on_top = lane.work_item(None, status=catalog.WORK_COMPLETED, lane_ordinal=pack.next_ordinal())
+            on_top["WorkClass"] = catalog.WORK_CLASS_ORDINARY
     deep = lanes[1]
     for _ in range(audit.REACH_WALK_BATCH + 10):
         deep.generation(1, status="failed")
@@ -235,7 +238,7 @@ def test_reach_read_from_the_top_equals_the_maximum_over_every_row(engine, seed)
             greatest(lambda s: True),
         )
     with engine.connect() as conn:
-        reach = audit._work_reach_by_identity(conn, [lane.identity for lane in lanes], Deadline(60))
+        reach = audit._work_reach_by_identity(conn, "pk-1", [lane.identity for lane in lanes], Deadline(60))
     got = {ident: (r.completed_boundary, r.terminal_reach, r.any_reach) for ident, r in reach.items()}
     assert got == expected
     assert expected[deep.identity][0] < expected[deep.identity][1]  # the deep lane's boundary really lies deep

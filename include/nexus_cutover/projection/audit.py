@@ -27,10 +27,13 @@ How it stays bounded (memory does not grow with history depth):
    is most of it (cheaper than a primary-key lookup per row);
 3. one aggregate per identity over the pack's Events (``ix_Event_SourceLane``,
    MIN/MAX per group: a loose index scan where the server has one);
-4. per Event identity, B(I) and the reaches come from the top of the
-   identity's ``ix_WorkItem_ProjectionOrder`` range, read downwards only until
-   a completed row is found (a few rows in a drained history, so the cost
-   does not grow with depth), for many identities per statement;
+4. B(I) and the reaches come from the top of each identity's
+   ``ix_WorkItem_ProjectionOrder`` range: one statement reads the rows at
+   every identity's greatest LaneOrdinal (MAX per group: a loose index scan
+   where the server has one, then one index dive per identity); where that
+   row is a completed projection WorkItem, all three are its LaneOrdinal (the
+   drained case), else the identity is walked down until a completed row, so
+   the cost does not grow with depth;
 5. per identity, only Events *above* B(I) -- or, for mixed identities, all of
    them -- are probed for a direct task, with an anti-join on
    ``ix_WorkItem_Selected``, in keyset batches that return offenders only.
@@ -40,14 +43,12 @@ Nothing here writes; timestamps decide nothing.
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, exists, func, literal, or_, select, union_all
+from sqlalchemy import Connection, and_, exists, func, or_, select
 
 from .. import catalog, identity
 from ..catalog import Event, WorkItem
@@ -91,10 +92,7 @@ _EXPLANATIONS = {
 }
 
 DEFAULT_BATCH = 5000
-#: Identities whose reach one statement reads, and the rows it reads from the top of each.
-REACH_IDENTITIES_PER_STATEMENT = 25
-REACH_TOP_ROWS = 4
-#: Rows per further read of an identity whose top rows hold no completed WorkItem.
+#: Rows per read of an identity walked down because its top row is not a completed projection WorkItem.
 REACH_WALK_BATCH = 1000
 
 
@@ -196,7 +194,7 @@ def audit_pack(
 
     deadline.check("aggregating Events per identity")
     event_identities = _event_ordinals_by_identity(conn, pack_install_id)
-    reach = _work_reach_by_identity(conn, [ident for ident, _, _ in event_identities], deadline)
+    reach = _work_reach_by_identity(conn, pack_install_id, [ident for ident, _, _ in event_identities], deadline)
     legacy_max = 0
     identities = 0
     probed = 0
@@ -304,68 +302,68 @@ def _identity_work_downwards(ident: ProjectionIdentity, below: tuple[int, int] |
     return select(lane, WorkItem.c.Status, work_id).where(*conditions).order_by(lane.desc(), work_id.desc()).limit(limit)
 
 
-def top_work_statement(idents: Sequence[ProjectionIdentity], limit: int = REACH_TOP_ROWS):
-    """The top ``limit`` WorkItems of each identity, tagged ``g`` = its position in ``idents`` (exposed for EXPLAIN)."""
-    return _top_work(len(idents), limit).params(_top_work_params(idents))
+def top_work_statement(pack_install_id: str):
+    """Every WorkItem at its identity's greatest LaneOrdinal, for each identity of the pack (exposed for EXPLAIN).
 
-
-@functools.lru_cache(maxsize=4)
-def _top_work(identities: int, limit: int):
-    """The top-rows UNION for ``identities`` identities, built once: identity values are bound as ``<column>_<g>``.
-
-    One derived table per identity (SQLite takes no LIMIT inside a bare compound member).
+    The greatest LaneOrdinal per identity is taken over every row of the index range (any WorkClass): filtering on a
+    column outside the index would cost the loose index scan. The caller checks class and status of what it gets.
     """
-    tops = []
-    for g in range(identities):
-        bound = ProjectionIdentity(
-            *(bindparam(f"{name}_{g}", type_=WorkItem.c[name].type) for name in identity.COLUMN_NAMES)
-        )
-        tops.append(_identity_work_downwards(bound, None, limit).add_columns(literal(g).label("g")).subquery())
-    return union_all(*(select(top) for top in tops))
+    idents = identity.columns(WorkItem)
+    tops = (
+        select(*idents, func.max(WorkItem.c.LaneOrdinal).label("top"))
+        .where(WorkItem.c.PackInstallId == pack_install_id)
+        .group_by(*idents)
+        .subquery("tops")
+    )
+    at_top = [WorkItem.c[name] == tops.c[name] for name in identity.COLUMN_NAMES]
+    return select(*idents, WorkItem.c.LaneOrdinal, WorkItem.c.Status, WorkItem.c.WorkClass).join_from(
+        tops, WorkItem, and_(*at_top, WorkItem.c.LaneOrdinal == tops.c.top)
+    )
 
 
-def _top_work_params(idents: Sequence[ProjectionIdentity]) -> dict[str, Any]:
-    return {f"{name}_{g}": value for g, ident in enumerate(idents) for name, value in ident.as_values().items()}
-
-
-def walk_down_statement(ident: ProjectionIdentity, below: tuple[int, int], limit: int = REACH_WALK_BATCH):
-    """The next ``limit`` WorkItems of ``ident`` below keyset ``below`` (exposed for EXPLAIN tests)."""
+def walk_down_statement(ident: ProjectionIdentity, below: tuple[int, int] | None, limit: int = REACH_WALK_BATCH):
+    """The next ``limit`` WorkItems of ``ident``, greatest first, below keyset ``below`` (exposed for EXPLAIN tests)."""
     return _identity_work_downwards(ident, below, limit)
 
 
 def _work_reach_by_identity(
-    conn: Connection, idents: list[ProjectionIdentity], deadline: Deadline
+    conn: Connection, pack_install_id: str, idents: list[ProjectionIdentity], deadline: Deadline
 ) -> dict[ProjectionIdentity, _WorkReach]:
-    """B(I), the terminal reach and the total reach of each identity, from the top of its WorkItem range."""
+    """B(I), the terminal reach and the total reach of each of ``idents``, from the top of its WorkItem range."""
+    deadline.check("reading the top WorkItem of each identity")
+    completed_at_top: dict[ProjectionIdentity, int] = {}
+    for row in conn.execute(top_work_statement(pack_install_id)):
+        if row.WorkClass == catalog.WORK_CLASS_PROJECTION and row.Status == catalog.WORK_COMPLETED:
+            completed_at_top[identity.of_row(row)] = int(row.LaneOrdinal)
     reach: dict[ProjectionIdentity, _WorkReach] = {}
-    for first in range(0, len(idents), REACH_IDENTITIES_PER_STATEMENT):
-        deadline.check("reading the top WorkItems of each identity")
-        chunk = idents[first : first + REACH_IDENTITIES_PER_STATEMENT]
-        tops: dict[int, list[tuple[int, str, int]]] = defaultdict(list)
-        for row in conn.execute(_top_work(len(chunk), REACH_TOP_ROWS), _top_work_params(chunk)):
-            tops[row.g].append((int(row.LaneOrdinal), row.Status, int(row.WorkId)))
-        for g, ident in enumerate(chunk):
-            rows = sorted(tops[g], key=lambda row: (row[0], row[2]), reverse=True)  # a UNION keeps no order
-            reach[ident] = _walk_down(conn, ident, rows, REACH_TOP_ROWS, deadline)
+    walked = 0
+    for ident in idents:
+        top = completed_at_top.get(ident)
+        if top is not None:  # the greatest row of the identity is completed projection work: it is every reach
+            reach[ident] = _WorkReach(top, top, top)
+        else:  # no WorkItem, or the top is live, failed, cancelled or of another class (or matched another spelling)
+            reach[ident] = _walk_down(conn, ident, deadline)
+            walked += 1
+    if walked:
+        log.info("audit of %s: %d of %d identities walked down below their top WorkItem", pack_install_id, walked,
+                 len(idents))
     return reach
 
 
-def _walk_down(
-    conn: Connection, ident: ProjectionIdentity, rows: list[tuple[int, str, int]], limit: int, deadline: Deadline
-) -> _WorkReach:
-    """Take ``rows`` (a full read of ``limit`` continues below them) until a completed row or the range's end."""
+def _walk_down(conn: Connection, ident: ProjectionIdentity, deadline: Deadline) -> _WorkReach:
+    """Read ``ident``'s projection WorkItems from the top down, in keyset batches, until a completed row or the end."""
     r = _WorkReach()
+    below = None
     while True:
+        deadline.check(f"walking down the WorkItems of identity {ident.label()}")
+        rows = conn.execute(walk_down_statement(ident, below)).all()
         for lane_ordinal, status, _ in rows:
-            r.take(lane_ordinal, status)
+            r.take(int(lane_ordinal), status)
             if r.known:
                 return r
-        if len(rows) < limit:
+        if len(rows) < REACH_WALK_BATCH:
             return r
-        deadline.check(f"walking down the WorkItems of identity {ident.label()}")
-        below = (rows[-1][0], rows[-1][2])
-        rows = [(int(lane), status, int(work)) for lane, status, work in conn.execute(walk_down_statement(ident, below))]
-        limit = REACH_WALK_BATCH
+        below = (int(rows[-1][0]), int(rows[-1][2]))
 
 
 def event_ordinals_statement(pack_install_id: str):
