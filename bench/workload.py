@@ -57,8 +57,7 @@ def build(
     # builds each on one core, so `connections` chunks run at once (disjoint lanes: no two touch one key)
     with ThreadPoolExecutor(max_workers=connections) as pool:
         chunks = [(first, min(lanes, first + batch_lanes) - 1) for first in range(0, lanes, batch_lanes)]
-        for done in pool.map(lambda chunk: _insert_lanes(engine, *chunk, generations, inputs), chunks):
-            assert done is None
+        list(pool.map(lambda chunk: _insert_lanes(engine, *chunk, generations, inputs), chunks))  # re-raises a failure
     with engine.begin() as conn:
         conn.execute(text("DROP TABLE bench_n"))
         conn.execute(text(f"ANALYZE TABLE {ev}, {wi}"))

@@ -292,8 +292,9 @@ def _native_work(conn: Connection, pack_install_id: str) -> Iterator[tuple[Proje
         yield identity.of_row(row), int(row.WorkId)
 
 
-def _identity_work_downwards(ident: ProjectionIdentity, below: tuple[int, int] | None, limit: int):
-    """(LaneOrdinal, Status, WorkId) of ``ident``'s projection WorkItems, greatest first, after keyset ``below``."""
+def walk_down_statement(ident: ProjectionIdentity, below: tuple[int, int] | None, limit: int = REACH_WALK_BATCH):
+    """(LaneOrdinal, Status, WorkId) of ``ident``'s next ``limit`` projection WorkItems, greatest first, below keyset
+    ``below`` (exposed for EXPLAIN tests)."""
     lane, work_id = WorkItem.c.LaneOrdinal, WorkItem.c.WorkId
     conditions = [identity.matches(WorkItem, ident), WorkItem.c.WorkClass == catalog.WORK_CLASS_PROJECTION, lane.is_not(None)]
     if below is not None:
@@ -319,11 +320,6 @@ def top_work_statement(pack_install_id: str):
     return select(*idents, WorkItem.c.LaneOrdinal, WorkItem.c.Status, WorkItem.c.WorkClass).join_from(
         tops, WorkItem, and_(*at_top, WorkItem.c.LaneOrdinal == tops.c.top)
     )
-
-
-def walk_down_statement(ident: ProjectionIdentity, below: tuple[int, int] | None, limit: int = REACH_WALK_BATCH):
-    """The next ``limit`` WorkItems of ``ident``, greatest first, below keyset ``below`` (exposed for EXPLAIN tests)."""
-    return _identity_work_downwards(ident, below, limit)
 
 
 def _work_reach_by_identity(
