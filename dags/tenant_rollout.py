@@ -13,16 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import DAG, Param, TaskGroup, TriggerRule, task
+from airflow.sdk import DAG, TaskGroup, TriggerRule, task
 
-from nexus_airflow.params import APPROVAL_FIELDS, APPROVAL_MODES, TENANT_PATTERN
+from nexus_airflow.base import never_retry_stops
+from nexus_airflow.params import MAX_PARALLEL_CAP, ROLLOUT_FIELDS, params_of_fields
 from nexus_airflow.rollout import MAX_WAVES, PLAN_KEY, ROLLOUT_DAG, wave_group
-from nexus_airflow.rollout_tasks import (
-    MAX_PARALLEL_CAP,
-    SHARED_FIELDS,
-    WaveConfirmOperator,
-    WaveLaneOperator,
-)
+from nexus_airflow.rollout_tasks import WaveConfirmOperator, WaveLaneOperator
 
 CUTOVER_DAG = "connector_projection_cutover"
 
@@ -57,8 +53,9 @@ def plan(params: dict[str, Any] | None = None, run_id: str | None = None, dag_ru
     a skip to travel through every unused wave)."""
     import logging
 
-    from airflow.sdk.exceptions import AirflowFailException, DownstreamTasksSkipped
+    from airflow.sdk.exceptions import DownstreamTasksSkipped
 
+    from nexus_airflow.base import stopped
     from nexus_airflow.rollout import unused_wave_tasks
     from nexus_airflow.rollout_tasks import build_plan
 
@@ -67,7 +64,7 @@ def plan(params: dict[str, Any] | None = None, run_id: str | None = None, dag_ru
         result = build_plan(params, run_id, getattr(dag_run, "triggering_user_name", None), ti, log)
     except ValueError as exc:
         ti.xcom_push(key="refusal", value=str(exc))  # what summary reports as the rollout's failure
-        raise AirflowFailException(str(exc)) from None
+        raise stopped(log, f"the rollout's form is refused: {exc}. Next: fix the form and trigger again.", code=2) from None
     ti.xcom_push(key=PLAN_KEY, value=result)
     for w in result["waves"]:
         log.info("wave %d (%s): %s", w["wave"], w["name"], ", ".join(w["tenants"]))
@@ -108,27 +105,7 @@ def summary(run_id: str | None = None, ti=None) -> dict[str, Any]:
 
 
 #: The form (set on the DAG after its tasks are declared: see the end of this file).
-ROLLOUT_PARAMS: dict[str, Param] = {
-    "tenants": Param(["demo"], type="array", items={"type": "string", "pattern": TENANT_PATTERN},
-                     uniqueItems=True, title="Tenants",
-                     description="Namespaces; each uses the connection nexus_tenant_<tenant>."),
-    "tenants_variable": Param("", type="string", title="Tenants Variable",
-                              description="An Airflow Variable holding a JSON list of more tenants (after `tenants`)."),
-    "canary": Param(1, type=["integer", "array"], title="Canary",
-                    description="The first N tenants, or a list of tenant names, run first as wave 0."),
-    "wave_size": Param(10, type="integer", minimum=1, maximum=500, title="Wave size"),
-    "max_parallel": Param(4, type="integer", minimum=1, maximum=MAX_PARALLEL_CAP, title="Max parallel tenants"),
-    "max_failed": Param(0, type="number", minimum=0, title="Failure budget per wave",
-                        description="A count (>= 1), or a fraction of the wave (< 1). Past it the rollout halts."),
-    "retry_failed": Param(False, type="boolean", title="Retry failed tenants",
-                          description="On a rerun, run again the tenants whose earlier cutover run failed."),
-    "approval": Param("per_tenant", type="string", enum=list(APPROVAL_MODES), title="Approval",
-                      description="per_tenant: each tenant's run asks; per_wave: one question per wave."),
-    "approvers": APPROVAL_FIELDS["approvers"].param(),
-    "allow_self_approval": APPROVAL_FIELDS["allow_self_approval"].param(),
-    "cutover_conf": Param({"host_controller": "manual"}, type="object", title="Per-tenant form fields",
-                          description=f"Applied to every tenant's run; allowed keys: {', '.join(SHARED_FIELDS)}."),
-}
+ROLLOUT_PARAMS = params_of_fields(ROLLOUT_FIELDS)
 
 
 with DAG(
@@ -138,7 +115,7 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     doc_md=DOC,
-    default_args={"retries": 0},
+    default_args={"retries": 0, "retry_policy": never_retry_stops()},
     tags=["nexus", "cutover", "rollout"],
 ) as dag:
     planned = previous = plan()

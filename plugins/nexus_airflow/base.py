@@ -4,9 +4,11 @@ Invariants:
 
 * Domain errors end a task with a message that says what to fix:
   :class:`~nexus_cutover.errors.BadInput` and
-  :class:`~nexus_cutover.errors.Refused` are not retried
-  (``AirflowFailException``); unreachable databases and lock timeouts are
-  ordinary failures (retryable when the DAG allows retries).
+  :class:`~nexus_cutover.errors.Refused` are expected stops (:func:`stop`):
+  never retried (:data:`NEVER_RETRY_STOPS`), and the task's log ends with the
+  reason as short lines and the next action, not a traceback
+  (:class:`TaskStopped`); unreachable databases and lock timeouts are ordinary
+  failures (retryable when the DAG allows retries), with their traceback.
 * A report that explains a stop is pushed to XCom (key ``report``) and logged
   *before* the task fails.
 * Engines are created per task execution and disposed of afterwards; only the
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import textwrap
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,29 +43,78 @@ def tenant_engine(conn_id: str, log) -> Iterator[Any]:
         engine.dispose()
 
 
-def with_next_action(context, message: str) -> str:
-    """``message`` followed by the runbook's next action for this task (one source: projection.next_actions)."""
-    from nexus_cutover.projection.next_actions import next_action
+#: Width of the lines a person reads in a task log (the log pane shows about this many without scrolling).
+LINE_WIDTH = 100
 
+
+class TaskStopped(SystemExit):
+    """An expected stop of a task (a refusal, bad input, a person's answer): it fails, is never retried, and its
+    log ends with the reason, not a traceback.
+
+    A ``SystemExit`` because Airflow's task runner logs one as a single line
+    ("Task exited", with its code) where it logs any other exception with the
+    whole traceback, which buried the reason a person needs under frames that
+    say nothing about the tenant; it still fails the task and runs its failure
+    callbacks. The code is the command line's for the same stop (2 bad input,
+    3 refused). ``str()`` is the message.
+    """
+
+    def __init__(self, message: str, code: int = 3) -> None:
+        super().__init__(code)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def never_retry_stops():
+    """The retry policy of every task: an expected stop (:class:`TaskStopped`) fails at once, whatever ``retries``."""
+    from airflow.sdk.definitions.retry_policy import ExceptionRetryPolicy, RetryAction, RetryRule
+
+    return ExceptionRetryPolicy(rules=[RetryRule(exception=f"{__name__}.TaskStopped", action=RetryAction.FAIL,
+                                                 reason="an expected stop: retrying changes nothing")])
+
+
+def with_next_action(context, message: str, next_action: str | None = None) -> str:
+    """``message`` followed by the next action: ``next_action`` when the stop knows its own, else the runbook's
+    for this task (one source: projection.next_actions)."""
+    from nexus_cutover.projection.next_actions import next_action as step_action
+
+    if "Next:" in message:
+        return message
     ti = context.get("ti") if hasattr(context, "get") else None
-    action = next_action(getattr(ti, "task_id", "") or "")
-    return f"{message} Next: {action}." if action and "Next:" not in message else message
+    action = next_action or step_action(getattr(ti, "task_id", "") or "")
+    if not action:
+        return message
+    return f"{message.rstrip().rstrip('.')}. Next: {action.rstrip('.')}."
 
 
-def stop(context, log, message: str, report: Any = None) -> None:
-    """Push ``report`` (XCom key ``report``), log it with ``message``, and fail the task without retry."""
-    from airflow.sdk.exceptions import AirflowFailException
+def readable(message: str, width: int = LINE_WIDTH) -> str:
+    """``message`` as short lines: every line wrapped at ``width``, the next action on lines of its own."""
+    body, found, action = message.partition(" Next: ")
+    lines = [wrapped for line in body.splitlines() for wrapped in (textwrap.wrap(line, width) or [""])]
+    if found:
+        lines += textwrap.wrap(f"Next: {action}", width, subsequent_indent="  ")
+    return "\n".join(lines)
 
-    message = with_next_action(context, message)
+
+def stop(context, log, message: str, report: Any = None, *, next_action: str | None = None, code: int = 3) -> None:
+    """Push ``report`` (XCom key ``report``), log it, then the reason and the next action as short lines, and
+    fail the task without retry and without a traceback (:class:`TaskStopped`)."""
+    message = with_next_action(context, message, next_action)
     if isinstance(report, dict):  # the stop's reason travels with its report (the rollout and the status view read it)
         report = {**report, "message": message}
     if report is not None:
         if "ti" in context:  # every task run has one; a bare unit call of a callback may not
             context["ti"].xcom_push(key="report", value=report)
-        log.error("%s\n%s", message, report if isinstance(report, str) else json.dumps(report, indent=2, default=str))
-    else:
-        log.error("%s", message)
-    raise AirflowFailException(message)
+        log.info("report (XCom report):\n%s", report if isinstance(report, str) else json.dumps(report, indent=2, default=str))
+    raise stopped(log, message, code)
+
+
+def stopped(log, message: str, code: int = 3) -> TaskStopped:
+    """Log ``message`` as the task's last readable lines and return the :class:`TaskStopped` to raise."""
+    log.error("STOPPED: %s", readable(message))
+    return TaskStopped(message, code)
 
 
 @contextlib.contextmanager
@@ -73,7 +125,8 @@ def domain_errors(context, log) -> Iterator[None]:
     try:
         yield
     except (BadInput, Refused) as exc:
-        stop(context, log, f"{type(exc).__name__}: {exc}", {"error": type(exc).__name__, "message": str(exc)})
+        stop(context, log, f"{type(exc).__name__}: {exc}", {"error": type(exc).__name__, "message": str(exc)},
+             code=exc.exit_code)
     except CutoverError as exc:
         log.error("%s: %s", type(exc).__name__, exc)
         raise

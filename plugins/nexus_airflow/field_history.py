@@ -28,6 +28,7 @@ from nexus_airflow.params import (
     NOTIFY_FIELD,
     STALE_HEARTBEAT_FIELD,
     TENANT_FIELDS,
+    TIMING,
     Field,
     check_form,
     params_of_fields,
@@ -57,7 +58,7 @@ FH_FIELDS: dict[str, Field] = {
         {"type": "string", "pattern": VERSION_PATTERN},
     ),
     "producer_release": Field(
-        "",
+        None,
         "Producer-cutover release",
         "The release whose producers always stamp (e.g. 4.13.0). Required for stages 2 and 3.",
         {"type": "string", "pattern": OPTIONAL_VERSION_PATTERN},
@@ -69,6 +70,7 @@ FH_FIELDS: dict[str, Field] = {
         "Rows per materialization transaction (TiDB-safe: a few thousand at most).",
         {"type": "integer", "minimum": 1, "maximum": 10000},
         int,
+        TIMING,
     ),
     "materialize_timeout": Field(
         1800,
@@ -76,6 +78,7 @@ FH_FIELDS: dict[str, Field] = {
         "Bound of one materialization call; committed batches stay and a clear resumes.",
         {"type": "integer", "minimum": 1, "maximum": 7 * 86400},
         int,
+        TIMING,
     ),
     "drain_timeout": Field(
         3600,
@@ -83,6 +86,7 @@ FH_FIELDS: dict[str, Field] = {
         "How long stage_2_drain_outbox waits for pre-cutover outbox work to be delivered.",
         {"type": "integer", "minimum": 1, "maximum": 7 * 86400},
         int,
+        TIMING,
     ),
     "stale_heartbeat": STALE_HEARTBEAT_FIELD,
     "poll_interval": poll_interval_field("How often the drain sensor looks at the outbox."),

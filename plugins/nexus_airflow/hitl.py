@@ -92,6 +92,8 @@ class _StrictHITL(HITLOperator):
     approve_option = ""
     reject_option = ""
     on_reject = ""
+    #: What a person does after anything but the approving answer (a rejection, a timeout): retry or back out.
+    after_reject = ""
 
     def __init__(self, **kwargs) -> None:
         kwargs.setdefault("retries", 0)
@@ -114,7 +116,7 @@ class _StrictHITL(HITLOperator):
             timed_out = event.get("error_type") == "timeout" or "timeout" in type(exc).__name__.lower()
             reason = f"no answer within {_timeout_text(context)}" if timed_out else f"no valid answer ({_first_line(exc)})"
             message = f"{NOT_PERFORMED}: {reason}. {self.state_now(context)}"
-            stop(context, self.log, message, {"message": message, "answered": False})
+            stop(context, self.log, message, {"message": message, "answered": False}, next_action=self.after_reject)
         chosen = list(result["chosen_options"])
         who = answered_by(result.get("responded_by_user"))
         p = params_of(context)
@@ -126,7 +128,8 @@ class _StrictHITL(HITLOperator):
             choice = " / ".join(chosen) or "nothing"
             verb = "rejected" if chosen == [self.reject_option] else f"chose {choice!r} for"
             message = f"{NOT_PERFORMED}: {who} {verb} \"{self.subject}\". {self.state_now(context)}"
-            stop(context, self.log, message, {"message": message, "answered_by": who, "chosen_options": chosen})
+            stop(context, self.log, message, {"message": message, "answered_by": who, "chosen_options": chosen},
+                 next_action=self.after_reject)
         self.log.info("confirmed by %s", who)
         answer = {"chosen_options": chosen, "responded_by": who, "responded_at": str(result.get("responded_at"))}
         return self.recheck(context, answer)
@@ -146,6 +149,11 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
     approve_option = "Confirm: all old writers stopped"
     reject_option = "Reject"
     on_reject = "The fence stays armed; no checkpoint was written."
+    after_reject = (
+        "to try again, stop every old writer and clear check_old_writers in this run (it gathers fresh evidence "
+        "and asks again), or trigger a new run for the tenant (it adopts the fence this failed run left). To back "
+        "out instead: restart the old writers, then have L2 release the fence by their process (runbook, "
+        "\"Rollback stance\"); admission stays paused until one of the two happens")
 
     def state_now(self, context) -> str:
         """The tenant's fence and checkpoints as the database shows them when the run stops."""
@@ -278,7 +286,11 @@ class StartNewHostOperator(_StrictHITL):
 
     approve_option = "Host started"
     reject_option = "Abort"
-    on_reject = "The fence stays armed; the checkpoints are kept. Start the host, then clear start_new_host."
+    on_reject = "The fence stays armed; the checkpoints are kept."
+    after_reject = (
+        "start the new host, then clear start_new_host; or back out before any new input is admitted: "
+        "restart the old writers and have L2 release the fence (runbook, \"Rollback stance\"; the checkpoints "
+        "stay and are returned unchanged by the next run)")
 
     def __init__(self, **kwargs) -> None:
         kwargs.setdefault("subject", "Start the new (ProjectionProtocol 1) host for the tenant")

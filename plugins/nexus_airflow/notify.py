@@ -71,6 +71,8 @@ def _report_summary(report: Any) -> str:
             kind = f.get("finding", "?") if isinstance(f, dict) else str(f)
             kinds[kind] = kinds.get(kind, 0) + 1
         return "findings: " + ", ".join(f"{k} x{n}" for k, n in kinds.items())
+    if isinstance(report, dict):  # the stop's message is already the reason: the rest of the report, not it again
+        report = {k: v for k, v in report.items() if k != "message"}
     return "report: " + json.dumps(report, default=str)[:500]
 
 

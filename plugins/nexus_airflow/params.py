@@ -8,6 +8,14 @@ Invariants:
 * ``tenant`` is required and pattern-checked (it is a namespace: lower-case
   letters, digits, ``_`` and ``-``, at most 64 characters); every other field
   has a bounded default, so a form with only a tenant is a valid run.
+* Only required fields are required by the form: Airflow's trigger form stars a
+  field, and keeps Trigger disabled while it is empty, unless its type allows
+  null. Every optional field's type therefore allows null, and an empty (null)
+  value resolves to the field's default, so the form submits with any subset of
+  the optional fields filled.
+* The form shows up front what a single-tenant run needs (the tenant, dry run,
+  how the new host starts); every other field sits in a collapsed section
+  (:data:`SECTIONS`), the fields ``tenant_rollout`` sets last.
 * A field is one :class:`Field`: its default, schema and description live
   there, and the same object builds the ``Param`` and resolves the run's value
   (no second copy of a default in a ``params.get(k, default)``).
@@ -19,6 +27,7 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -34,76 +43,121 @@ MIN_POLL_INTERVAL_S = int(os.environ.get("NEXUS_MIN_POLL_INTERVAL_S", "10"))
 
 _REQUIRED = object()
 
+#: The collapsed sections of the forms, in the order they appear (a field without one shows up front).
+CONNECTIONS = "Connections and packs"
+APPROVAL = "Who may approve"
+TIMING = "Timeouts and polling"
+ROLLOUT_ONLY = "Set by tenant_rollout only (leave as they are)"
+SECTIONS = (CONNECTIONS, APPROVAL, TIMING, ROLLOUT_ONLY)
+
+
+def nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` whose ``type`` (and ``enum``) also allow null: what makes Airflow's form treat a field as optional."""
+    out = dict(schema)
+    kinds = out.get("type")
+    if kinds is not None:
+        kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+        out["type"] = kinds if "null" in kinds else [*kinds, "null"]
+    if "enum" in out and None not in out["enum"]:
+        out["enum"] = [*out["enum"], None]
+    return out
+
 
 @dataclass(frozen=True)
 class Field:
-    """One form field: builds its ``Param`` and resolves its value from a run's params."""
+    """One form field: builds its ``Param`` and resolves its value from a run's params.
+
+    A field with a default is optional: its ``Param`` allows null, and null (a
+    field emptied on the form) resolves to the default. ``section`` names the
+    collapsed section it sits in (None: up front).
+    """
 
     default: Any
     title: str
     description: str
     schema: dict[str, Any] = field(default_factory=dict)
     cast: Callable[[Any], Any] = lambda v: v
+    section: str | None = None
+
+    @property
+    def required(self) -> bool:
+        return self.default is _REQUIRED
 
     def param(self):
         from airflow.sdk import Param
 
-        if self.default is _REQUIRED:
-            return Param(title=self.title, description=self.description, **self.schema)
-        return Param(self.default, title=self.title, description=self.description, **self.schema)
+        shown = {"section": self.section} if self.section else {}
+        if self.required:
+            return Param(title=self.title, description=self.description, **self.schema, **shown)
+        return Param(self.default, title=self.title, description=self.description, **nullable(self.schema), **shown)
 
     def value(self, params: Mapping[str, Any], name: str) -> Any:
-        raw = params[name] if self.default is _REQUIRED else params.get(name, self.default)
-        return self.cast(raw)
+        if self.required:
+            return self.cast(params[name])
+        raw = params.get(name)
+        return self.cast(self.default if raw is None else raw)
+
+    def in_section(self, section: str | None) -> Field:
+        """This field, shown in ``section`` (the same field on another form)."""
+        return dataclasses.replace(self, section=section)
 
 
 def _int(v: Any) -> int | None:
     return None if v is None else int(v)
 
 
-def _seconds(default: int, title: str, description: str, *, minimum: int = 1, maximum: int = 7 * 86400) -> Field:
-    return Field(default, title, description, {"type": "integer", "minimum": minimum, "maximum": maximum}, int)
+def _seconds(default: int, title: str, description: str, *, minimum: int = 1, maximum: int = 7 * 86400,
+             section: str | None = TIMING) -> Field:
+    return Field(default, title, description, {"type": "integer", "minimum": minimum, "maximum": maximum}, int, section)
 
 
-TENANT_FIELDS: dict[str, Field] = {
-    "tenant": Field(_REQUIRED, "Tenant (namespace)", "The tenant's namespace, e.g. acme. Lower-case letters, digits, _ and -.",
-                    {"type": "string", "pattern": TENANT_PATTERN}),
-    "conn_id": Field("", "Tenant DB connection id", "Airflow connection of the tenant database (mysql for MySQL/TiDB, "
-                     "sqlite for the embedded demo). Empty: nexus_tenant_<tenant>.",
-                     {"type": "string", "pattern": CONN_ID_PATTERN}),
-}
+def _text(v: Any) -> str:
+    return v or ""
+
+
+TENANT_FIELD = Field(_REQUIRED, "Tenant (namespace)",
+                     "The tenant's namespace, e.g. acme. Lower-case letters, digits, _ and -.",
+                     {"type": "string", "pattern": TENANT_PATTERN})
+CONN_ID_FIELD = Field(None, "Tenant DB connection id", "Airflow connection of the tenant database (mysql for "
+                      "MySQL/TiDB, sqlite for the embedded demo). Empty: nexus_tenant_<tenant>.",
+                      {"type": "string", "pattern": CONN_ID_PATTERN}, _text, CONNECTIONS)
 NOTIFY_FIELD = Field(
-    "", "Notification connection id",
+    None, "Notification connection id",
     "Where failures and needs-confirmation events are sent: an smtp connection (extra 'to') or a Slack webhook "
     "connection (needs the Slack provider). Empty: the Variable nexus_notify_conn_id, else the task log only.",
-    {"type": "string", "pattern": CONN_ID_PATTERN},
+    {"type": "string", "pattern": CONN_ID_PATTERN}, _text, CONNECTIONS,
 )
 STALE_HEARTBEAT_FIELD = Field(
     None, "Stale heartbeat window (s)",
     "A process whose last heartbeat is older than this is silent (not live). Empty: the product's default "
     "window (nexus_cutover.liveness).",
-    {"type": ["null", "integer"], "minimum": 1, "maximum": 86400}, _int,
+    {"type": "integer", "minimum": 1, "maximum": 86400}, _int, TIMING,
 )
 
 
 APPROVAL_MODES = ("per_tenant", "per_wave")
 USER_NAME_PATTERN = r"^[A-Za-z0-9_.@+-]{1,128}$"
 #: Who may answer a confirmation, shared by the cutover's form and the rollout's (one definition).
-APPROVAL_FIELDS: dict[str, Field] = {
+APPROVER_FIELDS: dict[str, Field] = {
     "approvers": Field([], "Approvers", "Airflow user names allowed to answer the run's confirmations (writer "
                        "stop, and a manual host start); the user who triggered the run (or its rollout) is not one "
                        "of them unless allow_self_approval is set. Empty: anyone allowed by the auth manager.",
                        {"type": "array", "items": {"type": "string", "pattern": USER_NAME_PATTERN}, "uniqueItems": True},
-                       lambda v: tuple(v or ())),
+                       lambda v: tuple(v or ()), APPROVAL),
     "allow_self_approval": Field(False, "Allow self-approval", "With approvers: let the user who triggered the run "
-                                 "answer its confirmation too (off by default: four eyes).", {"type": "boolean"}, bool),
+                                 "answer its confirmation too (off by default: four eyes).", {"type": "boolean"}, bool,
+                                 APPROVAL),
+}
+#: What ``tenant_rollout`` sets on each tenant's run (a single-tenant run leaves them as they are).
+ROLLOUT_SET_FIELDS: dict[str, Field] = {
     "approval": Field("per_tenant", "Approval", "per_tenant: this run asks its own writer-stop confirmation. per_wave: "
                       "set by tenant_rollout only: the rollout asks one question for the whole wave; this run gathers "
                       "its evidence, waits for that answer and re-checks its evidence when it comes.",
-                      {"type": "string", "enum": list(APPROVAL_MODES)}),
+                      {"type": "string", "enum": list(APPROVAL_MODES)}, section=ROLLOUT_ONLY),
     "rollout": Field({}, "Rollout", "Set by tenant_rollout (its run id, wave and the user who triggered it); "
-                     "leave empty when triggering one tenant.", {"type": "object"}, lambda v: dict(v or {})),
+                     "leave empty when triggering one tenant.", {"type": "object"}, lambda v: dict(v or {}), ROLLOUT_ONLY),
 }
+APPROVAL_FIELDS: dict[str, Field] = {**APPROVER_FIELDS, **ROLLOUT_SET_FIELDS}
 
 
 def poll_interval_field(description: str) -> Field:
@@ -111,21 +165,25 @@ def poll_interval_field(description: str) -> Field:
                     minimum=MIN_POLL_INTERVAL_S, maximum=3600)
 
 
+#: The fields every per-tenant form starts with.
+TENANT_FIELDS: dict[str, Field] = {"tenant": TENANT_FIELD, "conn_id": CONN_ID_FIELD}
+
 CUTOVER_FIELDS: dict[str, Field] = {
-    **TENANT_FIELDS,
-    "pack_install_ids": Field([], "Pack incarnations", "PackInstallIds to cut over. Empty: every active pack of the namespace.",
-                              {"type": "array", "items": {"type": "string", "pattern": PACK_ID_PATTERN}, "uniqueItems": True},
-                              lambda v: tuple(v or ())),
-    "drain_timeout": _seconds(3600, "Drain timeout (s)", "How long wait_for_drain may wait for old projection work to become terminal."),
-    "stale_heartbeat": STALE_HEARTBEAT_FIELD,
+    "tenant": TENANT_FIELD,
     "host_controller": Field("manual", "How the new host is started",
                              "manual: ask the engineer (HITL); command: run the configured host command (Variable "
                              "nexus_host_command); http: POST to the deployer via host_http_conn_id.",
                              {"type": "string", "enum": list(HOST_CONTROLLERS)}),
-    "host_http_conn_id": Field("nexus_deployer", "Deployer HTTP connection id", "Used when host_controller is http.",
-                               {"type": "string", "pattern": CONN_ID_PATTERN}, lambda v: v or "nexus_deployer"),
     "dry_run": Field(False, "Dry run", "Run every check and print the exact plan of writes; write nothing.", {"type": "boolean"}, bool),
-    "poll_interval": poll_interval_field("How often the waiting steps (drain, writers, readiness) look at the tenant DB."),
+    "conn_id": CONN_ID_FIELD,
+    "pack_install_ids": Field([], "Pack incarnations", "PackInstallIds to cut over. Empty: every active pack of the namespace.",
+                              {"type": "array", "items": {"type": "string", "pattern": PACK_ID_PATTERN}, "uniqueItems": True},
+                              lambda v: tuple(v or ()), CONNECTIONS),
+    "host_http_conn_id": Field("nexus_deployer", "Deployer HTTP connection id", "Used when host_controller is http.",
+                               {"type": "string", "pattern": CONN_ID_PATTERN}, lambda v: v or "nexus_deployer", CONNECTIONS),
+    "notify_conn_id": NOTIFY_FIELD,
+    **APPROVER_FIELDS,
+    "drain_timeout": _seconds(3600, "Drain timeout (s)", "How long wait_for_drain may wait for old projection work to become terminal."),
     "writers_stop_timeout": _seconds(3600, "Writers stop timeout (s)",
                                      "How long check_old_writers waits for every old writer to be stopped or silent."),
     "confirm_timeout": _seconds(86400, "Confirmation timeout (s)", "How long the human confirmations wait. A timeout never confirms.",
@@ -137,8 +195,42 @@ CUTOVER_FIELDS: dict[str, Field] = {
                                maximum=86400),
     "readiness_timeout": _seconds(1800, "Readiness timeout (s)", "How long verify_readiness waits for the new host to activate.",
                                   maximum=86400),
-    "notify_conn_id": NOTIFY_FIELD,
-    **APPROVAL_FIELDS,
+    "poll_interval": poll_interval_field("How often the waiting steps (drain, writers, readiness) look at the tenant DB."),
+    "stale_heartbeat": STALE_HEARTBEAT_FIELD,
+    **ROLLOUT_SET_FIELDS,
+}
+
+
+#: Upper bound of a rollout's ``max_parallel``: the cutover DAG's ``max_active_runs`` (tests/rollout checks they
+#: agree), so a per-wave question never waits for a tenant run Airflow holds queued.
+MAX_PARALLEL_CAP = 16
+#: Fields of the per-tenant form a rollout may set for every tenant (never a DSN: connections are per tenant).
+SHARED_FIELDS = ("drain_timeout", "stale_heartbeat", "host_controller", "host_http_conn_id", "dry_run",
+                 "poll_interval", "writers_stop_timeout", "confirm_timeout", "checkpoint_timeout", "digest_timeout",
+                 "readiness_timeout")
+ROLLOUT_FIELDS: dict[str, Field] = {
+    "tenants": Field(_REQUIRED, "Tenants", "Namespaces; each uses the connection nexus_tenant_<tenant>.",
+                     {"type": "array", "items": {"type": "string", "pattern": TENANT_PATTERN}, "uniqueItems": True},
+                     lambda v: list(v or ())),
+    "canary": Field(1, "Canary", "The first N tenants, or a list of tenant names, run first as wave 0.",
+                    {"type": ["integer", "array"]}),
+    "wave_size": Field(10, "Wave size", "Tenants per wave after the canary.", {"type": "integer", "minimum": 1, "maximum": 500},
+                       int),
+    "max_parallel": Field(4, "Max parallel tenants", "At most this many tenants of a wave run at once.",
+                          {"type": "integer", "minimum": 1, "maximum": MAX_PARALLEL_CAP}, int),
+    "max_failed": Field(0, "Failure budget per wave",
+                        "A count (>= 1), or a fraction of the wave (< 1). Past it the rollout halts.",
+                        {"type": "number", "minimum": 0}),
+    "retry_failed": Field(False, "Retry failed tenants", "On a rerun, run again the tenants whose earlier cutover "
+                          "run failed.", {"type": "boolean"}, bool),
+    "approval": Field("per_tenant", "Approval", "per_tenant: each tenant's run asks; per_wave: one question per wave.",
+                      {"type": "string", "enum": list(APPROVAL_MODES)}, section=APPROVAL),
+    **APPROVER_FIELDS,
+    "tenants_variable": Field(None, "Tenants Variable", "An Airflow Variable holding a JSON list of more tenants "
+                              "(after `tenants`).", {"type": "string"}, _text, CONNECTIONS),
+    "cutover_conf": Field({"host_controller": "manual"}, "Per-tenant form fields",
+                          f"Applied to every tenant's run; allowed keys: {', '.join(SHARED_FIELDS)}.",
+                          {"type": "object"}, lambda v: dict(v or {}), TIMING),
 }
 
 
@@ -164,16 +256,6 @@ def cutover_params() -> dict[str, Any]:
     return params_of_fields(CUTOVER_FIELDS)
 
 
-def tenant_params() -> dict[str, Any]:
-    """``tenant`` (required, pattern-checked) and ``conn_id``: the first fields of every per-tenant form."""
-    return params_of_fields(TENANT_FIELDS)
-
-
-def notify_conn_param():
-    """The optional notification connection of a run (see :mod:`nexus_airflow.notify`)."""
-    return NOTIFY_FIELD.param()
-
-
 def conn_id_for(tenant: str) -> str:
     return f"nexus_tenant_{tenant}"
 
@@ -182,7 +264,8 @@ def resolve(fields: Mapping[str, Field], params: Mapping[str, Any]) -> dict[str,
     """Every field's value for a run; an empty ``conn_id`` becomes ``nexus_tenant_<tenant>``, an empty
     ``stale_heartbeat`` the product's default window."""
     values = {name: f.value(params, name) for name, f in fields.items() if name != "notify_conn_id"}
-    values["conn_id"] = values.get("conn_id") or conn_id_for(values["tenant"])
+    if "tenant" in values:
+        values["conn_id"] = values.get("conn_id") or conn_id_for(values["tenant"])
     if "stale_heartbeat" in values:
         values["stale_heartbeat"] = default_stale_heartbeat(values["stale_heartbeat"])
     return values

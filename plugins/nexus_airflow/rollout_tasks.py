@@ -35,16 +35,10 @@ from airflow.providers.standard.operators.hitl import HITLOperator
 from airflow.sdk import BaseOperator
 
 from nexus_airflow import rollout as ro
+from nexus_airflow.params import ROLLOUT_FIELDS, SHARED_FIELDS, resolve
 
-#: Upper bound of ``max_parallel`` (the static cap of every wave's lanes): the cutover DAG's ``max_active_runs``,
-#: so a per-wave question never waits for a tenant run Airflow holds queued (tests/rollout checks they agree).
-MAX_PARALLEL_CAP = 16
 #: How often a waiting wave task looks again (s): the shared ``poll_interval`` when the rollout sets one.
 WAIT_S = 30
-#: Fields of the per-tenant form a rollout may set for every tenant (never a DSN: connections are per tenant).
-SHARED_FIELDS = ("drain_timeout", "stale_heartbeat", "host_controller", "host_http_conn_id", "dry_run",
-                 "poll_interval", "writers_stop_timeout", "confirm_timeout", "checkpoint_timeout", "digest_timeout",
-                 "readiness_timeout")
 
 
 def _state_word(state: Any) -> str:
@@ -62,9 +56,12 @@ def _later(seconds: int):
 
 
 def _fail(message: str):
-    from airflow.sdk.exceptions import AirflowFailException
+    """The rollout stops here: the reason as the log's last lines, no retry, no traceback."""
+    import logging
 
-    return AirflowFailException(message)
+    from nexus_airflow.base import stopped
+
+    return stopped(logging.getLogger("nexus.rollout"), message)
 
 
 # --- plan -------------------------------------------------------------------------------------------------------
@@ -147,14 +144,15 @@ def build_plan(params: dict[str, Any], run_id: str, requested_by: str | None, ti
 
     from nexus_airflow.params import TENANT_PATTERN
 
+    params = resolve(ROLLOUT_FIELDS, params)  # a field left empty on the form is its default
     tenants = _tenants(params)
     bad = [t for t in tenants if not re.match(TENANT_PATTERN, t)]
     dupes = sorted({t for t in tenants if tenants.count(t) > 1})
     if bad or dupes or not tenants:
         raise ValueError(f"tenants: malformed {bad}, duplicated {dupes}, or empty list")
     shared = _shared_conf(params)
-    approval, max_parallel = params.get("approval", "per_tenant"), int(params.get("max_parallel", 4))
-    ro.failure_budget(params.get("max_failed", 0), 1)  # refuses a negative budget up front
+    approval, max_parallel = params["approval"], params["max_parallel"]
+    ro.failure_budget(params["max_failed"], 1)  # refuses a negative budget up front
     runnable, skipped, reset = [], {}, set()
     for tenant in tenants:
         own = ro.run_id_for(run_id, tenant)
@@ -166,30 +164,29 @@ def build_plan(params: dict[str, Any], run_id: str, requested_by: str | None, ti
         if before == "succeeded" or (before and before.startswith("still")):
             skipped[tenant] = f"{before} (this rollout run)"
             continue
-        if before and not params.get("retry_failed"):
+        if before and not params["retry_failed"]:
             skipped[tenant] = f"{before}; not retried (set retry_failed to retry it)"
             continue
         if exists:
             reset.add(tenant)  # the rerun of this rollout run's own failed run: cleared and run again
         runnable.append(tenant)
-    canary = params.get("canary", 1)
-    waves = ro.plan_waves(runnable, canary if isinstance(canary, int) else list(canary), int(params.get("wave_size", 10)))
+    canary = params["canary"]
+    waves = ro.plan_waves(runnable, canary if isinstance(canary, int) else list(canary), params["wave_size"])
     widest = max((len(w["tenants"]) for w in waves), default=0)
     if approval == "per_wave" and widest > max_parallel:
         raise ValueError(f"approval per_wave needs every tenant of a wave waiting at once: the widest wave has "
                          f"{widest} tenants but max_parallel is {max_parallel}; lower wave_size or raise max_parallel")
     triggers = {t: _trigger(t, w["wave"], run_id, shared, params, requested_by, t in reset)
                 for w in waves for t in w["tenants"]}
-    return {"waves": waves, "approval": approval, "approvers": list(params.get("approvers") or []),
-            "allow_self_approval": bool(params.get("allow_self_approval")), "max_failed": params.get("max_failed", 0),
+    return {"waves": waves, "approval": approval, "approvers": list(params["approvers"]),
+            "allow_self_approval": params["allow_self_approval"], "max_failed": params["max_failed"],
             "max_parallel": max_parallel, "requested_by": requested_by, "skipped": skipped, "triggers": triggers}
 
 
 def _trigger(tenant: str, wave: int, run_id: str, shared: dict[str, Any], params: dict[str, Any],
              requested_by: str | None, reset: bool) -> dict[str, Any]:
-    conf = {"tenant": tenant, **shared, "approval": params.get("approval", "per_tenant"),
-            "approvers": list(params.get("approvers") or []),
-            "allow_self_approval": bool(params.get("allow_self_approval")),
+    conf = {"tenant": tenant, **shared, "approval": params["approval"], "approvers": list(params["approvers"]),
+            "allow_self_approval": params["allow_self_approval"],
             "rollout": {"run_id": run_id, "wave": wave, "requested_by": requested_by}}
     return {"conf": conf, "trigger_run_id": ro.run_id_for(run_id, tenant), "reset_dag_run": reset}
 

@@ -97,4 +97,57 @@ def test_params_accept_a_minimal_form(dag):
     params = ParamsDict(dag.params)
     params["tenant"] = "acme-eu_1"
     resolved = params.validate()
-    assert resolved["host_controller"] == "manual" and resolved["dry_run"] is False and resolved["conn_id"] == ""
+    assert resolved["host_controller"] == "manual" and resolved["dry_run"] is False and resolved["conn_id"] is None
+
+
+#: What each trigger form requires; every other field is optional (issue 23: the form submits with only these).
+REQUIRED = {"connector_projection_cutover": {"tenant"}, "field_history_eligibility": {"tenant", "stage1_release"},
+            "tenant_rollout": {"tenants"}}
+
+
+@pytest.mark.parametrize("dag_id", sorted(REQUIRED))
+def test_only_the_required_fields_are_required_by_the_trigger_form(airflow_db, dag_id):
+    """Airflow's form stars a field and keeps Trigger disabled while it is empty unless its type allows null:
+    every optional field's type allows null, every required one's does not."""
+    params = load_dag(dag_id).params
+    for name in params:
+        kinds = params.get_param(name).schema.get("type")
+        kinds = [kinds] if isinstance(kinds, str) else list(kinds or [])
+        assert ("null" not in kinds) == (name in REQUIRED[dag_id]), (dag_id, name, kinds)
+
+
+@pytest.mark.parametrize("dag_id", sorted(REQUIRED))
+def test_a_form_with_every_optional_field_emptied_runs_with_the_defaults(airflow_db, dag_id):
+    """What the form sends for emptied fields (null) validates, and resolves to each field's default."""
+    from airflow.sdk.definitions.param import ParamsDict
+
+    from nexus_airflow.field_history import FH_FIELDS
+    from nexus_airflow.params import CUTOVER_FIELDS, ROLLOUT_FIELDS, resolve
+
+    fields = {"connector_projection_cutover": CUTOVER_FIELDS, "field_history_eligibility": FH_FIELDS,
+              "tenant_rollout": ROLLOUT_FIELDS}[dag_id]
+    given = {"tenant": "acme", "stage1_release": "4.12.0", "tenants": ["acme"]}
+    params = ParamsDict(load_dag(dag_id).params)
+    for name in params:
+        params[name] = given[name] if name in REQUIRED[dag_id] else None
+    values = resolve(fields, params.validate())
+    for name, field in fields.items():
+        if name in REQUIRED[dag_id] or name == "notify_conn_id":
+            continue
+        expected = "nexus_tenant_acme" if name == "conn_id" else field.cast(field.default)
+        if name == "stale_heartbeat":
+            expected = values[name]  # the product's window (nexus_cutover.liveness), resolved at run time
+            assert isinstance(expected, int) and expected > 0
+        assert values[name] == expected, (dag_id, name, values[name])
+
+
+def test_the_cutover_form_shows_up_front_only_what_one_tenant_needs(dag):
+    """tenant, dry run and how the host starts up front; everything else in collapsed sections, and the fields
+    tenant_rollout sets in the last one."""
+    from nexus_airflow.params import ROLLOUT_ONLY, SECTIONS
+
+    up_front = [n for n in dag.params if "section" not in dag.params.get_param(n).schema]
+    assert up_front == ["tenant", "host_controller", "dry_run"]
+    sections = [dag.params.get_param(n).schema.get("section") for n in dag.params if n not in up_front]
+    assert set(sections) <= set(SECTIONS) and sorted(set(sections), key=SECTIONS.index) == list(dict.fromkeys(sections))
+    assert {n for n in dag.params if dag.params.get_param(n).schema.get("section") == ROLLOUT_ONLY} == {"approval", "rollout"}

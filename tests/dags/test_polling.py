@@ -171,14 +171,15 @@ def _timeout_event():
     ],
 )
 def test_confirmation_never_passes_on_timeout_or_reject(airflow_db, event, needle):
-    from airflow.sdk.exceptions import AirflowFailException
-
+    from nexus_airflow.base import TaskStopped
     from nexus_airflow.hitl import ConfirmWritersStoppedOperator
 
     op = ConfirmWritersStoppedOperator(task_id="confirm_writers_stopped")
     assert op.defaults is None and op.retries == 0
-    with pytest.raises(AirflowFailException, match=needle):
+    with pytest.raises(TaskStopped, match=needle) as stopped:
         op.execute_complete({"params": {"tenant": NS}}, event)
+    # a person reading the stop learns how to retry and how to back out, not the confirm step's advice
+    assert "clear check_old_writers" in str(stopped.value) and "Rollback stance" in str(stopped.value)
 
 
 def test_confirmation_passes_only_on_confirm(airflow_db):

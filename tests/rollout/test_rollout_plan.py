@@ -91,7 +91,7 @@ def _dag(module: str):
 def test_max_parallel_never_exceeds_the_tenant_runs_airflow_lets_run_at_once():
     """A per-wave question needs every tenant of the wave running: the rollout's cap is the cutover DAG's
     max_active_runs (more would leave tenants queued while the wave waits for them)."""
-    from nexus_airflow.rollout_tasks import MAX_PARALLEL_CAP
+    from nexus_airflow.params import MAX_PARALLEL_CAP
 
     cutover, rollout = _dag("connector_projection_cutover"), _dag("tenant_rollout")
     assert cutover.max_active_runs == MAX_PARALLEL_CAP
