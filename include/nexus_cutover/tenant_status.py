@@ -16,28 +16,42 @@ from typing import Any
 
 from sqlalchemy import Engine, func, select
 
-from . import catalog
+from . import catalog, tx
 from .clock import utcnow
-from .db import make_engine
+from .db import make_engine, translate_errors
+from .errors import CutoverError
 from .fencing import is_cutover_fence
 from .liveness import DEFAULT_STALE_HEARTBEAT_S
 
 STALE_HEARTBEAT = dt.timedelta(seconds=DEFAULT_STALE_HEARTBEAT_S)
 
 
-def _section(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def _section(fn: Callable[[], dict[str, Any]], what: str) -> dict[str, Any]:
+    """``fn()``, or ``{"error": ...}`` saying in words why that section could not be read (never a driver repr)."""
     try:
-        return fn()
+        with translate_errors(f"reading the {what}"):
+            return fn()
+    except CutoverError as exc:
+        return {"error": str(exc).splitlines()[0][:300]}
     except Exception as exc:  # noqa: BLE001 - one unreadable section must not hide the others
         return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
 
 
+def _reachable(engine: Engine) -> None:
+    """Raise :class:`~nexus_cutover.errors.Unreachable` (exit 1) when the tenant database cannot be read at all:
+    a state made of nothing but errors would read as "not started"."""
+    tx.read(engine, lambda conn: conn.execute(select(1)).scalar(), what="reading the tenant's state")
+
+
 def _fence(engine: Engine, ns: str) -> dict[str, Any]:
-    from .projection.fence import fences_in_force
+    """The fence section; ``holder`` is who holds the cutover fence in force, ``last_holder`` who released the
+    last one (the run a person wants to read about: the one that holds the tenant or last changed it)."""
+    from .projection.fence import fences_in_force, last_released_cutover_fence
 
     with engine.connect() as conn:
         fences = fences_in_force(conn, ns, utcnow())
-    cutover = [f for f in fences if is_cutover_fence(f["Scope"], f["ExpiresAt"])]
+        cutover = [f for f in fences if is_cutover_fence(f["Scope"], f["ExpiresAt"])]
+        last = None if cutover else last_released_cutover_fence(conn, ns)
     if cutover:
         f = cutover[0]
         text = f"armed (fence {f['FenceId']} '*' since {f['ArmedAt']}, by {f['ArmedBy']})"
@@ -45,7 +59,8 @@ def _fence(engine: Engine, ns: str) -> dict[str, Any]:
         text = f"{len(fences)} other fence(s) in force"
     else:
         text = "none in force (admission open)"
-    return {"armed": bool(cutover), "in_force": len(fences), "text": text}
+    return {"armed": bool(cutover), "in_force": len(fences), "text": text,
+            "holder": cutover[0]["ArmedBy"] if cutover else None, "last_holder": last["ArmedBy"] if last else None}
 
 
 def _drain(engine: Engine, ns: str) -> dict[str, Any]:
@@ -113,8 +128,7 @@ def field_history_stage(d: dict[str, Any], *, switches_final: bool) -> tuple[int
         return 3, "stage 3 done: boolean-only reads, sequence reservation off"
     if d.get("materializable_rows", 1) == 0 and d.get("eligible_null_rows", 1) == 0:
         return 2, "stage 2 done: no materializable or eligible NULL row left (compat reads)"
-    return 1, (f"stage 1: column present; {d.get('materializable_rows')} NULL row(s) to materialize, "
-               f"{d.get('eligible_null_rows')} eligible NULL")
+    return 1, "stage 1: column present; materialization not finished"
 
 
 def _field_history(engine: Engine, ns: str) -> dict[str, Any]:
@@ -127,7 +141,7 @@ def _field_history(engine: Engine, ns: str) -> dict[str, Any]:
     d = status.as_dict()
     stage, text = field_history_stage(d, switches_final=status.settings.final)
     decided = d["rows_by_value"]["true"] + d["rows_by_value"]["false"]
-    return {"stage": stage, "stage_text": text, "read_mode": d["read_mode"],
+    return {"stage": stage, "stage_text": text, "rows_text": status.rows.text(), "read_mode": d["read_mode"],
             "sequence_reservation_enabled": d["sequence_reservation_enabled"],
             "null_rows": d["null_rows"], "eligible_null_rows": d["eligible_null_rows"],
             "materializable_rows": d["materializable_rows"], "decided_rows": decided,
@@ -135,20 +149,25 @@ def _field_history(engine: Engine, ns: str) -> dict[str, Any]:
 
 
 def read_tenant_state(bind: Engine | str, tenant: str) -> dict[str, Any]:
-    """The tenant's state; ``bind`` is an engine (kept open) or a DSN (an engine made and disposed of here)."""
+    """The tenant's state; ``bind`` is an engine (kept open) or a DSN (an engine made and disposed of here).
+
+    Raises :class:`~nexus_cutover.errors.Unreachable` when the database cannot be reached at all; a section
+    that cannot be read on its own carries its ``error``.
+    """
     engine = make_engine(bind, connect_timeout=5.0) if isinstance(bind, str) else bind
     try:
+        _reachable(engine)
         state: dict[str, Any] = {"tenant": tenant, "checked_at": utcnow().isoformat(timespec="seconds") + "Z"}
-        state["fence"] = _section(lambda: _fence(engine, tenant))
-        state["drain"] = _section(lambda: _drain(engine, tenant))
-        packs = _section(lambda: {"packs": _packs(engine, tenant)})
+        state["fence"] = _section(lambda: _fence(engine, tenant), "admission fences")
+        state["drain"] = _section(lambda: _drain(engine, tenant), "old projection work")
+        packs = _section(lambda: {"packs": _packs(engine, tenant)}, "packs and their checkpoints")
         state["packs"] = packs.get("packs", [])
         if "error" in packs:
             state["packs_error"] = packs["error"]
-        state["host"] = _section(lambda: _hosts(engine, tenant))
+        state["host"] = _section(lambda: _hosts(engine, tenant), "process registry")
         state["hosts"] = state["host"].get("hosts", [])
-        state["receipts"] = _section(lambda: _receipts(engine, tenant))
-        state["field_history"] = _section(lambda: _field_history(engine, tenant))
+        state["receipts"] = _section(lambda: _receipts(engine, tenant), "ingress receipts")
+        state["field_history"] = _section(lambda: _field_history(engine, tenant), "Field History state")
         state["field_history"].setdefault("stage_text", state["field_history"].get("error", "unknown"))
         state["phase"] = phase(state)
         return state

@@ -56,7 +56,8 @@ def listing(*, page: int = 1, page_size: int = 50, state: str | None = None, wav
     page = max(1, min(int(page), pages))
     shown_ids = matching[(page - 1) * page_size: page * page_size]
     shown = cache.get(shown_ids)
-    runs = latest_runs([tenants.tenant_of(c) for c in shown_ids]) if shown_ids else {}
+    holders = {tenants.tenant_of(c): _holder(shown[c]) for c in shown_ids}
+    runs = latest_runs(list(holders), holders) if shown_ids else {}
     rows = [_row(shown[c], runs, history) for c in shown_ids]
     counts = {"total": len(all_ids), "shown": len(rows), "filtered_out": len(all_ids) - len(matching),
               "other_pages": len(matching) - len(rows), "matching": len(matching),
@@ -64,6 +65,12 @@ def listing(*, page: int = 1, page_size: int = 50, state: str | None = None, wav
     return {"tenants": rows, "counts": counts, "page": page, "pages": pages, "page_size": page_size,
             "filters": {"state": state, "wave": wave, "rollout": rollout_id, "search": search},
             "states": list(STATES), "refresh_s": cache.interval_s, "reads": cache.total_reads()}
+
+
+def _holder(state: dict[str, Any]) -> str | None:
+    """Who holds the tenant's cutover fence, else who held the last one released (the run a row describes)."""
+    fence = state.get("fence") or {}
+    return fence.get("holder") or fence.get("last_holder")
 
 
 #: Most drain samples a row carries (evenly thinned, the last kept): a page of 500 tenants stays small.

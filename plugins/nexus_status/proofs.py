@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from dataclasses import dataclass, field
 from typing import Any
 
 CUTOVER_DAG = "connector_projection_cutover"
@@ -35,8 +36,35 @@ def _value(raw: Any) -> Any:
     return raw
 
 
-def latest_run_rows(session, tenants: set[str]) -> dict[tuple[str, str], tuple[str, str]]:
-    """(dag_id, tenant) -> (run_id, state) of the newest run of each DAG for each tenant (one indexed query)."""
+#: How many runs newer than the one that matters a row names (each with its state and reason).
+LATER_RUNS = 3
+
+
+@dataclass
+class ChosenRun:
+    """The run of one DAG a tenant's row describes, and the runs triggered after it."""
+
+    run_id: str
+    state: str
+    later: list[tuple[str, str]] = field(default_factory=list)  # (run_id, state), newest first
+
+
+def holder_run_id(holder: str | None, dag_id: str) -> str | None:
+    """The run id (or its first characters: ``ArmedBy`` is cut at 128) a fence holder names, if a run of ``dag_id``."""
+    prefix, _, rest = (holder or "").partition(":")
+    holder_dag, _, run_id = rest.partition(":")
+    return run_id if prefix == "airflow" and holder_dag == dag_id and run_id else None
+
+
+def runs_that_matter(session, tenants: set[str], holders: dict[str, str | None] | None = None
+                     ) -> dict[tuple[str, str], ChosenRun]:
+    """(dag_id, tenant) -> the run its row describes (one indexed query over the newest runs).
+
+    For the cutover DAG that is the run named by ``holders[tenant]`` (the holder of the tenant's cutover fence
+    in force, else of the last one released): the run that holds the tenant or last changed it. A run
+    triggered after it (a second run refused while the tenant is held, a dry run) does not take its place: it
+    is listed in ``later``. Without a holder among the runs, and for the Field History DAG, the newest run.
+    """
     from airflow.models.dagrun import DagRun
     from sqlalchemy import select
 
@@ -46,17 +74,22 @@ def latest_run_rows(session, tenants: set[str]) -> dict[tuple[str, str], tuple[s
         .order_by(DagRun.run_after.desc())
         .limit(MAX_RUNS)
     ).all()
-    latest: dict[tuple[str, str], tuple[str, str]] = {}
+    newest_first: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for dag_id, run_id, conf, state in rows:
         tenant = (_value(conf) or {}).get("tenant")
         if tenant in tenants:
-            latest.setdefault((dag_id, tenant), (run_id, str(state)))
-    return latest
+            newest_first.setdefault((dag_id, tenant), []).append((run_id, str(state)))
+    chosen: dict[tuple[str, str], ChosenRun] = {}
+    for (dag_id, tenant), runs in newest_first.items():
+        held = holder_run_id((holders or {}).get(tenant), dag_id)
+        at = next((i for i, (run_id, _s) in enumerate(runs) if held and run_id.startswith(held)), 0)
+        chosen[(dag_id, tenant)] = ChosenRun(*runs[at], later=runs[:at][:LATER_RUNS])
+    return chosen
 
 
 def _latest_runs(session, tenants: set[str]) -> dict[tuple[str, str], str]:
     """(dag_id, tenant) -> run_id of the newest run of each DAG for each tenant."""
-    return {key: run_id for key, (run_id, _state) in latest_run_rows(session, tenants).items()}
+    return {key: run.run_id for key, run in runs_that_matter(session, tenants).items()}
 
 
 def _xcoms(session, runs: dict[tuple[str, str], str]) -> dict[tuple[str, str, str], Any]:

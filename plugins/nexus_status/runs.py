@@ -13,9 +13,10 @@ Invariants:
 * the reason of a failed task is what it pushed as XCom ``report`` (its
   ``message``, which ``nexus_airflow.base.stop`` ends with the next action),
   redacted (:mod:`nexus_status.redact`); without one: "read the task log";
-* the next action comes from ``nexus_cutover.projection.next_actions`` (the one
-  source; ``docs/runbook.md``'s table shows the same texts, a test keeps them
-  equal): shown for a failed step and for a step waiting for a person;
+* the next action is the one the stop's message names for its cause (after
+  "Next:"), else the step's from ``nexus_cutover.projection.next_actions`` (the
+  one source; ``docs/runbook.md``'s table shows the same texts, a test keeps
+  them equal): shown for a failed step and for a step waiting for a person;
 * the link is the run in the Airflow UI: ``/dags/<dag_id>/runs/<run_id>``.
 """
 
@@ -89,9 +90,9 @@ def reason_of(report: Any) -> str:
     if isinstance(report, dict):
         for key in ("message", "summary", "reason", "error"):
             if report.get(key):
-                return redact(report[key])[:600]
+                return redact(report[key])[:1200]
     elif isinstance(report, str) and report:
-        return redact(report)[:600]
+        return redact(report)[:1200]
     return "no reason recorded: read the task log"
 
 
@@ -114,14 +115,16 @@ def summarize(dag_id: str, run_id: str, run_state: str, tasks: list[tuple[str, s
     out: dict[str, Any] = {"dag_id": dag_id, "run_id": run_id, "state": run_state, "task": task,
                            "task_state": task_state, "reason": None, "next_action": None,
                            "link": run_link(dag_id, run_id)}
+    stated_next = None
     if task_state == "failed":
-        out["reason"] = reason_of(report)
+        # a stop's message ends with the next action it chose for its cause (nexus_airflow.base.stop)
+        out["reason"], _, stated_next = reason_of(report).partition(" Next: ")
     elif task_state == "awaiting_input":
         out["reason"] = "waiting for a person: answer it in Required actions"
     elif task_state == "deferred":
         out["reason"] = "waiting (deferred to the triggerer): its progress is in the task log"
     if task_state in ("failed", "awaiting_input") and task:
-        out["next_action"] = next_action(task) or "see docs/runbook.md for this task"
+        out["next_action"] = stated_next or next_action(task) or "see docs/runbook.md for this task"
     return out
 
 
@@ -133,25 +136,32 @@ def summaries(session, dag_id: str, runs: dict[str, str]) -> dict[str, dict[str,
     return {r: summarize(dag_id, r, state, tasks.get(r, []), reports.get(r)) for r, state in runs.items()}
 
 
-def latest_runs(tenants: list[str]) -> dict[str, dict[str, Any]]:
-    """tenant -> {"runs": {"cutover": ..., "field_history": ...}, "proofs": ...}; {} without a metadata DB."""
+def latest_runs(tenants: list[str], holders: dict[str, str | None] | None = None) -> dict[str, dict[str, Any]]:
+    """tenant -> {"runs": {"cutover": ..., "field_history": ...}, "proofs": ...}; {} without a metadata DB.
+
+    Each run is the one that matters (:func:`nexus_status.proofs.runs_that_matter`: for the cutover, the holder of
+    the tenant's fence, ``holders[tenant]``); runs triggered after it are listed in its ``later``.
+    """
     from nexus_status import proofs
 
     try:
         from airflow.utils.session import create_session
 
         with create_session() as session:
-            rows = proofs.latest_run_rows(session, set(tenants))
-            xcoms = proofs._xcoms(session, {k: run_id for k, (run_id, _s) in rows.items()})
-            by_dag = {dag: {run_id: state for (d, _t), (run_id, state) in rows.items() if d == dag}
-                      for dag in proofs.TASKS}
+            chosen = proofs.runs_that_matter(session, set(tenants), holders)
+            xcoms = proofs._xcoms(session, {k: c.run_id for k, c in chosen.items()})
+            by_dag: dict[str, dict[str, str]] = {}
+            for (dag_id, _tenant), c in chosen.items():
+                by_dag.setdefault(dag_id, {}).update([(c.run_id, c.state), *c.later])
             summary = {dag: summaries(session, dag, runs) for dag, runs in by_dag.items() if runs}
     except Exception as exc:  # noqa: BLE001 - no metadata DB (a unit call): the tenant databases still show
         proofs.log.warning("the latest runs could not be read from the metadata DB: %s", exc)
         return {}
-    found = proofs.proofs_for({k: run_id for k, (run_id, _s) in rows.items()}, xcoms)
+    found = proofs.proofs_for({k: c.run_id for k, c in chosen.items()}, xcoms)
     out: dict[str, dict[str, Any]] = {}
-    for (dag_id, tenant), (run_id, _state) in rows.items():
+    for (dag_id, tenant), c in chosen.items():
         entry = out.setdefault(tenant, {"runs": {}, "proofs": found.get(tenant, {})})
-        entry["runs"]["cutover" if dag_id == proofs.CUTOVER_DAG else "field_history"] = summary[dag_id][run_id]
+        run = dict(summary[dag_id][c.run_id])
+        run["later"] = [summary[dag_id][r] for r, _s in c.later]
+        entry["runs"]["cutover" if dag_id == proofs.CUTOVER_DAG else "field_history"] = run
     return out

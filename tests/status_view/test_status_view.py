@@ -47,6 +47,12 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
 
 
+def tenant_text(tenant: str) -> str:
+    """The page's text of one tenant: its state row and the row under it (what now, proofs)."""
+    return (f"Array.from(document.querySelectorAll('tr[data-tenant=\"{tenant}\"]'))"
+            ".map(r => r.innerText).join('\\n')")
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     if chromium_path() is None:
@@ -133,8 +139,8 @@ def test_status_page_in_chromium(stack, tmp_path, mysql_url):
         browser.wait_for("document.querySelectorAll('tr[data-tenant]').length >= 2")
         # two refreshes at least 4 s apart give the drain chart its first line
         browser.wait_for("document.querySelector('tr[data-tenant=\"demo\"] svg.drain-chart') !== null", timeout_s=40)
-        demo_row = browser.eval("document.querySelector('tr[data-tenant=\"demo\"]').innerText")
-        acme_row = browser.eval("document.querySelector('tr[data-tenant=\"acme\"]').innerText")
+        demo_row = browser.eval(tenant_text("demo"))
+        acme_row = browser.eval(tenant_text("acme"))
         html = browser.eval("document.documentElement.outerHTML")
         shot = browser.screenshot(ARTIFACTS / "status_view.png")
         # the nav entry: the Airflow UI embeds the same page
@@ -325,8 +331,8 @@ def test_rollout_page_and_what_now_in_chromium(stack, rollouts_seeded):
         browser.screenshot(ARTIFACTS / "rollouts.png")
         browser.goto(f"{stack.base_url}/nexus-status/")
         browser.wait_for("document.querySelector('tr[data-tenant=\"s02\"] svg.drain-chart') !== null", timeout_s=40)
-        r03_row = browser.eval("document.querySelector('tr[data-tenant=\"r03\"]').innerText")
-        s02_row = browser.eval("document.querySelector('tr[data-tenant=\"s02\"]').innerText")
+        r03_row = browser.eval(tenant_text("r03"))
+        s02_row = browser.eval(tenant_text("s02"))
         link = browser.eval("document.querySelector('tr[data-tenant=\"r03\"] a.run-link').getAttribute('href')")
         tenants_html = browser.eval("document.documentElement.outerHTML")
         browser.screenshot(ARTIFACTS / "status_view_what_now.png")

@@ -113,11 +113,7 @@ def _run_gate(args, engine) -> tuple[int, dict]:
 def _print_status(st: FieldHistoryStatus) -> None:
     d = st.as_dict()
     print(f"read mode: {d['read_mode']}; sequence reservation enabled: {d['sequence_reservation_enabled']}")
-    print(
-        f"rows: {d['total_rows']} total, {d['rows_by_value']['true']} TRUE, {d['rows_by_value']['false']} FALSE, "
-        f"{d['null_rows']} NULL ({d['eligible_null_rows']} eligible, {d['materializable_rows']} materializable, "
-        f"{d['null_rows_without_sequence']} without sequence, {d['null_rows_without_field_id']} without FieldId)"
-    )
+    print(f"rows: {st.rows.text()}")
     for p in st.processes:
         state = "stopped" if p.stopped else f"heartbeat {p.heartbeat_age_s:.0f}s ago"
         print(f"process {p.process_id}: {p.role} {p.binary_version} ({state})")

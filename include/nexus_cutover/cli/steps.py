@@ -259,7 +259,8 @@ def cmd_status(c: Command) -> tuple[int, dict[str, Any]]:
         c.say(f"  pack {pack['pack_install_id']}: " + (f"LegacyMaxOrdinal={cp['legacy_max_ordinal']}" if cp else "no checkpoint"))
     host = state["host"]
     c.say("  new host: " + ("ready" if host.get("ready") else "; ".join(host.get("reasons", [host.get("error", "?")]))))
-    c.say(f"  field history: {state['field_history'].get('stage_text')}")
+    fh = state["field_history"]
+    c.say(f"  field history: {fh.get('stage_text')}" + (f"; {fh['rows_text']}" if fh.get("rows_text") else ""))
     return EXIT_OK, state
 
 
@@ -279,7 +280,8 @@ def cmd_plan(c: Command) -> tuple[int, dict[str, Any]]:
     c.say(f"1. packs: {', '.join(packs)}")
     schema_result = steps.apply_schema(c.engine, dry_run=True)
     out["schema"] = schema_result.as_json()
-    c.say("1. schema: " + ("; ".join(schema_result.plan) if schema_result.plan else "complete"))
+    c.say("1. schema: " + (f"would create {', '.join(schema_result.missing)} (the DDL: -json, schema.plan)"
+                           if schema_result.missing else "complete"))
     fence = _plan_step(lambda: steps.arm_fence(c.engine, ns, holder=c.args.holder, packs=packs, timeout_s=c.args.timeout,
                                                dry_run=True).as_json(), stops)
     out["fence"] = fence

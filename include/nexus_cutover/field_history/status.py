@@ -54,6 +54,12 @@ class RowCounts:
             "rows_by_value": {"true": self.true_rows, "false": self.false_rows, "null": self.null_rows},
         }
 
+    def text(self) -> str:
+        """The counts in one line, as ``field-history-eligibility status`` and the status view both show them."""
+        return (f"{self.total} rows: {self.true_rows} TRUE, {self.false_rows} FALSE, {self.null_rows} NULL "
+                f"({self.eligible_null_rows} eligible, {self.materializable_rows} materializable, "
+                f"{self.null_without_sequence} without sequence, {self.null_without_field_id} without FieldId)")
+
 
 def _count_if(condition):
     return func.coalesce(func.sum(case((condition, 1), else_=0)), 0)

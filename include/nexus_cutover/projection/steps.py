@@ -60,6 +60,7 @@ class SchemaResult:
     created: list[str]
     present: list[str]
     plan: list[str]
+    missing: list[str] = field(default_factory=list)  # the labels of the objects a real run would create
 
     def as_json(self) -> dict[str, Any]:
         return {"created": self.created, "present": self.present, "plan": self.plan}
@@ -78,7 +79,7 @@ def apply_schema(engine: Engine, *, dry_run: bool = False, on_created: Callable[
     present = [s.label for s in steps if s.present]
     plan = [line for line, s in zip(schema_plan(steps), steps, strict=True) if not s.present]
     if dry_run:
-        return SchemaResult([], present, plan)
+        return SchemaResult([], present, plan, [s.label for s in steps if not s.present])
     created: list[str] = []
     for step in steps:
         for label in schema.apply_steps(engine, [step]):
