@@ -51,38 +51,69 @@ def started_hosts(stack: AirflowStack) -> list[int]:
     return pids
 
 
+class DemoAirflow:
+    """``make airflow``'s stack: Airflow (``airflow standalone``), the demo tenant and its connection, and the
+    old-protocol runtime draining its work; :meth:`stop` stops all of it and any new host a run started.
+
+    The browser tests (``tests/ui``) use exactly this, so they meet what a person meets after ``make airflow``.
+    """
+
+    def __init__(self, state: pathlib.Path, *, port: int | None = None, reseed: bool = False,
+                 extra_env: dict[str, str] | None = None) -> None:
+        self.state = pathlib.Path(state).resolve()
+        self.state.mkdir(parents=True, exist_ok=True)
+        self.tenant_db = self.state / f"tenant-{TENANT}.db"
+        self.seeded: dict | None = None
+        if reseed or not self.tenant_db.exists():
+            self.seeded = seed(str(self.tenant_db), TENANT)
+        self.stack = AirflowStack(self.state / "home", port=port or free_port(), parallelism=4, extra_env=extra_env)
+        self.old_runtime: Child | None = None
+
+    def start(self, timeout_s: float = 600.0) -> DemoAirflow:
+        try:
+            self.stack.start(timeout_s=timeout_s)
+            self.stack.put_connection(CONN_ID, "sqlite", host=str(self.tenant_db),
+                                      description="demo tenant (embedded SQLite)")
+            env = {**os.environ, "NEXUS_TENANT_DSN": f"sqlite:///{self.tenant_db}", "PYTHONPATH": str(REPO)}
+            self.old_runtime = Child("old runtime", [sys.executable, str(REPO / "scripts" / "demo_old_runtime.py"),
+                                                     "--namespace", TENANT, "--stop-after-fenced-drain"],
+                                     env, self.state / "old-runtime.log")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self.old_runtime:
+            self.old_runtime.stop()
+        for pid in started_hosts(self.stack) if self.stack.token else []:
+            stop_pid_if_ours(pid, "nexus")
+        self.stack.stop()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--state-dir", default=str(REPO / ".run" / "airflow"))
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--reseed", action="store_true", help="start the demo tenant over")
     args = parser.parse_args()
-    state = pathlib.Path(args.state_dir).resolve()
-    state.mkdir(parents=True, exist_ok=True)
-    tenant_db = state / f"tenant-{TENANT}.db"
-    if args.reseed or not tenant_db.exists():
-        info = seed(str(tenant_db), TENANT)
-        say(f"seeded the demo tenant in {tenant_db}: {info['live_old_work']} old projection items in flight")
-    port = args.port if _port_free(args.port) else free_port()
-    stack = AirflowStack(state / "home", port=port, parallelism=4)
-    old_runtime = None
+    demo = DemoAirflow(pathlib.Path(args.state_dir), port=args.port if _port_free(args.port) else free_port(),
+                       reseed=args.reseed)
+    if demo.seeded:
+        say(f"seeded the demo tenant in {demo.tenant_db}: {demo.seeded['live_old_work']} old projection items in flight")
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
     try:
         say("starting Airflow (airflow standalone) ...")
-        stack.start()
-        stack.put_connection(CONN_ID, "sqlite", host=str(tenant_db), description="demo tenant (embedded SQLite)")
-        env = {**os.environ, "NEXUS_TENANT_DSN": f"sqlite:///{tenant_db}", "PYTHONPATH": str(REPO)}
-        old_runtime = Child("old runtime", [sys.executable, str(REPO / "scripts" / "demo_old_runtime.py"),
-                                            "--namespace", TENANT, "--stop-after-fenced-drain"],
-                            env, state / "old-runtime.log")
+        demo.start(timeout_s=180.0)
+        stack = demo.stack
         print(f"""
 Airflow is up: {stack.base_url}
   login:        admin / {stack.admin_password()}
   status view:  {stack.base_url}/nexus-status/  (Browse -> Nexus tenants)
-  tenant:       {TENANT} (connection {CONN_ID}, SQLite {tenant_db})
+  tenant:       {TENANT} (connection {CONN_ID}, SQLite {demo.tenant_db})
   cutover:      trigger {CUTOVER_DAG} with {{"tenant": "{TENANT}", "host_controller": "command"}}
-  old runtime:  pid {old_runtime.proc.pid}, stops by itself once the fence is armed and its work drained
+  old runtime:  pid {demo.old_runtime.proc.pid}, stops by itself once the fence is armed and its work drained
 Ctrl-C stops everything.""", flush=True)
         while not stop["now"]:
             time.sleep(1)
@@ -90,11 +121,7 @@ Ctrl-C stops everything.""", flush=True)
         pass
     finally:
         say("stopping ...")
-        if old_runtime:
-            old_runtime.stop()
-        for pid in started_hosts(stack) if stack.token else []:
-            stop_pid_if_ours(pid, "nexus")
-        stack.stop()
+        demo.stop()
         say("stopped")
     return 0
 

@@ -113,7 +113,7 @@ def stop(context, log, message: str, report: Any = None, *, next_action: str | N
 
 def stopped(log, message: str, code: int = 3) -> TaskStopped:
     """Log ``message`` as the task's last readable lines and return the :class:`TaskStopped` to raise."""
-    log.error("STOPPED: %s", readable(message))
+    log.error("%s", readable(f"STOPPED: {message}"))
     return TaskStopped(message, code)
 
 

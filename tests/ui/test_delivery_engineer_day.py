@@ -1,0 +1,261 @@
+"""A delivery engineer's day in the Airflow UI, in a real browser, against ``make airflow``'s stack.
+
+One Airflow (``scripts.airflow_up.DemoAirflow``: ``airflow standalone``, the demo
+tenant on SQLite, the old runtime draining its work) and one headless Chromium
+driven by Selenium (``tests/ui/browser.py``). Every action goes through the page:
+the trigger forms, the collapsed sections, the select, *Required actions*. The
+REST API is used only to look at what a click did. The tests run in file order,
+each from where the previous one left the tenant:
+
+1. a bad tenant name: the form says why in words, and nothing starts;
+2. only the tenant filled: the cutover run starts; it drains and waits for its
+   confirmation; a second run for the held tenant stops before writing, and the
+   tenant view keeps describing the waiting run (the refused one listed under it);
+3. Reject in *Required actions*: the run ends failed, the fence stays, and the
+   log ends with the reason and how to retry or back out, with no traceback;
+4. a run with the host started by command (chosen in the form, a poll interval
+   set in a collapsed section): it adopts the fence, Confirm in *Required
+   actions*, and it succeeds; the tenant view shows it cut over, its proofs
+   verified, and nothing cut off at 1600 px;
+5. the Field History and rollout forms start with only their required fields;
+   the rollouts page says how to start one when there is none.
+
+Screenshots of every page are kept under ``test-artifacts/ui/``.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from scripts.airflow_up import DemoAirflow
+from scripts.demo_seed import STAGE1_RELEASE
+from tests.ui.browser import WIDTH, Person, wait_until
+
+pytestmark = pytest.mark.airflow
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts" / "ui"
+CUTOVER, FIELD_HISTORY, ROLLOUT = "connector_projection_cutover", "field_history_eligibility", "tenant_rollout"
+TENANT = "demo"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    demo = DemoAirflow(tmp_path_factory.mktemp("ui-airflow"), reseed=True,
+                       extra_env={"NEXUS_STATUS_REFRESH_S": "3"})
+    demo.start(timeout_s=600)  # a loaded 2-core machine: minutes
+    try:
+        for dag_id in (CUTOVER, FIELD_HISTORY, ROLLOUT):
+            demo.stack.wait_for_dag(dag_id)
+            demo.stack.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+        yield demo
+    finally:
+        demo.stop()
+
+
+@pytest.fixture(scope="module")
+def person(demo):
+    person = Person(demo.stack.base_url, ARTIFACTS)
+    try:
+        person.log_in("admin", demo.stack.admin_password())
+        yield person
+    finally:
+        person.close()
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, str]:
+    """The run ids the tests below start, by role (each test reads what the earlier ones left)."""
+    return {}
+
+
+def run_ids(demo, dag_id: str) -> list[str]:
+    body = demo.stack.request("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100&order_by=-run_after")
+    return [r["dag_run_id"] for r in body["dag_runs"]]
+
+
+def new_run(demo, dag_id: str, before: list[str]) -> str:
+    return wait_until(f"a new run of {dag_id}", lambda: next(iter(set(run_ids(demo, dag_id)) - set(before)), None), 60)
+
+
+def state_of(demo, run_id: str, task_id: str, dag_id: str = CUTOVER) -> str | None:
+    return {t["task_id"]: t["state"] for t in demo.stack.task_instances(dag_id, run_id)}.get(task_id)
+
+
+def run_state(demo, run_id: str, dag_id: str = CUTOVER) -> str:
+    return demo.stack.dag_run(dag_id, run_id)["state"]
+
+
+def wait_for_task(demo, run_id: str, task_id: str, states: tuple[str, ...], timeout_s: float = 600) -> str:
+    return wait_until(f"{task_id} of {run_id} in {states}",
+                      lambda: (s := state_of(demo, run_id, task_id)) in states and s, timeout_s, every_s=2)
+
+
+def tenant_view(person: Person, *, must_show: str, timeout_s: float = 90) -> dict:
+    """Browse -> Nexus tenants, as embedded by the Airflow UI: the demo tenant's text once it shows ``must_show``,
+    and where its What now? and Proofs end against the frame's width."""
+    from selenium.webdriver.common.by import By
+
+    person.open("/plugin/nexus-tenants")
+    frame = wait_until("the status view's frame", lambda: person.driver.find_element(By.TAG_NAME, "iframe"))
+    person.driver.switch_to.frame(frame)
+    script = (f"return Array.from(document.querySelectorAll('tr[data-tenant=\"{TENANT}\"]'))"
+              ".map(r => r.innerText).join('\\n')")
+    text = wait_until(f"the tenant view to show {must_show!r}",
+                      lambda: (t := person.driver.execute_script(script)) and must_show in t and t, timeout_s, every_s=1)
+    layout = person.driver.execute_script(
+        "const r = s => document.querySelector(s).getBoundingClientRect().right;"
+        "return {whatNow: r('.what-now'), proofs: r('.proofs'), table: r('table'),"
+        " width: document.documentElement.clientWidth, scroll: document.documentElement.scrollWidth};")
+    person.driver.switch_to.default_content()
+    return {"text": text, "layout": layout}
+
+
+def assert_nothing_cut_off(layout: dict) -> None:
+    assert layout["scroll"] <= layout["width"], layout  # no horizontal scrolling inside the frame
+    for part in ("whatNow", "proofs", "table"):
+        assert layout[part] <= layout["width"], (part, layout)
+
+
+def task_log(demo, run_id: str, task_id: str) -> list[dict]:
+    return demo.stack.request(
+        "GET", f"/api/v2/dags/{CUTOVER}/dagRuns/{run_id}/taskInstances/{task_id}/logs/1?full_content=true")["content"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_a_bad_tenant_name_is_refused_on_the_form_in_words(demo, person):
+    before = run_ids(demo, CUTOVER)
+    form = person.open_trigger_form(CUTOVER)
+    person.type_into(form, "tenant", "Bad Name")
+    person.submit(form)
+    said = wait_until("the form's error", lambda: "The form was refused" in form.text and form.text)
+    person.screenshot("01_bad_tenant_refused_on_the_form")
+    assert "Tenant (namespace) (tenant): 'Bad Name' is not allowed here" in said
+    assert "Lower-case letters, digits, _ and -" in said
+    assert "Failed validating" not in said and "{'title'" not in said  # jsonschema's dump is gone
+    assert run_ids(demo, CUTOVER) == before
+
+
+def test_only_the_tenant_filled_starts_the_cutover_and_a_second_run_stops_before_writing(demo, person, runs):
+    before = run_ids(demo, CUTOVER)
+    form = person.open_trigger_form(CUTOVER)
+    person.screenshot("02_cutover_trigger_form")
+    up_front = form.text.split("Connections and packs")[0]
+    assert "Tenant (namespace)" in up_front and "How the new host is started" in up_front and "Dry run" in up_front
+    assert "Approval" not in up_front and "Rollout" not in up_front and "Drain timeout" not in up_front
+    person.type_into(form, "tenant", TENANT)
+    person.submit(form)
+    runs["rejected"] = first = new_run(demo, CUTOVER, before)
+    conf = demo.stack.dag_run(CUTOVER, first)["conf"]
+    assert conf["tenant"] == TENANT and conf["host_controller"] == "manual"
+    wait_for_task(demo, first, "confirm_writers_stopped", ("awaiting_input",))
+
+    before = run_ids(demo, CUTOVER)
+    form = person.open_trigger_form(CUTOVER)
+    person.type_into(form, "tenant", TENANT)
+    person.submit(form)
+    runs["refused"] = second = new_run(demo, CUTOVER, before)
+    wait_until(f"run {second} to stop", lambda: run_state(demo, second) == "failed", 300, every_s=2)
+    stopped_at = [t["task_id"] for t in demo.stack.task_instances(CUTOVER, second) if t["state"] == "failed"]
+    written = [t["task_id"] for t in demo.stack.task_instances(CUTOVER, second) if t["state"] == "success"]
+    report = demo.stack.xcom(CUTOVER, second, stopped_at[0], key="report") or {}
+    assert first in report.get("message", ""), report  # it names the run that holds the tenant
+    assert "revoke the overrides" not in report.get("message", "")
+    assert "apply_schema" not in written and "arm_fence" not in written, written  # refused before any write
+
+    view = tenant_view(person, must_show=f"later: run {second}")
+    person.screenshot("03_tenant_view_while_a_run_waits")
+    what_now, proofs = view["text"].split("PROOFS")[0], view["text"].split("PROOFS")[1]
+    assert f"open run {first}" in what_now and "awaiting_input" in what_now  # the run that holds the tenant
+    assert "Next: confirm only when no old binary can resume" in what_now
+    assert f"run {first}" in proofs
+    assert_nothing_cut_off(view["layout"])
+
+
+def test_reject_in_required_actions_ends_the_run_with_a_readable_stop(demo, person, runs):
+    run_id = runs["rejected"]
+    person.answer_required_action(run_id, "Reject")
+    person.screenshot("04_rejected")
+    wait_until(f"run {run_id} to fail", lambda: run_state(demo, run_id) == "failed", 180, every_s=2)
+    assert state_of(demo, run_id, "confirm_writers_stopped") == "failed"
+    assert state_of(demo, run_id, "audit_and_checkpoint") != "success"
+
+    log = task_log(demo, run_id, "confirm_writers_stopped")
+    stopped = [e for e in log if "STOPPED:" in str(e.get("event", ""))]
+    assert stopped, [e.get("event") for e in log]
+    lines = stopped[-1]["event"].splitlines()
+    assert all(len(line) <= 100 for line in lines), lines
+    text = "\n".join(lines)
+    assert "cutover not performed" in text and "rejected" in text
+    assert "Next: to try again" in text and "clear check_old_writers" in text and "Rollback stance" in text
+    assert not any(e.get("error_detail") for e in log), "an expected stop shows no traceback"
+    assert not any("Traceback" in str(e.get("event", "")) for e in log)
+
+    person.open(f"/dags/{CUTOVER}/runs/{run_id}/tasks/confirm_writers_stopped")
+    wait_until("the task log", lambda: "STOPPED:" in person.text(), 60)
+    person.screenshot("05_rejected_task_log")
+
+
+def test_confirm_in_required_actions_and_the_cutover_succeeds(demo, person, runs):
+    before = run_ids(demo, CUTOVER)
+    form = person.open_trigger_form(CUTOVER)
+    person.type_into(form, "tenant", TENANT)
+    person.choose(form, "host_controller", "command")
+    person.open_section(form, "Timeouts and polling")
+    person.type_into(form, "poll_interval", "10")
+    person.screenshot("06_cutover_form_with_a_section_open")
+    person.submit(form)
+    runs["confirmed"] = run_id = new_run(demo, CUTOVER, before)
+    conf = demo.stack.dag_run(CUTOVER, run_id)["conf"]
+    assert conf["host_controller"] == "command" and conf["poll_interval"] == 10
+
+    wait_for_task(demo, run_id, "confirm_writers_stopped", ("awaiting_input",))
+    assert demo.stack.xcom(CUTOVER, run_id, "arm_fence")["outcome"] == "adopted"  # the rejected run's fence
+    person.answer_required_action(run_id, "Confirm: all old writers stopped")
+    wait_until(f"run {run_id} to succeed", lambda: run_state(demo, run_id) in ("success", "failed"), 600, every_s=3)
+    assert run_state(demo, run_id) == "success", demo.stack.task_instances(CUTOVER, run_id)
+
+    view = tenant_view(person, must_show="cut over")
+    person.screenshot("07_tenant_view_after_the_cutover")
+    what_now, proofs = view["text"].split("PROOFS")[0], view["text"].split("PROOFS")[1]
+    assert f"open run {run_id}" in what_now and "success" in what_now
+    assert "later:" not in what_now  # the refused and rejected runs are older than the one that cut over
+    assert "verified: no history row changed" in proofs and f"run {run_id}" in proofs
+    assert "BadInput" not in view["text"] and "no history digest yet" not in view["text"]
+    assert_nothing_cut_off(view["layout"])
+    assert view["layout"]["width"] <= WIDTH
+
+
+def test_field_history_and_rollout_forms_start_with_only_their_required_fields(demo, person):
+    before = run_ids(demo, FIELD_HISTORY)
+    form = person.open_trigger_form(FIELD_HISTORY)
+    person.type_into(form, "tenant", TENANT)
+    person.type_into(form, "stage1_release", STAGE1_RELEASE)
+    person.screenshot("08_field_history_form")
+    person.submit(form)
+    fh_run = new_run(demo, FIELD_HISTORY, before)
+    assert demo.stack.dag_run(FIELD_HISTORY, fh_run)["conf"]["tenant"] == TENANT
+
+    person.open("/plugin/nexus-rollouts")
+    from selenium.webdriver.common.by import By
+
+    person.driver.switch_to.frame(wait_until("the rollouts frame", lambda: person.driver.find_element(By.TAG_NAME, "iframe")))
+    empty = wait_until("the rollouts page", lambda: (t := person.text()) and "tenant_rollout" in t and t)
+    person.driver.switch_to.default_content()
+    person.screenshot("09_no_rollout_yet")
+    assert "To start one" in empty and "Trigger" in empty
+
+    before = run_ids(demo, ROLLOUT)
+    form = person.open_trigger_form(ROLLOUT)
+    person.type_into(form, "tenants", TENANT)
+    person.submit(form)
+    rollout = new_run(demo, ROLLOUT, before)
+    wait_until(f"rollout {rollout} to finish", lambda: run_state(demo, rollout, ROLLOUT) in ("success", "failed"),
+               300, every_s=3)
+    plan = demo.stack.xcom(ROLLOUT, rollout, "plan", key="rollout") or {}
+    assert plan.get("skipped", {}).get(TENANT, "").startswith("already cut over"), json.dumps(plan)[:500]
