@@ -319,3 +319,25 @@ def test_server_collation_agrees_with_the_tables_own_comparison(production):
         assert all(coll.equal(c[0], v) for v in c)
     for a, b in zip(classes, classes[1:], strict=False):
         assert not coll.equal(a[0], b[0])
+
+
+def test_demo_knobs_plant_old_work_in_flight_live_processes_and_field_history(sqlite_url):
+    """What the demo and the end-to-end tests ask for: live old projection work for an old runtime to drain, live old
+    writers and pre-cutover producers, and Field History rows (the stage 1 column created for the stamped ones)."""
+    engine = make_engine(sqlite_url)
+    try:
+        tenant = build_production_tenant(engine, namespace=NS, seed=SEED, registry_stopped_rows=0, in_flight_generations=3,
+                                         live_old_writers=True, field_history=True, **SIZES)
+        p = tenant.planted
+        with engine.connect() as conn:
+            live_projection = conn.execute(select(W.c.Status).where(
+                W.c.WorkClass == catalog.WORK_CLASS_PROJECTION, W.c.Status.in_(catalog.WORK_LIVE_STATUSES))).scalars().all()
+            processes = conn.execute(select(P.c.ProcessId, P.c.Role, P.c.StoppedAt)).all()
+            audit_rows = conn.execute(select(func.count()).select_from(catalog.AuditFieldChange)).scalar()
+        assert sorted(live_projection) == sorted(["pending", "retry", "processing"] * 2) and p.live_projection_work == 6
+        assert {(pid, stopped) for pid, _, stopped in processes} == {(pid, None) for pid in p.live_processes}
+        assert {role for _, role, _ in processes} == {catalog.ROLE_INGRESS_WRITER, catalog.ROLE_PROJECTION_WORKER,
+                                                     catalog.ROLE_RUNTIME_API, catalog.ROLE_AUDIT_OUTBOX_WORKER}
+        assert audit_rows == p.field_history_rows > 0
+    finally:
+        engine.dispose()

@@ -59,7 +59,7 @@ from sqlalchemy import Engine
 from nexus_cutover import catalog
 from nexus_cutover.clock import utcnow
 from nexus_cutover.runtime.model import Routing
-from nexus_cutover.schema import create_legacy_schema
+from nexus_cutover.schema import apply_steps, create_legacy_schema, field_history_steps
 
 from ..collation import ServerCollation
 from .builder import BASE_TIME, Lane, PackBuilder, TenantScenario
@@ -353,12 +353,15 @@ def production_tenant(
 
 
 def build_production_tenant(engine: Engine, **knobs: Any) -> ProductionTenant:
-    """Create the Part A schema if absent, plan :func:`production_tenant` against this server, write it.
+    """Create the Part A schema if absent (and, with ``field_history``, seed 003's stage 1 column), plan
+    :func:`production_tenant` against this server, write it.
 
     Writes in bounded multi-row batches (:meth:`TenantScenario.write`): one
     transaction per batch of at most :data:`~.builder.BATCH_ROWS` rows.
     """
     create_legacy_schema(engine)
+    if knobs.get("field_history"):  # stamped rows need seed 003's stage 1 column (as on the demo tenant)
+        apply_steps(engine, field_history_steps(engine))
     tenant = production_tenant(ServerCollation.of_tenant_keys(engine), **knobs)
     tenant.scenario.write(engine)
     return tenant
@@ -626,3 +629,4 @@ def _field_history(sc: TenantScenario, rng: random.Random, alphabet: str) -> int
     sc.setting(catalog.SETTING_READ_MODE, catalog.READ_MODE_COMPAT)
     sc.setting(catalog.SETTING_SEQUENCE_RESERVATION, "true")
     return len(sc.audit_changes) - start
+
