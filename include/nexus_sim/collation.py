@@ -51,6 +51,7 @@ class ServerCollation:
     charset: str | None
     collation: str
     _held: dict[str, bool] = field(default_factory=dict, repr=False)
+    _equal: dict[tuple[str, str], bool] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of_column(cls, engine: Engine, table: Table, column: str) -> ServerCollation:
@@ -164,8 +165,13 @@ class ServerCollation:
         return [groups[k] for k in sorted(groups)]
 
     def equal(self, a: str, b: str) -> bool:
-        """Whether the server treats ``a`` and ``b`` as equal in this column."""
-        return a == b or bool(self.equal_pairs([a, b]))
+        """Whether the server treats ``a`` and ``b`` as equal in this column (asked once per pair)."""
+        if a == b:
+            return True
+        pair = (a, b) if a < b else (b, a)
+        if pair not in self._equal:
+            self._equal[pair] = bool(self.equal_pairs(list(pair)))
+        return self._equal[pair]
 
     @property
     def folds_case(self) -> bool:
