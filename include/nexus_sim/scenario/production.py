@@ -159,10 +159,13 @@ class Planted:
 
     namespace: str
     seed: int
+    #: The server's answers (:meth:`ServerCollation.describe`): dialect, charset, collation, folds_case, pads_spaces.
     collation: dict[str, Any]
+    #: Every active pack, the greenfield one included.
     active_packs: list[str]
     uninstalled_packs: list[str]
     greenfield_packs: list[str]
+    #: Per pack (every incarnation): the allocator's LastOrdinal, and Event counts by kind.
     last_ordinal: dict[str, int]
     projection_events: dict[str, int]
     ordinary_events: dict[str, int]
