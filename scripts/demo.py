@@ -189,7 +189,7 @@ def tenant_summary(dsn: str) -> dict[str, Any]:
     return read_tenant_state(dsn, TENANT)
 
 
-def run_demo(state_dir: pathlib.Path, *, keep_up: bool = False) -> int:
+def run_demo(state_dir: pathlib.Path, *, keep_up: bool = False, production: bool = False) -> int:
     started = time.monotonic()
     if state_dir.exists():
         shutil.rmtree(state_dir)
@@ -198,7 +198,7 @@ def run_demo(state_dir: pathlib.Path, *, keep_up: bool = False) -> int:
     dsn = f"sqlite:///{tenant_db}"
 
     say(f"1. seeding the demo tenant {TENANT!r} in {tenant_db}")
-    info = seed(str(tenant_db), TENANT)
+    info = seed(str(tenant_db), TENANT, production=production)
     say(f"   packs {info['packs']}: {info['events']} Events, {info['work_items']} WorkItems "
         f"({info['live_old_work']} old projection items still in flight), {info['receipts']} unmaterialized "
         f"receipts, {info['audit_rows']} audit field changes")
@@ -366,8 +366,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--state-dir", default=str(REPO / ".run" / "demo"))
     parser.add_argument("--keep-up", action="store_true", help="leave Airflow up after the run (Ctrl-C stops it)")
+    parser.add_argument("--production", action="store_true",
+                        help="seed the production-shaped tenant of nexus_sim (issues 24, 25) instead of the demo tenant")
     args = parser.parse_args()
-    return run_demo(pathlib.Path(args.state_dir).resolve(), keep_up=args.keep_up)
+    return run_demo(pathlib.Path(args.state_dir).resolve(), keep_up=args.keep_up, production=args.production)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,12 @@ What the tenant holds (deterministic, built with :mod:`nexus_sim.scenario`):
   two pre-cutover producer processes (Runtime API, outbox worker);
 * no live old writer: the old runtime is started by the demo itself
   (``scripts/demo_old_runtime.py``) and registers as it starts.
+
+``--production`` (``seed(..., production=True)``) seeds the production-shaped tenant of
+:mod:`nexus_sim.scenario.production` instead (issues 24, 25): the same old work in
+flight and Field History rows, plus ordinary work in every status, retention-trimmed
+ordinary Events, hostile lanes and receipt ids, an uninstalled incarnation, a greenfield
+pack and 10,000 stopped registry rows.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import random
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
 from nexus_cutover.schema import apply_steps, create_legacy_schema, field_history_steps
-from nexus_sim.scenario import TenantScenario, drained_pack_history
+from nexus_sim.scenario import TenantScenario, build_production_tenant, drained_pack_history
 
 PACKS = (("pk-crm-sync", 4, 1), ("pk-billing", 3, 0))
 OLD_PRODUCER_VERSION = "4.11.0"
@@ -76,7 +82,22 @@ def demo_scenario(namespace: str = "demo", *, seed: int = 7, backlog: int = 12) 
     return sc
 
 
-def seed(path: str, namespace: str = "demo") -> dict:
+#: Sizes of the production-shaped demo tenant: old work in flight for the old runtime to drain, Field History rows.
+PRODUCTION_DEMO = {"in_flight_generations": 6, "field_history": True}
+
+
+def build_tenant(engine, namespace: str = "demo", *, production: bool = False) -> TenantScenario:
+    """Write the demo tenant (or, with ``production``, the production-shaped one) into ``engine``'s empty database."""
+    create_legacy_schema(engine)
+    apply_steps(engine, field_history_steps(engine))  # seed 003 stage 1 landed (#4654): the column exists
+    if production:
+        return build_production_tenant(engine, namespace=namespace, **PRODUCTION_DEMO).scenario
+    sc = demo_scenario(namespace)
+    sc.write(engine)
+    return sc
+
+
+def seed(path: str, namespace: str = "demo", *, production: bool = False) -> dict:
     """Create the SQLite tenant at ``path`` (replacing any previous file); returns a short description."""
     for suffix in ("", "-wal", "-shm", "-journal"):
         if os.path.exists(path + suffix):
@@ -84,13 +105,11 @@ def seed(path: str, namespace: str = "demo") -> dict:
     open(path, "wb").close()
     engine = make_engine(f"sqlite:///{path}")
     try:
-        create_legacy_schema(engine)
-        apply_steps(engine, field_history_steps(engine))  # seed 003 stage 1 landed (#4654): the column exists
-        sc = demo_scenario(namespace)
-        sc.write(engine)
+        sc = build_tenant(engine, namespace, production=production)
     finally:
         engine.dispose()
-    live = sum(1 for w in sc.work_items if w["Status"] in catalog.WORK_LIVE_STATUSES)
+    live = sum(1 for w in sc.work_items
+               if w["WorkClass"] == catalog.WORK_CLASS_PROJECTION and w["Status"] in catalog.WORK_LIVE_STATUSES)
     return {
         "namespace": namespace,
         "packs": [p.pack_install_id for p in sc.packs],
@@ -106,8 +125,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path")
     parser.add_argument("--namespace", default="demo")
+    parser.add_argument("--production", action="store_true", help="the production-shaped tenant (issues 24, 25)")
     args = parser.parse_args()
-    print(seed(args.path, args.namespace))
+    print(seed(args.path, args.namespace, production=args.production))
     return 0
 
 

@@ -680,16 +680,14 @@ def mariadb_tenant(server_url: str, database: str, build) -> dict[str, Any]:
     return {"conn": conn, "dsn": dsn}
 
 
-def build_demo_tenant(namespace: str):
-    """The demo tenant of ``scripts/demo_seed.py`` (live old work to drain), for :func:`mariadb_tenant`."""
+def build_demo_tenant(namespace: str, *, production: bool = False):
+    """The demo tenant of ``scripts/demo_seed.py`` (live old work to drain), for :func:`mariadb_tenant`;
+    with ``production``, the production-shaped one (issues 24, 25)."""
 
     def build(engine) -> None:
-        from nexus_cutover.schema import apply_steps, create_legacy_schema, field_history_steps
-        from scripts.demo_seed import demo_scenario
+        from scripts.demo_seed import build_tenant
 
-        create_legacy_schema(engine)
-        apply_steps(engine, field_history_steps(engine))
-        demo_scenario(namespace).write(engine)
+        build_tenant(engine, namespace, production=production)
 
     return build
 

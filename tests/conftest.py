@@ -12,17 +12,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import uuid
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
-from sqlalchemy.engine import make_url
 
-from nexus_cutover.db import make_engine
 from nexus_cutover.schema import create_legacy_schema
 from tests import tidb_semantics
-from tests.support import prepared_engine
+from tests.support import COLLATED_BACKENDS, mysql_database, prepared_engine
 
 # In-process DAG runs (dag.test) poll every second; the runbook's 10 s floor guards a LocalExecutor race they do not have.
 os.environ.setdefault("NEXUS_MIN_POLL_INTERVAL_S", "1")
@@ -55,9 +51,10 @@ if TIDB_SEMANTICS:
 #: Fixtures on the MySQL-protocol test server; fixtures built on them are covered too
 #: (``item.fixturenames`` is the closure of what a test requests).
 MYSQL_FIXTURES = frozenset({"mysql_server_url", "mysql_url"})
-#: Parameters whose value ``"mysql"`` picks the server at run time: ``tenant_url``'s own, and a
-#: test's ``backend`` (by convention ``request.getfixturevalue(f"{backend}_url")`` or ``f"{backend}_range_engine"``).
-MYSQL_PARAMS = ("tenant_url", "backend")
+#: Parameters whose value ``"mysql"`` (or ``"mysql-<collation>"``) picks the server at run time: ``tenant_url``'s
+#: own, ``collated_tenant_url``'s, and a test's ``backend`` (by convention ``request.getfixturevalue(f"{backend}_url")``
+#: or ``f"{backend}_range_engine"``).
+MYSQL_PARAMS = ("tenant_url", "collated_tenant_url", "backend")
 #: Fixtures that run real Airflow (the migrated metadata DB of tests/dags/airflow_harness.py).
 AIRFLOW_FIXTURES = frozenset({"airflow_db"})
 #: Directories whose every test runs under the Airflow harness (its conftest sets up Airflow).
@@ -69,7 +66,7 @@ def automatic_markers(item) -> list[str]:
     names = set(getattr(item, "fixturenames", ()))
     params = getattr(getattr(item, "callspec", None), "params", {})
     found = []
-    if names & MYSQL_FIXTURES or any(params.get(p) == "mysql" for p in MYSQL_PARAMS):
+    if names & MYSQL_FIXTURES or any(str(params.get(p, "")).split("-")[0] == "mysql" for p in MYSQL_PARAMS):
         found.append("mysql")
     path = Path(item.path).resolve()
     if names & AIRFLOW_FIXTURES or any(path.is_relative_to(d) for d in AIRFLOW_DIRS):
@@ -170,18 +167,22 @@ def mysql_server_url() -> str:
 
 @pytest.fixture
 def mysql_url(request, mysql_server_url):
-    """A fresh, empty database on the MySQL-protocol server; dropped afterwards."""
+    """A fresh, empty database on the MySQL-protocol server (the server's default character set); dropped afterwards."""
     request.node._nexus_uses_mysql = True  # counted in the terminal summary
-    name = f"nx_{uuid.uuid4().hex[:12]}"
-    server = make_url(mysql_server_url)
-    admin = make_engine(server.set(database="mysql"))
-    with admin.begin() as conn:
-        conn.execute(text(f"CREATE DATABASE `{name}`"))
-    url = server.set(database=name)
-    yield url.render_as_string(hide_password=False)
-    with admin.begin() as conn:
-        conn.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
-    admin.dispose()
+    with mysql_database(mysql_server_url) as url:
+        yield url
+
+
+@pytest.fixture(params=[b for b in COLLATED_BACKENDS if b != "sqlite" or not TIDB_SEMANTICS])
+def collated_tenant_url(request):
+    """One test, three equalities of text keys: SQLite, the server's case-insensitive utf8mb4 default, utf8mb4_bin."""
+    if request.param == "sqlite":
+        yield request.getfixturevalue("sqlite_url")
+        return
+    request.node._nexus_uses_mysql = True
+    charset, collation = COLLATED_BACKENDS[request.param]
+    with mysql_database(request.getfixturevalue("mysql_server_url"), charset=charset, collation=collation) as url:
+        yield url
 
 
 @pytest.fixture

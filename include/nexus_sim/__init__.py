@@ -2,7 +2,10 @@
 
 * :mod:`.old_runtime` -- the old-protocol runtime (``ProjectionProtocol = 0``),
   also a command: ``python -m nexus_sim.old_runtime --namespace <ns>``;
-* :mod:`.scenario` -- the deterministic tenant-history builder and ready-made histories;
+* :mod:`.scenario` -- the deterministic tenant-history builder and ready-made histories, among them
+  :func:`.scenario.production.production_tenant`, the production-shaped tenant (issues 24, 25);
+* :mod:`.collation` -- what the tenant's server holds and treats as equal, asked of the server;
+* :mod:`.traffic` -- live traffic after the release (receipts, ordinary work), stoppable, reporting what it wrote;
 * :mod:`.producers`, :mod:`.outbox_worker` -- reference producers of
   ``_System_AuditFieldChange`` rows (the single stamping producer, a pre-cutover
   binary) and the Audit V2 outbox worker.

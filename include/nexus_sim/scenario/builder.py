@@ -203,20 +203,39 @@ class TenantScenario:
         )
         return builder
 
-    def ordinary_work(self, selected_event: dict[str, Any] | None, *, status: str = "completed") -> dict[str, Any]:
-        """An ordinary one-Event/one-WorkItem row (no projection identity)."""
+    def ordinary_work(
+        self,
+        selected_event: dict[str, Any] | None,
+        *,
+        status: str = "completed",
+        work_type: str | None = None,
+        attempt: int = 0,
+        blocked_on: str | None = None,
+        next_attempt_at: dt.datetime | None = None,
+        lease_owner: str | None = None,
+        lease_expires_at: dt.datetime | None = None,
+    ) -> dict[str, Any]:
+        """An ordinary one-Event/one-WorkItem row (no projection identity).
+
+        ``work_type`` defaults to the selected Event's WorkType (``"ordinary"`` without one).
+        """
         now = self.tick()
+        if work_type is None:
+            work_type = selected_event["WorkType"] if selected_event else "ordinary"
         row = {
             "WorkId": next(self.work_ids),
             "Namespace": self.namespace,
             "WorkClass": catalog.WORK_CLASS_ORDINARY,
-            "WorkType": "ordinary",
+            "WorkType": work_type,
             "SelectedEventId": selected_event["EventId"] if selected_event else None,
-            "Attempt": 0,
+            "Attempt": attempt,
             "Status": status,
             "CreatedAt": now,
             "UpdatedAt": now,
         }
+        optional = {"BlockedOn": blocked_on, "NextAttemptAt": next_attempt_at, "LeaseOwner": lease_owner,
+                    "LeaseExpiresAt": lease_expires_at}
+        row.update({k: v for k, v in optional.items() if v is not None})
         self.work_items.append(row)
         return row
 
@@ -243,15 +262,19 @@ class TenantScenario:
         stopped: bool = False,
         activated: bool = False,
         process_id: str | None = None,
+        heartbeat_at: dt.datetime | None = None,
+        started_at: dt.datetime | None = None,
     ) -> dict[str, Any]:
-        heartbeat = self.now - dt.timedelta(seconds=heartbeat_age_s)
+        """A registry row. Its last heartbeat is ``heartbeat_at``, else ``heartbeat_age_s`` before ``now``;
+        a stopped process stopped at its last heartbeat."""
+        heartbeat = heartbeat_at if heartbeat_at is not None else self.now - dt.timedelta(seconds=heartbeat_age_s)
         row = {
             "ProcessId": process_id or f"{role}-{len(self.processes) + 1}",
             "Namespace": self.namespace,
             "Role": role,
             "BinaryVersion": version,
             "ProjectionProtocol": protocol,
-            "StartedAt": heartbeat - dt.timedelta(hours=1),
+            "StartedAt": started_at if started_at is not None else heartbeat - dt.timedelta(hours=1),
             "LastHeartbeatAt": heartbeat,
             "ActivatedAt": heartbeat if activated else None,
             "StoppedAt": heartbeat if stopped else None,
