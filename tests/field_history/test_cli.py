@@ -76,6 +76,26 @@ def test_status_text_lists_producers(tenant_url):
     engine.dispose()
 
 
+def test_the_cli_and_the_status_view_count_the_rows_the_same_way(tenant_url):
+    """One count line (issue 23: the view said "15/165" and "150 to materialize" where the CLI said "167 total,
+    152 NULL"): the CLI prints what the tenant state (the status view's source) carries, and its numbers add up."""
+    from nexus_cutover.tenant_status import read_tenant_state
+
+    engine = seeded(tenant_url)
+    res = run_cli(tenant_url, "status")
+    fh = read_tenant_state(engine, "ns")["field_history"]
+    st = json.loads(run_cli(tenant_url, "status", "-json").stdout)
+    assert f"rows: {fh['rows_text']}" in res.stdout.splitlines()
+    by_value = st["rows_by_value"]
+    assert fh["rows_text"].startswith(f"{st['total_rows']} rows: {by_value['true']} TRUE, {by_value['false']} FALSE, "
+                                      f"{st['null_rows']} NULL ({st['eligible_null_rows']} eligible, "
+                                      f"{st['materializable_rows']} materializable")
+    assert st["total_rows"] == by_value["true"] + by_value["false"] + st["null_rows"]
+    assert fh["decided_rows"] + fh["materializable_rows"] <= st["total_rows"]  # the view's bar: decided of decidable
+    assert str(st["materializable_rows"]) not in fh["stage_text"]  # numbers live in the count line only
+    engine.dispose()
+
+
 def test_bad_input_exits_2(sqlite_url, tmp_path):
     assert run_cli(None, "status").returncode == 2  # no NEXUS_TENANT_DSN
     res = run_cli("postgresql://u:secret@h/db", "status", "-json")

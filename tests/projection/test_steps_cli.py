@@ -204,3 +204,27 @@ def test_usage_errors_exit_2(sqlite_url):
     for args in (["plan"], ["nope"], ["checkpoint"], ["drain", "-namespace", NS, "-poll-interval", "soon"]):
         proc = cli(sqlite_url, *args)
         assert proc.returncode == 2, (args, proc.stderr)
+
+
+def test_status_of_an_unreachable_database_exits_1_and_says_so_in_words(tmp_path):
+    """Not "not started" with driver reprs and exit 0: the database is named unreachable, exit 1 (also in -json)."""
+    nowhere = "mysql+pymysql://cutover:s3cret@127.0.0.1:1/tenant_gone"  # nothing listens on port 1
+    text = cli(nowhere, "status", "-namespace", NS)
+    assert text.returncode == 1, text.stdout + text.stderr
+    assert "cannot reach the tenant database" in text.stderr and "not started" not in text.stdout
+    assert "OperationalError" not in text.stdout + text.stderr and "s3cret" not in text.stdout + text.stderr
+    as_json_out = as_json(cli(nowhere, "status", "-namespace", NS, "-json"))
+    assert as_json_out["exit_code"] == 1 and "cannot reach the tenant database" in as_json_out["error"]
+    missing = cli(f"sqlite:///{tmp_path / 'no-such-dir' / 'tenant.db'}", "status", "-namespace", NS)
+    assert missing.returncode == 2 and "does not exist" in missing.stderr, missing.stderr  # bad input: fix the DSN
+
+
+def test_plan_prints_one_line_per_step_and_keeps_the_ddl_in_json(tenant):
+    _engine, url = tenant
+    proc = cli(url, "plan", "-namespace", NS, *FAST)
+    schema_lines = [line for line in proc.stdout.splitlines() if line.startswith("1. schema:")]
+    assert len(schema_lines) == 1 and "would create" in schema_lines[0], proc.stdout
+    assert "CREATE" not in proc.stdout and "ALTER" not in proc.stdout  # the DDL is in -json only
+    assert all(line.strip() == line or line.startswith("  ") for line in proc.stdout.splitlines())
+    ddl = as_json(cli(url, "plan", "-namespace", NS, *FAST, "-json"))["schema"]["plan"]
+    assert any("CREATE TABLE" in line for line in ddl)
