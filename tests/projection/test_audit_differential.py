@@ -247,7 +247,9 @@ def test_the_oracle_reads_the_table_row_by_row():
     tenant = {
         "pack": "P",
         "events": [ev(1, 1), ev(2, 2), ev(3, 3), ev(4, 4, "A "), ev(5, 0, "m"), ev(6, 1, "m"), ev(7, 9, "z", ORDINARY)],
-        "work": [wk(10, 2, "completed"), wk(11, 4, "failed"), wk(12, 1, "pending", lane="m", sel=6), wk(13, 9, "cancelled", lane="q", start=9)],
+        "work": [
+            wk(10, 2, "completed"), wk(11, 4, "failed"), wk(12, 1, "pending", lane="m", sel=6), wk(13, 9, "cancelled", lane="q", start=9)
+        ],
     }
     # 1, 2: coalesced at or below B=2; 3, 4: above B, reached by failed work (4 is lane 'A ' = 'a' folded);
     # 5: mixed 0/positive, indirect; 6: direct; 7: ordinary, never audited; 12 live; 13 native.
