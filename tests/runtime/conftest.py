@@ -85,3 +85,13 @@ def equality(collation, collated_engine):
         return
     with collated_engine.connect() as conn:
         yield collations.ServerEquality(conn, collation)
+
+
+@pytest.fixture(params=[pytest.param(c, id=c) for c in collations.COLLATIONS])
+def mysql_collated_engine(request, mysql_server_url):
+    """Part A + Part B schema on a MariaDB tenant of each collation of :data:`tests.collations.COLLATIONS`."""
+    request.node._nexus_uses_mysql = True
+    with collations.collated_database(mysql_server_url, request.param) as url:
+        engine = _range_engine(url)
+        yield engine
+        engine.dispose()

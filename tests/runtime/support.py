@@ -161,6 +161,28 @@ def assert_membership(engine: Engine, cutoff: dict[str, int] | None = None, *, p
     return owner
 
 
+def wait_for_lock_wait(engine: Engine, statement_start: str, *, alive: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    """Until a transaction on ``engine``'s database waits for a row lock in a statement starting with ``statement_start``
+    (InnoDB's ``LOCK WAIT``): the barrier of the interleaving tests (what the server shows, not a pause of a guessed length)."""
+    import time
+
+    from sqlalchemy import text
+
+    sql = text(
+        "SELECT t.trx_query FROM information_schema.INNODB_TRX t "
+        "JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id "
+        "WHERE t.trx_state = 'LOCK WAIT' AND p.DB = :db AND t.trx_query LIKE :q"
+    )
+    deadline = time.monotonic() + timeout_s
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        while time.monotonic() < deadline:
+            assert alive(), f"the session ended before it waited in {statement_start!r}"
+            if conn.execute(sql, {"db": engine.url.database, "q": statement_start + "%"}).first() is not None:
+                return
+            time.sleep(0.15)  # InnoDB refreshes INNODB_TRX only when it was read more than 0.1 s ago
+    raise AssertionError(f"no session waited for a row lock in {statement_start!r} within {timeout_s:g}s")
+
+
 __all__ = [
     "NS",
     "PACK",
@@ -174,4 +196,5 @@ __all__ = [
     "range_generations",
     "range_tenant",
     "server_owners",
+    "wait_for_lock_wait",
 ]
