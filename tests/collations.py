@@ -55,6 +55,10 @@ class ServerEquality:
         self._classes: dict[str, int] = {}
         self._representatives: list[str] = []
 
+    def fresh(self) -> ServerEquality:
+        """A new oracle on the same connection, with no classes yet (one per example keeps the comparisons few)."""
+        return ServerEquality(self.conn, self.collation)
+
     def equal(self, a: str, b: str) -> bool:
         if self.conn is None:  # SQLite: BINARY collation
             return a == b
@@ -64,16 +68,29 @@ class ServerEquality:
                 f"SELECT CONVERT(:a USING utf8mb4) COLLATE {self.collation} = CONVERT(:b USING utf8mb4) COLLATE {self.collation}"
             ).bindparams(bindparam("a"), bindparam("b"))
             self._memo[pair] = bool(self.conn.execute(stmt, {"a": a, "b": b}).scalar())
+            self.conn.rollback()  # one question, one (read-only) transaction
         return self._memo[pair]
 
     def cls(self, value: str) -> int:
-        """A class number: equal for values the server equates (its ``=`` is an equivalence on these collations)."""
+        """A class number: equal for values the server equates (its ``=`` is an equivalence on these collations).
+
+        One question to the server per new value: which known representative (if any) it equals.
+        """
         if value not in self._classes:
-            for k, rep in enumerate(self._representatives):
-                if self.equal(value, rep):
-                    self._classes[value] = k
-                    break
-            else:
+            found = None
+            if self.conn is None:
+                found = next((k for k, rep in enumerate(self._representatives) if rep == value), None)
+            elif self._representatives:
+                reps = " UNION ALL ".join(f"SELECT {k} AS k, :r{k} AS v" for k in range(len(self._representatives)))
+                stmt = text(
+                    f"SELECT k FROM ({reps}) AS reps WHERE CONVERT(v USING utf8mb4) COLLATE {self.collation} = "
+                    f"CONVERT(:a USING utf8mb4) COLLATE {self.collation} ORDER BY k LIMIT 1"
+                )
+                params = {"a": value, **{f"r{k}": rep for k, rep in enumerate(self._representatives)}}
+                found = self.conn.execute(stmt, params).scalar()
+                self.conn.rollback()
+            if found is None:
                 self._representatives.append(value)
-                self._classes[value] = len(self._representatives) - 1
+                found = len(self._representatives) - 1
+            self._classes[value] = found
         return self._classes[value]

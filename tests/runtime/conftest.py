@@ -83,7 +83,7 @@ def equality(collation, collated_engine):
     if collation == "sqlite":
         yield collations.ServerEquality(None, None)
         return
-    with collated_engine.connect() as conn:
+    with collated_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:  # one statement, one transaction
         yield collations.ServerEquality(conn, collation)
 
 

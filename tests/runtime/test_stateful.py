@@ -123,10 +123,12 @@ def _event_count(engine, pack: str) -> int:
         return conn.scalar(select(func.count()).select_from(Event).where(Event.c.PackInstallId == pack))
 
 
-def machine_for(engine, eq):
+def machine_for(engine, oracle):
     class RangeMachine(RuleBasedStateMachine):
         @initialize(bases=hostile.identities_and_receipts())
         def setup(self, bases):
+            nonlocal eq
+            eq = oracle.fresh()  # values of one example never meet another's (each has its own pack)
             self.lane_bases, self.receipt_bases = bases
             self.pack = f"sm-{next(_packs)}"
             self.legacy_lane = self.lane_bases[0][:LIMIT]
@@ -363,6 +365,7 @@ def machine_for(engine, eq):
                     if gen.claimed_payloads is not None:
                         assert gen.claimed_payloads == gen.members
 
+    eq = oracle
     return RangeMachine
 
 
