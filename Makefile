@@ -21,7 +21,8 @@ test: deps
 # written fails its test): tests/tidb_semantics.py. Its own server; TIDB_PYTEST_ARGS for extra pytest options.
 TIDB_SUITES := tests/runtime tests/projection tests/field_history/test_materialize.py \
 	tests/field_history/test_concurrency.py tests/field_history/test_gates.py tests/field_history/test_stage3_locked.py \
-	tests/field_history/test_provenance.py tests/field_history/test_read_equivalence.py tests/test_tidb_semantics_harness.py
+	tests/field_history/test_provenance.py tests/field_history/test_read_equivalence.py tests/field_history/test_stage3_live_producers.py \
+	tests/test_tidb_semantics_harness.py
 TIDB_TEST = NEXUS_DB_REQUIRED=1 NEXUS_TIDB_SEMANTICS=1 bash scripts/with-mariadb.sh \
 	$(BIN)/python -m pytest -q $(TIDB_SUITES) $(TIDB_PYTEST_ARGS)
 

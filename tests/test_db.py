@@ -290,3 +290,68 @@ def test_is_ddl_already_done_is_false_for_other_failures():
     assert not db.is_ddl_already_done(mysql_error(1146, "Table 'tenant._System_WorkItem' doesn't exist"))
     assert not db.is_ddl_already_done(mysql_error(1205))
     assert not db.is_ddl_already_done(RuntimeError("already exists"))
+
+
+@pytest.mark.parametrize(
+    ("exc", "columns", "primary"),
+    [
+        (mysql_error(1062, "Duplicate entry '7' for key 'PRIMARY'"), ("", ("PRIMARY",)), True),  # MariaDB
+        (mysql_error(1062, "Duplicate entry '7' for key '_System_Event.PRIMARY'"), ("", ("PRIMARY",)), True),  # MySQL 8, TiDB
+        (
+            mysql_error(1062, "Duplicate entry 'pk-1-a-R1' for key 'ux_Event_Receipt'"),
+            ("_System_Event", ("PackInstallId", "SourceLane", "ReceiptId")),
+            False,
+        ),
+        (
+            mysql_error(1062, "Duplicate entry 'pk-1-a-R1' for key '_System_Event.ux_Event_Receipt'"),
+            ("_System_Event", ("PackInstallId", "SourceLane", "ReceiptId")),
+            False,
+        ),
+        (sqlite_error(sqlite3.IntegrityError, "UNIQUE constraint failed: _System_Event.EventId"), ("_System_Event", ("EventId",)), True),
+        (
+            sqlite_error(
+                sqlite3.IntegrityError,
+                "UNIQUE constraint failed: _System_Event.PackInstallId, _System_Event.SourceLane, _System_Event.ReceiptId",
+            ),
+            ("_System_Event", ("PackInstallId", "SourceLane", "ReceiptId")),
+            False,
+        ),
+        (mysql_error(1062, "Duplicate entry 'x' for key 'no_such_key'"), None, False),
+        (mysql_error(1213), None, False),
+    ],
+    ids=["mariadb-pk", "mysql8-pk", "mariadb-ux", "mysql8-ux", "sqlite-pk", "sqlite-ux", "unknown-key", "not-a-duplicate"],
+)
+def test_a_duplicate_names_its_key_and_only_a_primary_key_is_an_id_race(exc, columns, primary):
+    assert db.duplicate_key_columns(exc) == columns
+    assert db.is_primary_key_duplicate(exc) is primary
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "mysql"])
+def test_real_duplicates_of_the_receipt_key_and_of_the_primary_key_are_told_apart(backend, request):
+    """The servers' own messages: MariaDB names the key, SQLite lists the columns."""
+    import datetime as dt
+
+    from sqlalchemy import insert
+
+    from nexus_cutover import catalog
+    from nexus_cutover.schema import create_legacy_schema
+
+    engine = db.make_engine(request.getfixturevalue(f"{backend}_url"))
+    create_legacy_schema(engine)
+    row = dict(
+        EventId=1, Namespace="n", PackInstallId="p", EventKind="k", RouteVersion=1, FlowVersion="1", WorkType="w", SourceLane="a",
+        EnqueueOrdinal=1, ReceiptId="r", Status="pending", Payload="{}", ReceivedAt=dt.datetime(2026, 1, 1),
+    )
+    try:
+        with engine.begin() as conn:
+            conn.execute(insert(catalog.Event).values(**row))
+        errors = []
+        for changed in ({"ReceiptId": "other"}, {"EventId": 2}):
+            with pytest.raises(sa_exc.IntegrityError) as info, engine.begin() as conn:
+                conn.execute(insert(catalog.Event).values(**{**row, **changed}))
+            errors.append(info.value)
+    finally:
+        engine.dispose()
+    same_id, same_receipt = errors
+    assert db.is_primary_key_duplicate(same_id) and not db.is_primary_key_duplicate(same_receipt)
+    assert db.duplicate_key_columns(same_receipt) == ("_System_Event", ("PackInstallId", "SourceLane", "ReceiptId"))

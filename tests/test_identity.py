@@ -5,11 +5,17 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from sqlalchemy import create_engine, insert, select
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import create_engine, delete, insert, select, text
 from sqlalchemy.dialects import sqlite
+from sqlalchemy.engine import make_url
 
 from nexus_cutover import catalog, identity
+from nexus_cutover.db import make_engine
 from nexus_cutover.identity import COLUMN_NAMES, ProjectionIdentity
+from nexus_cutover.schema import create_legacy_schema
+from tests import collations, hostile
 
 IDENTITY = ProjectionIdentity("pk-1", "contact.updated", 3, "flow-7", "sync", "lane/a")
 
@@ -79,4 +85,81 @@ def test_round_trip_through_a_real_row():
         assert [identity.of_row(row) for row in rows] == [IDENTITY, other]
         found = conn.execute(select(catalog.Event.c.EventId).where(identity.matches(catalog.Event, other))).scalars().all()
         assert found == [2]
+    engine.dispose()
+
+
+# -- equality as the server decides it (contract: "Equality of identity values is decided once, by the server") --
+
+SERVER_COLLATIONS = (collations.DEFAULT, collations.PAD_SPACE_BIN, collations.NO_PAD_BIN, "utf8mb4_unicode_ci")
+
+
+def test_utf8mb4_bin_pads_with_spaces_and_nopad_bin_does_not(mysql_server_url):
+    """What the tests' 'binary PAD SPACE' tenants rely on, checked on the server (MariaDB names the no-pad one)."""
+    engine = make_engine(make_url(mysql_server_url).set(database="mysql"))
+    try:
+        with engine.connect() as conn:
+            facts = conn.execute(
+                text(
+                    "SELECT CONVERT('a' USING utf8mb4) COLLATE utf8mb4_bin = CONVERT('a ' USING utf8mb4) COLLATE utf8mb4_bin, "
+                    "CONVERT('a' USING utf8mb4) COLLATE utf8mb4_nopad_bin = CONVERT('a ' USING utf8mb4) COLLATE utf8mb4_nopad_bin, "
+                    "CONVERT('a' USING utf8mb4) COLLATE utf8mb4_bin = CONVERT('A' USING utf8mb4) COLLATE utf8mb4_bin, "
+                    "CONVERT('a' USING utf8mb4) COLLATE utf8mb4_general_ci = CONVERT('A ' USING utf8mb4) COLLATE utf8mb4_general_ci"
+                )
+            ).one()
+    finally:
+        engine.dispose()
+    assert tuple(bool(v) for v in facts) == (True, False, False, True)
+
+
+@pytest.mark.parametrize("collation", SERVER_COLLATIONS)
+def test_value_keys_agree_with_the_servers_own_join_on_the_column(collation, mysql_server_url):
+    """Hostile values stored in a real column: two values have equal keys exactly when the server's join pairs them."""
+    field = catalog.Field
+    with collations.collated_database(mysql_server_url, collation) as url:
+        engine = make_engine(url)
+        try:
+            create_legacy_schema(engine)
+
+            @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+            @given(hostile.family(max_size=4).flatmap(lambda bases: st.lists(hostile.keys_from(bases), min_size=2, max_size=10)))
+            def check(values):
+                with engine.begin() as conn:
+                    conn.execute(delete(field))
+                    row = {"ObjectName": "o", "TrackHistory": False, "Revision": 0}
+                    rows = [{**row, "FieldId": i, "FieldName": v} for i, v in enumerate(values)]
+                    conn.execute(insert(field), rows)
+                    other = field.alias("other")
+                    pairs = select(field.c.FieldId, other.c.FieldId).join(other, field.c.FieldName == other.c.FieldName)
+                    joined = set(conn.execute(pairs).all())
+                    keys = identity.value_keys(conn, field.c.FieldName, values, cache=False)
+                for i, a in enumerate(values):
+                    for j, b in enumerate(values):
+                        assert ((i, j) in joined) == (keys[a] == keys[b]), (collation, a, b)
+
+            check()
+        finally:
+            engine.dispose()
+
+
+@pytest.mark.parametrize("collation", collations.COLLATIONS)
+def test_identity_keys_equate_identities_the_server_joins(collation, mysql_server_url):
+    with collations.collated_database(mysql_server_url, collation) as url:
+        engine = make_engine(url)
+        try:
+            create_legacy_schema(engine)
+            a = IDENTITY._replace(source_lane="Lane-A", event_kind="Contact.Updated")
+            b = IDENTITY._replace(source_lane="lane-a ", event_kind="contact.updated")
+            c = IDENTITY._replace(source_lane="Lane-A  ", route_version=4)
+            with engine.connect() as conn:
+                keys = identity.identity_keys(conn, [a, b, c])
+        finally:
+            engine.dispose()
+    assert (keys[a] == keys[b]) == (collation == collations.DEFAULT)  # case folds only under the default collation
+    assert keys[a] != keys[c]  # RouteVersion differs
+
+
+def test_value_keys_on_sqlite_are_the_values_themselves():
+    engine = create_engine("sqlite://")
+    with engine.connect() as conn:
+        assert identity.value_keys(conn, catalog.Event.c.SourceLane, ["a", "A", "a "]) == {"a": "a", "A": "A", "a ": "a "}
     engine.dispose()

@@ -44,6 +44,16 @@ def test_each_failure_is_retried_exactly_under_its_own_flag(exc, flag):
     assert not retryable(exc, ALL & ~flag)
 
 
+def test_duplicate_id_retries_a_primary_key_duplicate_and_never_a_receipt_key():
+    receipt = mysql_error(1062, "Duplicate entry 'pk-1-a-R1' for key 'ux_Event_Receipt'")
+    sqlite_receipt = sqlite_error(
+        sqlite3.IntegrityError, "UNIQUE constraint failed: _System_Event.PackInstallId, _System_Event.SourceLane, _System_Event.ReceiptId"
+    )
+    assert retryable(DUPLICATE, Retry.DUPLICATE_ID) and retryable(SQLITE_DUPLICATE, Retry.DUPLICATE_ID)
+    assert not retryable(receipt, Retry.DUPLICATE_ID) and not retryable(sqlite_receipt, Retry.DUPLICATE_ID)
+    assert not retryable(DEADLOCK, Retry.DUPLICATE_ID)
+
+
 @pytest.mark.parametrize("exc", [OTHER, RuntimeError("deadlock"), LockTimeout("timed out"), KeyboardInterrupt()])
 def test_other_failures_are_never_retried(exc):
     assert not retryable(exc, ALL)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 
+from . import catalog
 from .errors import BadInput, CutoverError, LockTimeout, MissingSchema, Unreachable
 
 DSN_ENV_CUTOVER = "CONNECTOR_CUTOVER_DSN"
@@ -286,6 +288,56 @@ def is_duplicate_key(exc: BaseException) -> bool:
     if not isinstance(exc, sa_exc.IntegrityError):
         return False
     return driver_error_code(exc) == _DUPLICATE_KEY or "unique constraint failed" in _message(exc)
+
+
+# MariaDB: "... for key 'PRIMARY'"; MySQL 8 and TiDB: "... for key '_System_Event.PRIMARY'".
+_MYSQL_DUPLICATE_KEY_NAME = re.compile(r"for key '(?:[^']*\.)?([^'.]+)'\s*$")
+# SQLite: "UNIQUE constraint failed: _System_Event.PackInstallId, _System_Event.SourceLane, ..."
+_SQLITE_UNIQUE_COLUMNS = re.compile(r"unique constraint failed: (.+)$")
+
+
+def duplicate_key_columns(exc: BaseException) -> tuple[str, tuple[str, ...]] | None:
+    """``(table, key columns)`` of the primary or unique key a duplicate-key error names; None when it names none.
+
+    From the server's message: MySQL protocol names the key ('PRIMARY' or the unique
+    index's name), resolved through the catalog's tables; SQLite lists the columns.
+    """
+    if not is_duplicate_key(exc):
+        return None
+    orig = getattr(exc, "orig", exc)
+    args = getattr(orig, "args", ())
+    text = str(args[1] if len(args) > 1 and isinstance(args[0], int) else orig).splitlines()[0].strip()
+    match = _SQLITE_UNIQUE_COLUMNS.search(text.lower())
+    if match:
+        original = text[len(text) - len(match.group(1)) :]
+        pairs = [part.strip().split(".", 1) for part in original.split(",")]
+        if all(len(p) == 2 for p in pairs) and len({t for t, _ in pairs}) == 1:
+            return pairs[0][0], tuple(c for _, c in pairs)
+        return None
+    match = _MYSQL_DUPLICATE_KEY_NAME.search(text)
+    if not match:
+        return None
+    name = match.group(1)
+    if name == "PRIMARY":
+        return "", (name,)
+    for table in catalog.metadata.tables.values():
+        for index in table.indexes:
+            if index.unique and index.name == name:
+                return table.name, tuple(c.name for c in index.columns)
+    return None
+
+
+def is_primary_key_duplicate(exc: BaseException) -> bool:
+    """A duplicate on a primary key: an id allocated from the greatest id in use lost a race (see the runtime's id
+    shards), or a row inserted if absent was inserted first by another session. Never a unique secondary key."""
+    found = duplicate_key_columns(exc)
+    if found is None:
+        return False
+    table, columns = found
+    if columns == ("PRIMARY",):
+        return True
+    known = catalog.metadata.tables.get(table)
+    return known is not None and columns == tuple(c.name for c in known.primary_key.columns)
 
 
 def is_ddl_already_done(exc: BaseException) -> bool:

@@ -61,6 +61,7 @@ from .db import (
     is_duplicate_key,
     is_lock_wait_timeout,
     is_mysql,
+    is_primary_key_duplicate,
     is_sqlite,
 )
 from .errors import LockTimeout
@@ -83,6 +84,9 @@ class Retry(enum.Flag):
     DEADLOCK = enum.auto()
     LOCK_WAIT = enum.auto()
     DUPLICATE_KEY = enum.auto()
+    #: A duplicate on a primary key only (an allocated id lost a race): never a unique secondary key such as a
+    #: receipt key, which retrying does not remove.
+    DUPLICATE_ID = enum.auto()
 
 
 def retryable(exc: BaseException, retry: Retry) -> bool:
@@ -91,6 +95,7 @@ def retryable(exc: BaseException, retry: Retry) -> bool:
         (Retry.DEADLOCK in retry and is_deadlock(exc))
         or (Retry.LOCK_WAIT in retry and is_lock_wait_timeout(exc))
         or (Retry.DUPLICATE_KEY in retry and is_duplicate_key(exc))
+        or (Retry.DUPLICATE_ID in retry and is_primary_key_duplicate(exc))
     )
 
 

@@ -102,9 +102,9 @@ def test_happy_path_through_stage_3_then_reverified(tenant_url):
     mat = gates.stage_2_materialize(engine, batch_size=7)
     assert mat.passed and mat.counts["set_true"] == 12 and mat.counts["eligible_null_rows"] == 0
     final = gates.stage_3(engine, producer_release=CUTOVER, updated_by="test")
-    assert final.passed and final.actions == [
-        "set FieldHistoryReadMode = boolean_only",
+    assert final.passed and final.actions == [  # reservation off first, then (settled, compared) the reads
         "set FieldHistorySequenceReservationEnabled = false",
+        "set FieldHistoryReadMode = boolean_only",
     ]
     assert any("AtomicHistoryPrelocks" in r for r in final.removable)
     assert settings_rows(engine) == {"FieldHistoryReadMode": "boolean_only", "FieldHistorySequenceReservationEnabled": "false"}

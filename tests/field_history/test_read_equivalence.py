@@ -263,8 +263,10 @@ def test_stage_3_refuses_on_a_planted_difference_and_switches_on_the_clean_table
     with fh_engine.begin() as conn:
         set_value(130, None)(conn)
     refused = gates.stage_3(fh_engine, producer_release=RELEASE, updated_by="test")
-    assert not refused.passed and refused.summary.startswith("refused, nothing switched")
-    assert refused.counts["eligible_null_rows"] == 1 and settings_rows(fh_engine) == {}
+    assert not refused.passed and refused.summary.startswith("refused, reads not switched (sequence reservation is off")
+    assert refused.actions == ["set FieldHistorySequenceReservationEnabled = false"]  # and it stays off: no new ones
+    assert refused.counts["eligible_null_rows"] == 1
+    assert settings_rows(fh_engine) == {"FieldHistorySequenceReservationEnabled": "false"}
     assert [(f["finding"], f["change_id"]) for f in refused.findings] == [("read_flip", 130)]
     assert refused.comparison["equal"] is False and refused.comparison["rows_only_compat_accepts"] == 1
     assert "read comparison: DIFFERENT" in refused.render()

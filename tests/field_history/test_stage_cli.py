@@ -70,3 +70,32 @@ def test_stage_2_waits_for_the_outbox_and_stops_on_failed_outbox_work(tenant_url
 def test_a_gate_needs_its_release(sqlite_url):
     proc = fh(sqlite_url, "stage2")
     assert proc.returncode == 2 and "-producer-release" in proc.stderr
+
+
+def test_stage3_check_says_what_stage_3_would_find_and_switches_nothing(tenant_url):
+    """``stage3 --check``: the comparison, the reservation switch it would turn off, the outbox rows it would wait for,
+    a field no lock can hold back, and (with a release) the producers it would refuse; read-only."""
+    from sqlalchemy import delete
+
+    from nexus_cutover import catalog
+
+    engine = legacy_tenant(tenant_url, api="4.11.0", worker="4.13.0")
+    assert fh(tenant_url, "stage1", "-stage1-release", STAGE1).returncode == 3  # the column is added; api-1 lags
+    sc = TenantScenario()
+    sc.outbox_row(producer_version="4.13.0", status="pending")
+    sc.field(9, intervals=[(0, None)])
+    sc.write(engine)
+    with engine.begin() as conn:
+        conn.execute(delete(catalog.FieldHistorySequence).where(catalog.FieldHistorySequence.c.FieldId == 9))
+    check = fh(tenant_url, "stage3", "--check", "-producer-release", CUTOVER, "--json")
+    assert check.returncode == 3, check.stderr
+    found = out(check)
+    assert found["check"] is True and found["passed"] is False
+    assert found["sequence_reservation_enabled"] is True and found["open_outbox_rows"] == 1
+    assert found["fields_at_risk"] == [9] and found["comparison"]["rows_only_compat_accepts"] == 12
+    assert [f["process_id"] for f in found["producers"]["findings"]] == ["api-1"]
+    assert "12 row(s) would read differently" in found["summary"] and "deployed producer(s) older than" in found["summary"]
+    text = fh(tenant_url, "stage3", "-check")
+    assert text.returncode == 3 and "stage 3 would turn it off first" in text.stdout and "outbox row(s) open now" in text.stdout
+    assert settings_rows(engine) == {}  # nothing switched
+    engine.dispose()

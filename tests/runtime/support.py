@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, and_, select
 
 from nexus_cutover import catalog
 from nexus_cutover.catalog import Event, WorkItem
-from nexus_cutover.identity import columns, of_row
+from nexus_cutover.identity import COLUMN_NAMES, columns
 from nexus_cutover.runtime.model import Input
 from nexus_cutover.runtime.payload import load_payloads
 from nexus_sim.scenario import TenantScenario
@@ -93,22 +93,57 @@ def payload_receipts(engine: Engine, work_id: int) -> list[str]:
         return [p.receipt_id for p in load_payloads(conn, work_id)]
 
 
+def server_owners(engine: Engine, pack: str | None = None) -> dict[int, list[int]]:
+    """EventId -> the WorkIds of range generations owning it, as the server's own join on the six identity columns
+    sees it (``InputStartOrdinal <= EnqueueOrdinal <= LaneOrdinal``): the contract's membership, whatever the collation."""
+    e, w = Event, WorkItem
+    on = and_(
+        *(w.c[name] == e.c[name] for name in COLUMN_NAMES),
+        w.c.WorkClass == catalog.WORK_CLASS_PROJECTION,
+        w.c.InputStartOrdinal.is_not(None),
+        e.c.EnqueueOrdinal >= w.c.InputStartOrdinal,
+        e.c.EnqueueOrdinal <= w.c.LaneOrdinal,
+    )
+    stmt = select(e.c.EventId, w.c.WorkId).select_from(e.outerjoin(w, on))
+    if pack:
+        stmt = stmt.where(e.c.PackInstallId == pack)
+    owners: dict[int, list[int]] = defaultdict(list)
+    with engine.connect() as conn:
+        for event_id, work_id in conn.execute(stmt):
+            owners[event_id] += [] if work_id is None else [work_id]
+    return owners
+
+
+def overlapping_generations(engine: Engine, pack: str | None = None) -> list[tuple[int, int]]:
+    """Pairs of distinct range generations of one identity (as the server joins it) whose ranges overlap."""
+    a, b = WorkItem.alias("a"), WorkItem.alias("b")
+    stmt = select(a.c.WorkId, b.c.WorkId).join(
+        b,
+        and_(
+            *(a.c[name] == b.c[name] for name in COLUMN_NAMES),
+            a.c.WorkId < b.c.WorkId,
+            a.c.InputStartOrdinal <= b.c.LaneOrdinal,
+            b.c.InputStartOrdinal <= a.c.LaneOrdinal,
+        ),
+    ).where(a.c.InputStartOrdinal.is_not(None), b.c.InputStartOrdinal.is_not(None))
+    if pack:
+        stmt = stmt.where(a.c.PackInstallId == pack)
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(stmt)]
+
+
 def assert_membership(engine: Engine, cutoff: dict[str, int] | None = None, *, pack: str | None = None) -> dict[int, int]:
     """Every post-cutoff Event lies in exactly one range generation of its identity; returns EventId -> WorkId.
 
-    Also: ranges of one identity never overlap, each range's bounds are member ordinals, and
-    ordinals of a pack are unique.
+    Membership is the server's own join on the identity columns (:func:`server_owners`), so identities the tenant's
+    collation equates are one identity. Also: ranges of one identity never overlap, each range's bounds are member
+    ordinals, and ordinals of a pack are unique.
     """
     cutoff = cutoff or {}
     gens = range_generations(engine, pack)
     events = all_events(engine, pack)
-    by_identity = defaultdict(list)
-    for g in gens:
-        by_identity[of_row(g)].append(g)
-    for ranges in by_identity.values():
-        ranges.sort(key=lambda g: g.InputStartOrdinal)
-        for a, b in zip(ranges, ranges[1:], strict=False):
-            assert a.LaneOrdinal < b.InputStartOrdinal, f"overlapping generations {a.WorkId} and {b.WorkId}"
+    assert overlapping_generations(engine, pack) == []
+    owners = server_owners(engine, pack)
     seen_ordinals = defaultdict(set)
     owner = {}
     for ev in events:
@@ -117,13 +152,35 @@ def assert_membership(engine: Engine, cutoff: dict[str, int] | None = None, *, p
             seen_ordinals[ev.PackInstallId].add(ev.EnqueueOrdinal)
         if ev.EnqueueOrdinal <= cutoff.get(ev.PackInstallId, 0):
             continue
-        holders = [g.WorkId for g in by_identity[of_row(ev)] if g.InputStartOrdinal <= ev.EnqueueOrdinal <= g.LaneOrdinal]
+        holders = owners.get(ev.EventId, [])
         assert len(holders) == 1, f"Event {ev.EventId} (ordinal {ev.EnqueueOrdinal}) belongs to {holders}"
         owner[ev.EventId] = holders[0]
     for g in gens:
         members = sorted(e.EnqueueOrdinal for e in events if owner.get(e.EventId) == g.WorkId)
         assert members and members[0] == g.InputStartOrdinal and members[-1] == g.LaneOrdinal, g
     return owner
+
+
+def wait_for_lock_wait(engine: Engine, statement_start: str, *, alive: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    """Until a transaction on ``engine``'s database waits for a row lock in a statement starting with ``statement_start``
+    (InnoDB's ``LOCK WAIT``): the barrier of the interleaving tests (what the server shows, not a pause of a guessed length)."""
+    import time
+
+    from sqlalchemy import text
+
+    sql = text(
+        "SELECT t.trx_query FROM information_schema.INNODB_TRX t "
+        "JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id "
+        "WHERE t.trx_state = 'LOCK WAIT' AND p.DB = :db AND t.trx_query LIKE :q"
+    )
+    deadline = time.monotonic() + timeout_s
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        while time.monotonic() < deadline:
+            assert alive(), f"the session ended before it waited in {statement_start!r}"
+            if conn.execute(sql, {"db": engine.url.database, "q": statement_start + "%"}).first() is not None:
+                return
+            time.sleep(0.15)  # InnoDB refreshes INNODB_TRX only when it was read more than 0.1 s ago
+    raise AssertionError(f"no session waited for a row lock in {statement_start!r} within {timeout_s:g}s")
 
 
 __all__ = [
@@ -135,6 +192,9 @@ __all__ = [
     "inp",
     "payload_ordinals",
     "payload_receipts",
+    "overlapping_generations",
     "range_generations",
     "range_tenant",
+    "server_owners",
+    "wait_for_lock_wait",
 ]

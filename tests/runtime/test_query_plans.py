@@ -111,3 +111,21 @@ def test_claim_candidates_test_the_predecessor_in_sql_on_one_index_row(mysql_ran
     # Read backward from the top of the identity: the candidate itself, then its predecessor. The 58 completed
     # generations below are never read, whatever the history depth.
     assert prev["r_rows"] <= 2, prev
+
+
+def test_equality_keys_are_computed_without_reading_a_table(mysql_range_engine):
+    """The weight-string statement of identity / receipt keys takes the column's collation from an empty SELECT of it
+    (an impossible WHERE): the server reads no row of the table, however large."""
+    from nexus_cutover.catalog import Event
+    from nexus_cutover.identity import _collation_statement, _weights_statement
+
+    engine = mysql_range_engine
+    range_tenant(engine, build=_history)
+    for statement in (_weights_statement(Event.c.SourceLane, 3), _collation_statement(Event.c.ReceiptId)):
+        sql = str(statement.compile(dialect=engine.dialect, compile_kwargs={"literal_binds": True}))
+        with engine.connect() as conn:
+            plan = [dict(r._mapping) for r in conn.execute(text("EXPLAIN " + sql), {"v0": "a", "v1": "b", "v2": "c"})]
+        outer, empty_select, *values = plan
+        assert outer["table"].startswith("<derived") and int(outer["rows"]) <= 4, plan  # the values themselves
+        assert empty_select["table"] is None and empty_select["Extra"] == "Impossible WHERE", plan
+        assert values and all(r["table"] is None and r["Extra"] == "No tables used" for r in values), plan

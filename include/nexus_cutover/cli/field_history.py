@@ -4,18 +4,22 @@
     field-history-eligibility materialize [-batch-size 2000] [-timeout 30m] [-json]
     field-history-eligibility stage1 -stage1-release R [-namespace NS] [-json]
     field-history-eligibility stage2 -producer-release R [-namespace NS] [-batch-size N] [-timeout 30m] [-json]
-    field-history-eligibility stage3 -producer-release R [-namespace NS] [-json]
-    field-history-eligibility stage3 -check [-json]
+    field-history-eligibility stage3 -producer-release R [-namespace NS] [-timeout 5m] [-json]
+    field-history-eligibility stage3 -check [-producer-release R] [-namespace NS] [-json]
 
 The target database comes from ``NEXUS_TENANT_DSN``. Exit codes: 0 done,
 2 bad input (usage, malformed DSN, missing schema), 3 a gate stopped (its
 report names what to fix; nothing was switched), a materialization batch's
 read-equivalence proof broke (that batch rolled back, the earlier ones kept),
-or ``stage3 -check`` found rows whose read result would flip, 4 timed out or
-could not take the row locks (committed batches stay; rerun to resume), 1 other.
-``stage3 -check`` prints stage 3's whole-table read comparison in one read-only
-transaction and switches nothing (it needs no release: it compares the two
-readers only). All logic lives in :mod:`nexus_cutover.field_history` (the same
+or ``stage3 -check`` found what would stop stage 3, 4 timed out or could not
+take the row locks (committed batches stay; rerun to resume; stage 3 waiting for
+in-flight reservations or outbox rows past ``-timeout``), 1 other.
+``stage3 -check`` says what stage 3 would find, in one read-only transaction,
+switching nothing: the whole-table read comparison, the reservation switch (stage
+3 turns it off first and waits for the mutations that saw it on), the open outbox
+rows it would wait for, fields whose first sequence no lock can hold back, and,
+with ``-producer-release``, the deployed producers and pre-cutover outbox work it
+would refuse. All logic lives in :mod:`nexus_cutover.field_history` (the same
 gates the DAG runs).
 """
 
@@ -28,7 +32,8 @@ import sys
 from ..db import DSN_ENV_TENANT, Deadline, dsn_from_env, make_engine, mask_dsn
 from ..errors import ReadEquivalenceBroken
 from ..field_history.materialize import DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE, materialize
-from ..field_history.status import FieldHistoryStatus, read_comparison, read_status
+from ..field_history.status import FieldHistoryStatus, read_status
+from ..field_history.switch import preview
 from .common import configure_logging, duration_arg, flag, positive_int_arg, print_json, run_command
 
 PROGRAM = "field-history-eligibility"
@@ -73,8 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
                 gate,
                 "check",
                 action="store_true",
-                help="only print the whole-table read comparison, read-only, switching nothing (exit 0 equal, 3 not)",
+                help="only say what stage 3 would find (read comparison, switches, outbox, producers), read-only, "
+                "switching nothing (exit 0 when it would switch, 3 when it would refuse)",
             )
+            flag(gate, "timeout", type=duration_arg, default=300.0, metavar="DURATION",
+                 help="bound of the whole call, waits for in-flight reservations and outbox rows included (5m)")
         gate.add_argument("-json", "--json", dest="json", action="store_true", help="print one JSON object on stdout")
     return parser
 
@@ -86,7 +94,15 @@ def _run_gate(args, engine) -> tuple[int, dict]:
     if args.command == "stage1":
         reports = [gates.stage_1(engine, stage1_release=args.stage1_release, namespace=args.namespace)]
     elif args.command == "stage3":
-        reports = [gates.stage_3(engine, producer_release=args.producer_release, updated_by=f"{PROGRAM}:cli", namespace=args.namespace)]
+        reports = [
+            gates.stage_3(
+                engine,
+                producer_release=args.producer_release,
+                updated_by=f"{PROGRAM}:cli",
+                namespace=args.namespace,
+                deadline=Deadline(args.timeout),
+            )
+        ]
     else:
         reports = [gates.stage_2_producers(engine, producer_release=args.producer_release, namespace=args.namespace)]
         if reports[-1].passed:
@@ -121,28 +137,36 @@ def _print_status(st: FieldHistoryStatus) -> None:
         print(f"outbox: {c.rows} {c.status} row(s) from producer {c.producer_version}")
 
 
-def _check_stage_3(engine, as_json: bool) -> int:
-    """``stage3 -check``: the read comparison, read-only; exit 0 when equal, 3 when a row's read result would flip."""
-    comparison = read_comparison(engine)
-    code = 0 if comparison.equal else 3
+def _check_stage_3(engine, args) -> int:
+    """``stage3 -check``: what stage 3 would find, read-only; exit 0 when it would switch, 3 when it would refuse."""
+    from ..field_history import gates
+
+    found = preview(engine)
+    refusals = []
+    if not found.comparison.equal:
+        refusals.append(f"{found.comparison.flips} row(s) would read differently after the switch")
+    if found.fields_at_risk:
+        refusals.append(f"{len(found.fields_at_risk)} field(s) whose first sequence an interval proves have no sequence row")
+    producers = None
+    if args.producer_release:
+        producers = gates.stage_3_preconditions(engine, producer_release=args.producer_release, namespace=args.namespace)
+        refusals += producers["problems"]
+    code = 3 if refusals else 0
     summary = (
-        "equal: no row's read result would flip; nothing switched (-check)"
-        if comparison.equal
-        else f"{comparison.flips} row(s) would read differently after the switch; nothing switched (-check)"
+        "; ".join(refusals) + "; nothing switched (-check)"
+        if refusals
+        else "stage 3 would switch: no row's read result would flip; nothing switched (-check)"
     )
-    if as_json:
-        print_json(
-            {
-                "command": "stage3",
-                "check": True,
-                "exit_code": code,
-                "passed": comparison.equal,
-                "summary": summary,
-                "comparison": comparison.as_dict(),
-            }
-        )
+    if args.json:
+        out = {"command": "stage3", "check": True, "exit_code": code, "passed": not refusals, "summary": summary, **found.as_dict()}
+        if producers is not None:
+            out["producers"] = producers
+        print_json(out)
     else:
-        print(comparison.render())
+        print("\n".join(found.lines()))
+        if producers is not None:
+            for f in producers["findings"]:
+                print(f"  finding {f['finding']}: " + ", ".join(f"{k}={v}" for k, v in f.items() if k != "finding"))
         print(summary)
     return code
 
@@ -194,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                 print_json(st.as_dict()) if args.json else _print_status(st)
                 return 0
             if args.command == "stage3" and args.check:
-                return _check_stage_3(engine, args.json)
+                return _check_stage_3(engine, args)
             if args.command.startswith("stage"):
                 code, out = _run_gate(args, engine)
                 if args.json:

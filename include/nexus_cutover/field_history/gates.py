@@ -16,9 +16,10 @@ Invariants:
 * Stage 2 reports the digest of the decisions its run made (``decided_rows``,
   ``decided_digest``: this run's rows only); a batch whose read-equivalence
   proof broke stops it with the differing rows as findings.
-* Stage 3 switches only on an equal whole-table read comparison
-  (:func:`.status.compare_readers`) made inside the switch's locked transaction,
-  and reports that comparison either way.
+* Stage 3 turns sequence reservation off, waits for the mutations that saw it on
+  and the outbox rows they left (:mod:`.switch`), then switches only on an equal
+  whole-table read comparison (:func:`.status.compare_readers`) made inside the
+  switch's locked transaction, and reports that comparison either way.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from ..db import Deadline, translate_errors
 from ..errors import ReadEquivalenceBroken
 from ..locks import lifecycle_lock_names
 from ..schema import apply_steps, field_history_steps
-from . import provenance
+from . import provenance, switch
 from .inventory import (
     DEFAULT_HEARTBEAT_WINDOW_S,
     OUTBOX_FAILED,
@@ -46,7 +47,7 @@ from .inventory import (
 )
 from .materialize import DEFAULT_BATCH_SIZE, Seam, materialize
 from .prerequisites import require_eligibility_column, require_tables
-from .settings import FINAL_VALUES, read_settings, write_final_settings_in
+from .settings import FINAL_VALUES, read_settings_for_update
 from .status import compare_readers, render_comparison, row_counts
 from .versions import older_than, parse_version
 
@@ -324,59 +325,98 @@ def stage_3(
     updated_by: str,
     namespace: str | None = None,
     deadline: Deadline | None = None,
+    poll_s: float = switch.DEFAULT_POLL_S,
+    hooks: switch.Hooks | None = None,
+    chunk_rows: int = switch.DEFAULT_CHUNK_ROWS,
 ) -> GateReport:
-    """Every producer upgraded, no pre-cutover outbox work, an equal read comparison; then the final switches.
+    """Every producer upgraded, no pre-cutover outbox work; reservation off; then, settled, an equal read comparison
+    and the switch to boolean-only reads (:mod:`.switch`: safe against producers that keep writing).
 
-    The check and the switch are one transaction of the policy (READ COMMITTED,
-    holding the namespace lock when ``namespace`` is given, the setting rows read
-    FOR UPDATE): the preconditions are verified where the switch relies on them.
-    The read comparison covers the whole table in keyset chunks
-    (:func:`.status.compare_readers`): equal exactly when no row's read result
-    would flip; its rows that would flip (with the readers of :mod:`.readers`,
-    exactly the eligible NULL rows, counted as ``eligible_null_rows``) are
-    findings. A refusal switches nothing.
+    The preconditions are checked in one transaction of the policy (READ COMMITTED,
+    holding the namespace lock when ``namespace`` is given), which then turns
+    sequence reservation off; the comparison and the read-mode switch are one later
+    transaction, after the barrier and the outbox it waits for, with every check it
+    relies on made under its locks. The read comparison covers the whole table in
+    keyset chunks (:func:`.status.compare_readers`): equal exactly when no row's read
+    result would flip; the rows that would flip (exactly the eligible NULL rows) are
+    findings. A refusal before the preconditions hold switches nothing; a later one
+    leaves reservation off (reported) and reads unswitched. ``hooks`` are test seams.
+    A deadline passed while settling raises :class:`~nexus_cutover.errors.LockTimeout`.
     """
     parse_version(producer_release)
     deadline = deadline or Deadline(60.0)
     with translate_errors("checking Field History stage 3"):
         require_eligibility_column(engine)
-    return tx.run(
+    locks = lifecycle_lock_names(namespace) if namespace else ()
+    first = tx.run(
         engine,
-        lambda conn: _stage_3_in(conn, producer_release, updated_by, namespace),
-        what="checking and switching Field History stage 3",
+        lambda conn: _stage_3_preconditions(conn, producer_release, updated_by, namespace),
+        what="checking Field History stage 3 and turning sequence reservation off",
         deadline=deadline,
-        locks=lifecycle_lock_names(namespace) if namespace else (),
-        retry=tx.Retry.DEADLOCK | tx.Retry.DUPLICATE_KEY,
+        locks=locks,
+        retry=switch.RETRY,
     )
+    if isinstance(first, GateReport):
+        return first
+    actions = first
+    hooks = hooks or switch.Hooks()
+    if hooks.after_reservation_off is not None:
+        hooks.after_reservation_off()
+    outcome, barriers = switch.compare_and_switch(
+        engine, namespace, updated_by, deadline, poll_s=poll_s, hooks=hooks, chunk_rows=chunk_rows
+    )
+    return _stage_3_report(outcome, barriers, actions)
 
 
-def _stage_3_in(conn: Connection, producer_release: str, updated_by: str, namespace: str | None) -> GateReport:
+def _stage_3_problems(conn: Connection, producer_release: str, namespace: str | None) -> tuple[list[dict], dict, list[str]]:
+    """The release preconditions: (findings, counts, problems)."""
     findings = _lagging_findings(conn, PRODUCER_ROLES, producer_release, namespace)
     outbox = pre_cutover_outbox(outbox_counts(conn), producer_release, OUTBOX_OPEN + (OUTBOX_FAILED,))
-    settings = read_settings(conn)
     examples = outbox_examples(conn, producer_release, OUTBOX_OPEN + (OUTBOX_FAILED,), EXAMPLES) if outbox else []
     findings += [{"finding": "pre_cutover_outbox", **e} for e in examples]
-    comparison = compare_readers(conn)
-    findings += [{"finding": "read_flip", **d} for d in comparison.differences]
     counts = {
         "lagging_processes": sum(f["finding"] == "lagging_process" for f in findings),
         "pre_cutover_outbox_rows": sum(c.rows for c in outbox),
-        "eligible_null_rows": comparison.compat_only,
     }
-    evidence = comparison.as_dict()
     problems = []
     if counts["lagging_processes"]:
         problems.append(f"{counts['lagging_processes']} deployed producer(s) older than {producer_release}")
     if counts["pre_cutover_outbox_rows"]:
         problems.append(f"{counts['pre_cutover_outbox_rows']} pre-cutover outbox row(s) not delivered")
+    return findings, counts, problems
+
+
+def stage_3_preconditions(engine: Engine, *, producer_release: str, namespace: str | None = None) -> dict:
+    """Read-only (``stage3 -check``): the deployed producers and pre-cutover outbox work stage 3 would refuse."""
+    parse_version(producer_release)
+    findings, counts, problems = tx.read(
+        engine, lambda conn: _stage_3_problems(conn, producer_release, namespace), what="checking Field History stage 3 producers"
+    )
+    return {"findings": findings, "counts": counts, "problems": problems}
+
+
+def _flip_problems(comparison) -> list[str]:
+    problems = []
     if comparison.compat_only:
         problems.append(f"{comparison.compat_only} eligible NULL row(s) would stop being read: run stage 2 materialization")
     if comparison.boolean_only:
         problems.append(f"{comparison.boolean_only} row(s) only the boolean-only reader would accept")
-    if problems:
-        prefix = "switches already final, but " if settings.final else "refused, nothing switched: "
-        return GateReport(3, False, prefix + "; ".join(problems), findings, counts, comparison=evidence)
-    if settings.final:
+    return problems
+
+
+def _stage_3_preconditions(conn: Connection, producer_release: str, updated_by: str, namespace: str | None) -> GateReport | list[str]:
+    """Step 1 of :mod:`.switch`: a refusal or an already final tenant as a report; else the actions taken."""
+    findings, counts, problems = _stage_3_problems(conn, producer_release, namespace)
+    settings = read_settings_for_update(conn)
+    if problems or settings.final:
+        comparison = compare_readers(conn)
+        findings += [{"finding": "read_flip", **d} for d in comparison.differences]
+        counts["eligible_null_rows"] = comparison.compat_only
+        problems += _flip_problems(comparison)
+        evidence = comparison.as_dict()
+        if problems:
+            prefix = "switches already final, but " if settings.final else "refused, nothing switched: "
+            return GateReport(3, False, prefix + "; ".join(problems), findings, counts, comparison=evidence)
         return GateReport(
             3,
             True,
@@ -387,15 +427,66 @@ def _stage_3_in(conn: Connection, producer_release: str, updated_by: str, namesp
             removable=list(REMOVABLE_MACHINERY),
             comparison=evidence,
         )
-    changed = write_final_settings_in(conn, updated_by)
-    actions = [f"set {name} = {FINAL_VALUES[name]}" for name in changed]
+    turned_off = switch.reservation_off_in(conn, updated_by)
+    return [f"set {catalog.SETTING_SEQUENCE_RESERVATION} = false"] if turned_off else []
+
+
+def _stage_3_report(outcome: switch.SwitchOutcome, barriers: int, actions: list[str]) -> GateReport:
+    comparison = outcome.comparison
+    counts = {
+        "lagging_processes": 0,
+        "pre_cutover_outbox_rows": 0,
+        "eligible_null_rows": comparison.compat_only,
+        "barriers": barriers,
+    }
+    evidence = comparison.as_dict() if comparison.chunks or outcome.switched else {}
+    if outcome.switched:
+        actions = actions + [f"set {name} = {FINAL_VALUES[name]}" for name in outcome.changed]
+        return GateReport(
+            3,
+            True,
+            "switched to boolean-only reads; sequence reservation disabled",
+            [],
+            counts,
+            actions,
+            already_done=not actions,
+            removable=list(REMOVABLE_MACHINERY),
+            comparison=evidence,
+        )
+    findings = [{"finding": "read_flip", **d} for d in comparison.differences]
+    problems = []
+    if outcome.reservation_on:
+        problems.append(
+            f"{catalog.SETTING_SEQUENCE_RESERVATION} was turned on again while stage 3 ran: producers may write eligible "
+            "NULL rows again; leave it off and rerun"
+        )
+    failed = sorted(i for i, s in outcome.outbox_not_closed.items() if s == OUTBOX_FAILED)
+    still_open = sorted(i for i, s in outcome.outbox_not_closed.items() if s != OUTBOX_FAILED)
+    if failed:
+        findings += [{"finding": "outbox_failed", "outbox_id": i} for i in failed[:EXAMPLES]]
+        problems.append(
+            f"{len(failed)} outbox row(s) open when sequence reservation was turned off failed: they may carry rows with "
+            "a HistorySequence that would arrive after the switch; redeliver them through the outbox worker, then rerun"
+        )
+    if still_open:
+        problems.append(f"{len(still_open)} outbox row(s) the barrier waited for are open again: rerun")
+    if outcome.fields_at_risk:
+        findings += [{"finding": "field_without_sequence_row", "field_id": f} for f in outcome.fields_at_risk[:EXAMPLES]]
+        problems.append(
+            f"{len(outcome.fields_at_risk)} field(s) have an interval proving their first sequence but no sequence row: "
+            "a first reservation, which no lock can hold back, would be an eligible NULL row; stage 3 cannot prove "
+            "none is in flight (fields " + ", ".join(map(str, outcome.fields_at_risk[:EXAMPLES])) + ")"
+        )
+    if outcome.sequences_moved:
+        problems.append(f"sequence reservations committed while stage 3 compared (fields {outcome.sequences_moved[:EXAMPLES]})")
+    problems += _flip_problems(comparison)
+    reservation = "sequence reservation is off and stays off" if not outcome.reservation_on else "sequence reservation is on"
     return GateReport(
         3,
-        True,
-        "switched to boolean-only reads; sequence reservation disabled",
-        [],
+        False,
+        f"refused, reads not switched ({reservation}): " + "; ".join(problems),
+        findings,
         counts,
         actions,
-        removable=list(REMOVABLE_MACHINERY),
         comparison=evidence,
     )

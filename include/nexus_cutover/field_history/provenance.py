@@ -26,10 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import ColumnElement, and_, exists, select
+from sqlalchemy import ColumnElement, Connection, and_, exists, select
 
 from .. import catalog
 from . import readers
+from .settings import read_settings
+
+#: The HistorySequence of a field's first reservation (its ``_System_FieldHistorySequence`` row is created with it).
+FIRST_SEQUENCE = 1
 
 Audit = catalog.AuditFieldChange
 
@@ -53,3 +57,16 @@ def unstamped_row() -> ColumnElement[bool]:
         Audit.c.HistorySequence.is_(None),
         exists(select(field.c.FieldId).where(field.c.FieldId == Audit.c.FieldId)),
     )
+
+
+def may_reserve(conn: Connection, field_ids: Iterable[int]) -> bool:
+    """Inside a mutation's transaction: lock its fields' sequence rows (ascending FieldId), then read the switch.
+
+    True when the mutation may reserve (the switch is on). See the module rule: the
+    order is what lets stage 3 wait for every mutation that saw the switch on.
+    """
+    seq = catalog.FieldHistorySequence
+    ids = sorted(set(field_ids))
+    if ids:
+        conn.execute(select(seq.c.FieldId).where(seq.c.FieldId.in_(ids)).order_by(seq.c.FieldId).with_for_update()).all()
+    return read_settings(conn).sequence_reservation_enabled

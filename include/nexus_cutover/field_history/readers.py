@@ -32,16 +32,20 @@ def eligible_column(audit: FromClause = Audit):
     return audit.c[catalog.FIELD_HISTORY_ELIGIBLE.column_name]
 
 
-def interval_proves(audit: FromClause = Audit) -> ColumnElement[bool]:
-    """The strict legacy predicate: some interval of the row's field contains its sequence."""
-    seq = audit.c.HistorySequence
+def interval_contains(field_id: ColumnElement, sequence: ColumnElement) -> ColumnElement[bool]:
+    """The strict legacy predicate for a (field, sequence) pair: some interval of the field contains the sequence."""
     return exists(
         select(Interval.c.IntervalId).where(
-            Interval.c.FieldId == audit.c.FieldId,
-            Interval.c.StartedSequence < seq,
-            or_(Interval.c.EndedSequence.is_(None), seq < Interval.c.EndedSequence),
+            Interval.c.FieldId == field_id,
+            Interval.c.StartedSequence < sequence,
+            or_(Interval.c.EndedSequence.is_(None), sequence < Interval.c.EndedSequence),
         )
     )
+
+
+def interval_proves(audit: FromClause = Audit) -> ColumnElement[bool]:
+    """The strict legacy predicate: some interval of the row's field contains its sequence."""
+    return interval_contains(audit.c.FieldId, audit.c.HistorySequence)
 
 
 def is_null(audit: FromClause = Audit) -> ColumnElement[bool]:

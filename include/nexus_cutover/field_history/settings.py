@@ -5,8 +5,8 @@ Invariants (contract, ``_System_RuntimeSetting``):
 * ``FieldHistoryReadMode``: ``compat`` | ``boolean_only``; absent means ``compat``.
 * ``FieldHistorySequenceReservationEnabled``: ``true`` | ``false``; absent means ``true``.
 * This module writes only those two names (insert-or-update, by primary key) and
-  only stage 3 calls the writer. An unrecognised stored value is reported as it
-  is and read conservatively (compat reads, reservation on).
+  only stage 3 calls the writers (:mod:`.switch`). An unrecognised stored value is
+  reported as it is and read conservatively (compat reads, reservation on).
 """
 
 from __future__ import annotations
@@ -57,26 +57,36 @@ def read_settings(conn: Connection) -> FieldHistorySettings:
     return FieldHistorySettings(rows.get(catalog.SETTING_READ_MODE), rows.get(catalog.SETTING_SEQUENCE_RESERVATION))
 
 
-def write_final_settings_in(conn: Connection, updated_by: str) -> list[str]:
-    """Inside the caller's transaction: set both switches to their stage-3 values; returns the names changed.
+def read_settings_for_update(conn: Connection) -> FieldHistorySettings:
+    """:func:`read_settings` as a locking (current) read: the existing switch rows stay locked until the caller's
+    transaction ends (a missing row locks nothing: there are no gap locks on TiDB)."""
+    rows = dict(conn.execute(select(Setting.c.Name, Setting.c.Value).where(Setting.c.Name.in_(NAMES)).with_for_update()).all())
+    return FieldHistorySettings(rows.get(catalog.SETTING_READ_MODE), rows.get(catalog.SETTING_SEQUENCE_RESERVATION))
 
-    Each row is read FOR UPDATE first (a current read, whatever the snapshot); a
+
+def set_setting_in(conn: Connection, name: str, value: str, updated_by: str) -> bool:
+    """Inside the caller's transaction: set switch ``name`` (one of :data:`NAMES`) to ``value``; True when it changed.
+
+    The row is read FOR UPDATE first (a current read, whatever the snapshot); a
     concurrent writer's insert of a missing row surfaces as a duplicate key,
     which the caller's transaction policy retries from the start.
     """
-    now = utcnow()
-    changed = []
-    for name, value in FINAL_VALUES.items():
-        current = conn.execute(select(Setting.c.Value).where(Setting.c.Name == name).with_for_update()).first()
-        if current is not None and current[0] == value:
-            continue
-        values = {"Value": value, "UpdatedBy": updated_by[:128], "UpdatedAt": now}
-        if current is None:
-            conn.execute(insert(Setting).values(Name=name, **values))
-        else:
-            conn.execute(update(Setting).where(Setting.c.Name == name).values(**values))
-        changed.append(name)
-    return changed
+    if name not in NAMES:
+        raise ValueError(f"not a Field History switch: {name!r}")
+    current = conn.execute(select(Setting.c.Value).where(Setting.c.Name == name).with_for_update()).first()
+    if current is not None and current[0] == value:
+        return False
+    values = {"Value": value, "UpdatedBy": updated_by[:128], "UpdatedAt": utcnow()}
+    if current is None:
+        conn.execute(insert(Setting).values(Name=name, **values))
+    else:
+        conn.execute(update(Setting).where(Setting.c.Name == name).values(**values))
+    return True
+
+
+def write_final_settings_in(conn: Connection, updated_by: str) -> list[str]:
+    """Inside the caller's transaction: set both switches to their stage-3 values; returns the names changed."""
+    return [name for name, value in FINAL_VALUES.items() if set_setting_in(conn, name, value, updated_by)]
 
 
 def write_final_settings(engine: Engine, updated_by: str, deadline: Deadline) -> list[str]:

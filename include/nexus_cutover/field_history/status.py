@@ -16,7 +16,7 @@ shared with the per-batch proof of :mod:`.materialize`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from sqlalchemy import ColumnElement, Connection, Engine, and_, case, func, literal, not_, or_, select
@@ -351,12 +351,19 @@ def _chunks(conn: Connection, chunk_rows: int) -> Iterator[tuple[int, int, tuple
         width = max(1, min(width, target * MAX_WIDTH_FACTOR))
 
 
-def compare_readers(conn: Connection, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, examples: int = EXAMPLES) -> ReadComparison:
+def compare_readers(
+    conn: Connection,
+    *,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    examples: int = EXAMPLES,
+    on_chunk: Callable[[int], None] | None = None,
+) -> ReadComparison:
     """Both readers over the whole table on ``conn`` (the caller's transaction); see :class:`ReadComparison`.
 
     One aggregate statement per chunk (plus a primary-key seek past a range
     where neither reader accepts anything); only a chunk with a difference is
     read again, for its first differing rows (at most ``examples`` in all).
+    ``on_chunk(n)`` runs after the n-th chunk (a test seam: stage 3's interleaving tests).
     """
     out = ReadComparison()
     for lo, hi, (either, boolean, compat_rejects) in _chunks(conn, chunk_rows):
@@ -370,6 +377,8 @@ def compare_readers(conn: Connection, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, e
         if (either - boolean or compat_rejects) and len(out.differences) < examples:
             found = conn.execute(differing_rows(lo, hi, examples - len(out.differences))).all()
             out.differences += [_difference(r) for r in found]
+        if on_chunk is not None:
+            on_chunk(out.chunks)
     if out.last_change_id is not None:
         out.last_change_id = min(out.last_change_id, int(conn.scalar(select(func.max(Audit.c.ChangeId)))))
     return out

@@ -5,16 +5,27 @@ Invariants:
 * One pack transaction per batch (:func:`~.tx.run_in_pack_transaction`): the
   pack lock serializes fresh ingress and explicit replay; the protocol row is
   read once per batch; every Event is committed together with its WorkItem change.
-* Duplicates (receipt already admitted, or repeated inside the batch) change
-  no membership and create no work (:mod:`.duplicates`); a post-cutoff
-  duplicate without coverage fails the whole batch with ``MissingCoverage``.
+* Identity equality is the server's: the batch's inputs are grouped by
+  :func:`~nexus_cutover.identity.identity_keys`, so inputs whose identities the
+  tenant's collation equates (``Lane-A`` / ``lane-a`` on a case-insensitive
+  collation, ``a`` / ``a `` on a PAD SPACE one) extend or create one generation,
+  and an admitted input belongs to exactly one generation as the server's own
+  join sees it. Each Event keeps the bytes it came with.
+* Duplicates (receipt already admitted byte for byte, or repeated inside the
+  batch) change no membership and create no work (:mod:`.duplicates`). A batch
+  holding a receipt that cannot be admitted for a reason retrying will not
+  remove fails whole, nothing written, naming each such receipt
+  (:class:`~.errors.InadmissibleReceipts`): a post-cutoff duplicate without
+  coverage (``MissingCoverage``), a key that collides with another receipt's
+  (``ReceiptCollision``), an empty or over-long value (``InvalidReceipts``).
+  None of them is retried.
 * Receipts admitted before are found by the Event INSERT itself (optimistic:
   most batches hold none, and ``ux_Event_Receipt`` checks every row anyway).
   When it fails on a key, its whole transaction is rolled back (nothing of the
   batch is committed) and the batch runs again in a new one that probes the
   receipts first, so the result is the one a probe first gives. A transaction
-  the policy retries (a deadlock, or a duplicate TiDB reports only at commit)
-  probes first too.
+  the policy retries (a deadlock, or an id race on a primary key) probes first
+  too. A receipt-key duplicate in a probing attempt is not retried.
 * Fresh inputs get consecutive new ordinals above ``LegacyMaxOrdinal`` and
   ``_System_EnqueueOrdinal.LastOrdinal``, in batch order. Per affected identity,
   the batch either extends the latest generation (only if unclaimed, attempt
@@ -41,10 +52,11 @@ from sqlalchemy.exc import IntegrityError
 
 from ..catalog import Event
 from ..clock import utcnow
-from ..db import Deadline
-from ..errors import BadInput
-from ..identity import ProjectionIdentity
-from .duplicates import COVERED, existing_events, verify_duplicates
+from ..db import Deadline, is_primary_key_duplicate
+from ..errors import BadInput, CutoverError
+from ..identity import ProjectionIdentity, identity_keys
+from .duplicates import COVERED, sort_receipts, verify_duplicates
+from .errors import InvalidReceipts, ReceiptCollision, Rejection
 from .generations import create_generations, extend_many, generation_row, latest_generations
 from .model import AdmissionResult, Admitted, Duplicate, Input
 from .packs import PackContext, pack_context
@@ -66,9 +78,9 @@ def admit_batch(
     """Admit ``inputs`` of one pack in one committed transaction (a duplicate costs a rolled-back one first); see the module invariants."""
     if len(inputs) > MAX_BATCH:
         raise BadInput(f"an admission batch holds at most {MAX_BATCH} inputs, got {len(inputs)}: split it")
-    for item in inputs:
-        if not item.source_lane or not item.receipt_id:
-            raise BadInput(f"every input needs a source lane and a receipt id, got {item!r}")
+    invalid = invalid_inputs(inputs)
+    if invalid:
+        raise InvalidReceipts(pack_install_id, invalid)
 
     probe_next = False  # the first attempt inserts optimistically; every later one probes first
 
@@ -93,12 +105,39 @@ class _AdmittedBefore(Exception):
     """The optimistic Event INSERT hit a key that exists: its transaction is rolled back and the batch runs again, probing first."""
 
 
+_LIMITED = ("SourceLane", "ReceiptId", "EventKind", "FlowVersion", "WorkType")
+
+
+def invalid_inputs(inputs: Sequence[Input]) -> list[Rejection]:
+    """Inputs no admission can take: an empty lane or receipt id, a value longer than its ``_System_Event`` column."""
+    limits = {name: Event.c[name].type.length for name in _LIMITED}
+    found: list[Rejection] = []
+    checked_routes: dict[tuple[str, str, str], str | None] = {}
+    for item in inputs:
+        lane, receipt = item.source_lane, item.receipt_id
+        why = None
+        if not lane or not receipt:
+            why = "every input needs a non-empty source lane and receipt id"
+        elif len(lane) > limits["SourceLane"] or len(receipt) > limits["ReceiptId"]:
+            why = f"a source lane or receipt id longer than {limits['SourceLane']}/{limits['ReceiptId']} characters"
+        else:
+            route = (item.event_kind, item.flow_version, item.work_type)
+            if route not in checked_routes:
+                too_long = [n for n, v in zip(("EventKind", "FlowVersion", "WorkType"), route, strict=True) if len(v) > limits[n]]
+                checked_routes[route] = f"{', '.join(too_long)} longer than its column" if too_long else None
+            why = checked_routes[route]
+        if why:
+            found.append(InvalidReceipts.rejection(lane, receipt, why))
+    return found
+
+
 #: The batch's new Event rows grouped by identity, each group in batch (so ordinal) order.
 ByIdentity = dict[ProjectionIdentity, list[dict[str, Any]]]
 
 
 def _admit(conn: Connection, pack_install_id: str, inputs: Sequence[Input], *, probe_first: bool) -> AdmissionResult:
     ctx = pack_context(conn, pack_install_id)
+    pack_install_id = ctx.pack_install_id  # the stored spelling: ids, ordinals and Events use it
     result = AdmissionResult(pack_install_id)
     fresh, repeated = _sort_out(conn, ctx, inputs, result, probe=probe_first)
     if not fresh:
@@ -109,11 +148,16 @@ def _admit(conn: Connection, pack_install_id: str, inputs: Sequence[Input], *, p
     try:
         by_identity = _insert_events(conn, ctx, fresh, first_ordinal, first_event_id, now)
     except IntegrityError as exc:
-        if probe_first:
-            raise
-        # Most likely a receipt admitted before. A driver may have sent the rows in several statements, some of
-        # which succeeded, so the whole transaction is rolled back, not this statement alone.
-        raise _AdmittedBefore() from exc
+        if not probe_first:
+            # Most likely a receipt admitted before. A driver may have sent the rows in several statements, some of
+            # which succeeded, so the whole transaction is rolled back, not this statement alone.
+            raise _AdmittedBefore() from exc
+        if is_primary_key_duplicate(exc):
+            raise  # an id race: the policy retries the transaction
+        raise CutoverError(
+            f"admitting into pack {pack_install_id!r}: the receipt key check found no collision, yet the server refused "
+            f"an Event on a key ({str(getattr(exc, 'orig', exc)).splitlines()[0]}); nothing written, not retried"
+        ) from exc
     _write_generations(conn, ctx, by_identity, next_work_id, now, result)
     _cover_repeated(repeated, result)
     return result
@@ -125,14 +169,18 @@ def _sort_out(
     """``(fresh, repeated)`` in batch order; with ``probe``, receipts admitted before go to ``result.duplicates``.
 
     Those are verified (:func:`~.duplicates.verify_duplicates`: a post-cutoff one
-    without coverage raises ``MissingCoverage``); a receipt repeated inside the
-    batch is fresh the first time, ``repeated`` after. Without ``probe`` every
-    receipt's first occurrence is fresh (the optimistic INSERT finds the rest).
+    without coverage raises ``MissingCoverage``); a collision raises
+    ``ReceiptCollision``; a receipt repeated inside the batch byte for byte is
+    fresh the first time, ``repeated`` after. Without ``probe`` every receipt's
+    first occurrence is fresh (the optimistic INSERT's unique key finds the rest,
+    collisions included).
     """
     verified: dict[tuple[str, str], Duplicate] = {}
     if probe:
-        existing = existing_events(conn, ctx.pack_install_id, ((i.source_lane, i.receipt_id) for i in inputs))
-        verified = {(d.source_lane, d.receipt_id): d for d in verify_duplicates(conn, ctx.protocol, existing.values())}
+        existing, collisions = sort_receipts(conn, ctx.pack_install_id, inputs)
+        if collisions:
+            raise ReceiptCollision(ctx.pack_install_id, collisions)
+        verified = {(d.source_lane, d.receipt_id): d for d in verify_duplicates(conn, ctx.protocol, existing)}
     fresh: list[Input] = []
     repeated: list[Input] = []
     seen: set[tuple[str, str]] = set()
@@ -151,14 +199,20 @@ def _sort_out(
 def _insert_events(
     conn: Connection, ctx: PackContext, fresh: list[Input], first_ordinal: int, first_event_id: int, now: dt.datetime
 ) -> ByIdentity:
-    """Insert one pending Event per fresh input (consecutive ordinals and EventIds, in batch order), in one statement."""
+    """Insert one pending Event per fresh input (consecutive ordinals and EventIds, in batch order), in one statement.
+
+    Groups by the server's identity equality: each group is keyed by its first input's identity.
+    """
     rows: list[dict[str, Any]] = []
     by_identity: ByIdentity = {}
     identity_values: dict[ProjectionIdentity, dict[str, Any]] = {}  # a batch has few identities and many inputs
-    for offset, item in enumerate(fresh):
-        identity = item.identity(ctx.pack_install_id)
+    identities = [item.identity(ctx.pack_install_id) for item in fresh]
+    keys = identity_keys(conn, identities)
+    group_of: dict[tuple, ProjectionIdentity] = {}
+    for offset, (item, identity) in enumerate(zip(fresh, identities, strict=True)):
         if identity not in identity_values:
             identity_values[identity] = identity.as_values()
+        group = group_of.setdefault(keys[identity], identity)
         row = {
             "EventId": first_event_id + offset,
             "Namespace": ctx.namespace,
@@ -171,7 +225,7 @@ def _insert_events(
             "ReceivedAt": item.received_at or now,
         }
         rows.append(row)
-        by_identity.setdefault(identity, []).append(row)
+        by_identity.setdefault(group, []).append(row)
     conn.execute(insert(Event), rows)
     return by_identity
 

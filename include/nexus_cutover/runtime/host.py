@@ -45,7 +45,7 @@ from ..db import translate_errors
 from ..errors import BadInput
 from .activation import ActivationVerdict, ServedPacks, protocol_in_force
 from .claim import live_range_work
-from .errors import MissingCoverage, NotActivated
+from .errors import InadmissibleReceipts, NotActivated, Rejection
 from .materializer import Key, materialize, recover_unconfirmed, unmaterialized_count
 from .model import Routing
 from .registry import Heartbeater, default_process_id, mark_activated, mark_stopped, register
@@ -167,23 +167,26 @@ def _await_gate(host: _Host, worker: ProjectionWorker) -> ActivationVerdict | No
 
 
 class _Receipts:
-    """The receipts of the served packs: materialized pass by pass, those without coverage remembered per pack.
+    """The receipts of the served packs: materialized pass by pass, those that cannot be admitted remembered per pack.
 
-    A receipt without coverage is skipped from then on, and ends a drain with
-    ``MissingCoverage`` (:func:`_drained`).
+    A receipt that cannot be admitted (without coverage, colliding with another
+    receipt's key, invalid) was logged once with its reason; it is skipped from
+    then on, stays durable and unconfirmed for review while the pack's other
+    receipts keep being admitted, and ends a drain with the error naming every
+    such receipt (:func:`_drained`).
     """
 
     def __init__(self, host: _Host, served: ServedPacks):
         self.host = host
         self.served = served
-        self.uncovered: dict[str, dict[Key, int]] = {}
+        self.rejected: dict[str, dict[Key, Rejection]] = {}
         self.refused: set[str] = set()  # packs whose admission refused once: the served packs are re-read before a second try
 
     def materialize_served(self) -> bool:
         """One pass over the served packs; True when it admitted, found duplicates or confirmed anything."""
         busy = False
         for pack in self.served.packs:
-            stuck = self.uncovered.setdefault(pack, {})
+            stuck = self.rejected.setdefault(pack, {})
             try:
                 report = materialize(self.host.engine, pack, self.host.routing, skip=set(stuck))
             except (NotActivated, BadInput) as exc:
@@ -194,14 +197,14 @@ class _Receipts:
                 self.served.invalidate()
                 continue
             self.refused.discard(pack)
-            stuck.update({(lane, rid): ordinal for lane, rid, ordinal in report.uncovered})
+            stuck.update({r.key: r for r in report.rejected})
             busy = busy or report.admitted > 0 or report.duplicates > 0 or report.confirmed > 0
         return busy
 
     def drained(self) -> bool:
         """:func:`_drained` over the served packs whose admission did not just refuse."""
         packs = [p for p in self.served.packs if p not in self.refused]
-        return _drained(self.host.engine, self.host.namespace, packs, self.uncovered)
+        return _drained(self.host.engine, self.host.namespace, packs, self.rejected)
 
 
 def _recover(engine: Engine, pack: str, routing: Routing) -> None:
@@ -215,16 +218,17 @@ def _live_served_work(conn, namespace: str) -> int:
     return live_range_work(conn, namespace, protocol_in_force(WorkItem.c.PackInstallId))
 
 
-def _drained(engine: Engine, namespace: str, packs: list[str], uncovered: dict[str, dict[Key, int]]) -> bool:
-    """No live range work and no receipt left; receipts without coverage end the drain with ``MissingCoverage``."""
+def _drained(engine: Engine, namespace: str, packs: list[str], rejected: dict[str, dict[Key, Rejection]]) -> bool:
+    """No live range work and no receipt left; receipts that cannot be admitted end the drain with the error naming
+    them (``MissingCoverage`` when all lack coverage, ``ReceiptCollision`` when all collide)."""
     with translate_errors("checking whether work is left"), engine.connect() as conn:
         if _live_served_work(conn, namespace):
             return False
         for pack in packs:
-            stuck = uncovered.get(pack, {})
+            stuck = rejected.get(pack, {})
             if unmaterialized_count(conn, pack, limit=len(stuck) + 1) > len(stuck):
                 return False
-    for pack, stuck in sorted(uncovered.items()):
+    for pack, stuck in sorted(rejected.items()):
         if stuck:
-            raise MissingCoverage(pack, sorted((lane, rid, o) for (lane, rid), o in stuck.items()))
+            raise InadmissibleReceipts.combined(pack, [stuck[k] for k in sorted(stuck)])
     return True

@@ -11,9 +11,13 @@ Invariants (contract, reference host; seed 000, "Recovery contract"):
   which take the duplicate path (no new Event, no new work) and are then
   confirmed. Retrying is idempotent.
 * Route version, Flow version and work type come from the host's :class:`~.model.Routing`.
-* A receipt whose Event already exists above the cutoff without coverage is
-  reported (``uncovered``) and left unmaterialized; it is neither acknowledged
-  nor replayed.
+* A receipt that cannot be admitted for a reason retrying will not remove
+  (:class:`~.errors.InadmissibleReceipts`: its Event exists above the cutoff
+  without coverage, its key collides with another receipt's, it is invalid) is
+  reported (``rejected``, each naming the receipt and, for a collision, both
+  keys), logged as an error and left durable and unmaterialized for review; it
+  is neither acknowledged, nor replayed, nor retried. The batch's other receipts
+  are admitted without it (the batch is offered again without the rejected ones).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from ..catalog import IngressReceipt
 from ..clock import utcnow
 from ..db import Deadline, translate_errors
 from .admission import admit_batch
-from .errors import MissingCoverage
+from .errors import InadmissibleReceipts, MissingCoverage, Rejection
 from .model import AdmissionResult, Input, Routing
 from .tx import run_transaction
 
@@ -47,10 +51,16 @@ class MaterializeReport:
     confirmed: int = 0
     #: (source lane, receipt id, ordinal) of receipts whose Event lies above the cutoff without coverage.
     uncovered: list[tuple[str, str, int]] = field(default_factory=list)
+    #: Every receipt that cannot be admitted (uncovered ones included), each saying why.
+    rejected: list[Rejection] = field(default_factory=list)
 
     @property
     def uncovered_keys(self) -> set[Key]:
         return {(lane, rid) for lane, rid, _ in self.uncovered}
+
+    @property
+    def rejected_keys(self) -> set[Key]:
+        return {r.key for r in self.rejected}
 
 
 def _keys_clause(pack_install_id: str, keys: Iterable[Key]):
@@ -114,11 +124,16 @@ def _admit(
     while inputs:
         try:
             result = admit_batch(engine, pack_install_id, inputs, in_transaction=mark, deadline=deadline)
-        except MissingCoverage as exc:
-            bad = {(lane, receipt) for lane, receipt, _ in exc.receipts}
+        except InadmissibleReceipts as exc:
+            bad = exc.keys
+            left = [i for i in inputs if (i.source_lane, i.receipt_id) not in bad]
+            if len(left) == len(inputs):
+                raise  # names no receipt of this batch: not a per-receipt refusal
             log.error("%s", exc)
-            report.uncovered.extend(sorted(exc.receipts))
-            inputs = [i for i in inputs if (i.source_lane, i.receipt_id) not in bad]
+            report.rejected.extend(exc.rejections)
+            if isinstance(exc, MissingCoverage):
+                report.uncovered.extend(sorted(exc.receipts))
+            inputs = left
             continue
         report.admitted += len(result.admitted)
         report.duplicates += len(result.duplicates)
@@ -138,7 +153,7 @@ def materialize(
 ) -> MaterializeReport:
     """Admit up to ``limit`` unmaterialized receipts of the pack, then confirm them.
 
-    ``skip``: receipts already reported uncovered (not offered again).
+    ``skip``: receipts already reported as rejected (not offered again).
     ``after_commit`` runs between the admission commit and the confirmation (crash tests).
     """
     skip = skip or set()
@@ -170,8 +185,8 @@ def recover_unconfirmed(
         with translate_errors(f"reading unconfirmed receipts of pack {pack_install_id!r}"), engine.connect() as conn:
             rows = [
                 r
-                for r in _receipts(conn, pack_install_id, materialized=True, limit=limit + len(total.uncovered))
-                if (r.SourceLane, r.ReceiptId) not in total.uncovered_keys
+                for r in _receipts(conn, pack_install_id, materialized=True, limit=limit + len(total.rejected))
+                if (r.SourceLane, r.ReceiptId) not in total.rejected_keys
             ][:limit]
         if not rows:
             return total

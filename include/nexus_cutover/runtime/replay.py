@@ -62,8 +62,8 @@ def replay(engine: Engine, work_id: int, *, payload: str | None = None, deadline
             raise ReplayRefused(f"WorkItem {work_id} is {current.Status!r}: only terminal work can be replayed; wait for it to finish")
         ctx = pack_context(conn, pack_install_id)
         identity = of_row(current)
-        ordinal = allocate_ordinals(conn, pack_install_id, ctx.protocol.legacy_max_ordinal, 1)
-        event_id = allocate_ids(conn, Event.c.EventId, pack_install_id)
+        ordinal = allocate_ordinals(conn, ctx.pack_install_id, ctx.protocol.legacy_max_ordinal, 1)
+        event_id = allocate_ids(conn, Event.c.EventId, ctx.pack_install_id)
         now = utcnow()
         conn.execute(
             insert(Event).values(
@@ -78,7 +78,7 @@ def replay(engine: Engine, work_id: int, *, payload: str | None = None, deadline
                 ReceivedAt=now,
             )
         )
-        new_work_id = allocate_ids(conn, WorkItem.c.WorkId, pack_install_id)
+        new_work_id = allocate_ids(conn, WorkItem.c.WorkId, ctx.pack_install_id)
         create_generations(conn, [generation_row(
             work_id=new_work_id,
             namespace=ctx.namespace,

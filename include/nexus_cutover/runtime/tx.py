@@ -23,8 +23,9 @@ Invariants:
   an order: nothing reads "latest" from them.
 * A collision is still possible (two packs whose hashes share a shard, or a
   writer outside this protocol taking ``MAX()+1`` of the table): the loser gets
-  a duplicate-key error and the whole transaction is retried from the start (as
-  are deadlock victims), within the caller's :class:`~nexus_cutover.db.Deadline`.
+  a duplicate-key error on the primary key and the whole transaction is retried
+  from the start (as are deadlock victims), within the caller's
+  :class:`~nexus_cutover.db.Deadline`. A duplicate on any other key is not retried.
   Nothing is retried after a commit.
 * Ordinals come from ``_System_EnqueueOrdinal`` under the pack lock: positive,
   strictly increasing, never reused, and always above the given floor
@@ -46,8 +47,9 @@ from ..errors import CutoverError
 
 T = TypeVar("T")
 
-#: Runtime transactions retry deadlock victims and lost id races.
-RUNTIME_RETRY = policy.Retry.DEADLOCK | policy.Retry.DUPLICATE_KEY
+#: Runtime transactions retry deadlock victims and lost id races (duplicates on a primary key), nothing else: a
+#: duplicate receipt key is not transient (:mod:`.duplicates` finds those before the INSERT).
+RUNTIME_RETRY = policy.Retry.DEADLOCK | policy.Retry.DUPLICATE_ID
 
 
 def run_transaction(
