@@ -33,9 +33,10 @@ otherwise **stops and reports** (failed task, log, XCom `report`):
    row with a stable FieldId from such a producer), **stage_2_drain_outbox** (pre-cutover outbox work
    delivered; deferrable), **stage_2_materialize** (legacy NULL rows decided from their sequence/interval
    facts, in batches of `batch_size`);
-3. **stage_3**: every deployed producer upgraded, no pre-cutover outbox work, zero eligible NULL rows; then
-   `FieldHistoryReadMode = boolean_only` and `FieldHistorySequenceReservationEnabled = false`, and the report
-   lists the machinery now removable.
+3. **stage_3**: every deployed producer upgraded and no pre-cutover outbox work; then
+   `FieldHistorySequenceReservationEnabled = false` first, in-flight mutations and their outbox rows settle
+   (producers keep writing throughout), and under the locks a whole-table comparison that finds no eligible
+   NULL row switches `FieldHistoryReadMode = boolean_only`; the report lists the machinery now removable.
 
 Trigger with `tenant`, `stage1_release`, `target_stage` and (stages 2-3) `producer_release`; the DB is the
 Airflow connection `conn_id` (default `nexus_tenant_<tenant>`). Stages above `target_stage` are skipped;
@@ -81,9 +82,11 @@ with DAG(
     )
     stage_3 = Stage3Operator(
         task_id="stage_3",
-        doc_md="**Refuses with the counts** unless every deployed producer runs `producer_release`, no pre-cutover "
-        "outbox work is left and no eligible NULL row remains. Then sets `FieldHistoryReadMode = boolean_only` and "
-        "`FieldHistorySequenceReservationEnabled = false` and reports what machinery is now removable.",
+        doc_md="**Refuses with the counts** unless every deployed producer runs `producer_release` and no pre-cutover "
+        "outbox work is left. Then turns `FieldHistorySequenceReservationEnabled` off (and leaves it off), waits for "
+        "in-flight mutations and their outbox rows to settle (within `switch_timeout`), and in one locked transaction "
+        "compares the readers over the whole table: only when no eligible NULL row exists does it set "
+        "`FieldHistoryReadMode = boolean_only`. Reports what machinery is now removable.",
     )
 
     stage_1 >> stage_2_producers >> stage_2_drain_outbox >> stage_2_materialize >> stage_3

@@ -88,6 +88,15 @@ FH_FIELDS: dict[str, Field] = {
         int,
         TIMING,
     ),
+    "switch_timeout": Field(
+        1800,
+        "Stage 3 switch timeout (s)",
+        "Bound of stage 3 after reservation is turned off: in-flight mutations and the outbox rows they left settle, "
+        "then the comparison and the read switch under the locks. A timeout switches nothing; clear to retry.",
+        {"type": "integer", "minimum": 1, "maximum": 86400},
+        int,
+        TIMING,
+    ),
     "stale_heartbeat": STALE_HEARTBEAT_FIELD,
     "poll_interval": poll_interval_field("How often the drain sensor looks at the outbox."),
     "notify_conn_id": NOTIFY_FIELD,
@@ -118,6 +127,7 @@ class FieldHistoryParams:
     batch_size: int
     materialize_timeout: int
     drain_timeout: int
+    switch_timeout: int
     stale_heartbeat: int
     poll_interval: int
 
@@ -228,7 +238,10 @@ class Stage3Operator(_GateOperator):
 
         ti = context["ti"]
         updated_by = f"airflow:{ti.dag_id}:{ti.run_id}"[:128]
-        report = stage_3(engine, producer_release=p.require_producer_release(), updated_by=updated_by, namespace=p.tenant)
+        from nexus_cutover.db import Deadline
+
+        report = stage_3(engine, producer_release=p.require_producer_release(), updated_by=updated_by, namespace=p.tenant,
+                         deadline=Deadline(p.switch_timeout))
         if report.comparison:
             self.log.info("%s", render_comparison(report.comparison))
         return report
