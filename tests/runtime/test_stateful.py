@@ -72,7 +72,7 @@ def _setup_pack(engine, pack):
                     EventKind="contact.changed",
                     RouteVersion=1,
                     FlowVersion="1.0.0",
-                    WorkType="project",
+                    WorkType="connector.projection",
                     SourceLane="a",
                     EnqueueOrdinal=o,
                     ReceiptId=f"legacy-{o}",
