@@ -5,11 +5,20 @@ For one pack incarnation, evaluated inside the caller's locked transaction:
 | finding | rule |
 |---|---|
 | ``fence_not_in_force`` / ``fence_override_active`` | the precondition, checked by the caller (:mod:`.checkpoint`) |
-| ``live_work`` | a projection WorkItem of the pack, or any WorkItem selecting one of its Events, is live |
+| ``live_work`` | a projection WorkItem of the pack, or any WorkItem selecting one of its projection inputs, is live |
 | ``native_work_before_checkpoint`` | a projection WorkItem of the pack has ``InputStartOrdinal`` while no protocol row exists |
 | ``mixed_history_indirect`` | an Event without a direct task whose identity has both ordinal-0 and positive-ordinal Events |
 | ``beyond_completed_boundary`` | an Event without a direct task above B(I) (or B(I) absent) that a terminal WorkItem of I reaches |
 | ``missing_owner`` | an Event without a direct task that no WorkItem of I reaches |
+
+Only projection inputs are audited (contract, "Ordinary work"): an Event whose
+``WorkType`` is not a projection work type (:func:`~nexus_cutover.identity.is_projection_input`)
+is ordinary input, owned by the one ordinary WorkItem created with it (which
+retention may have deleted); it is never ``missing_owner``,
+``beyond_completed_boundary`` or ``mixed_history_indirect``, and live ordinary
+work is never ``live_work``: ordinary work runs before, during and after the
+cutover. ``LegacyMaxOrdinal`` is still the greatest EnqueueOrdinal among *all*
+the pack's Events: ordinals are allocated per pack whatever the work type.
 
 B(I), the retained completed boundary, is the greatest LaneOrdinal of a
 completed projection WorkItem of identity I. An Event at or below B(I) without a
@@ -193,14 +202,15 @@ def audit_pack(
         add(NATIVE_WORK_BEFORE_CHECKPOINT, ident, work_id=work_id)
 
     deadline.check("aggregating Events per identity")
-    event_identities = _event_ordinals_by_identity(conn, pack_install_id)
+    every_identity = _event_ordinals_by_identity(conn, pack_install_id)
+    legacy_max = max((max_ordinal for _, _, max_ordinal in every_identity), default=0)  # ordinary Events count here
+    projection = identity.projection_identities(conn, Event, [ident for ident, _, _ in every_identity])
+    event_identities = [row for row in every_identity if row[0] in projection]
     reach = _work_reach_by_identity(conn, pack_install_id, [ident for ident, _, _ in event_identities], deadline)
-    legacy_max = 0
     identities = 0
     probed = 0
     for ident, min_ordinal, max_ordinal in event_identities:
         identities += 1
-        legacy_max = max(legacy_max, max_ordinal)
         r = reach[ident]
         mixed = min_ordinal == 0 and max_ordinal > 0
         if mixed:
@@ -251,7 +261,10 @@ def _live_projection_work(conn: Connection, pack_install_id: str, namespace: str
 
 
 def live_direct_work_statement(pack_install_id: str, namespace: str):
-    """Live WorkItems, other than the pack's projection work, directly selecting one of its Events."""
+    """Live WorkItems, other than the pack's projection work, directly selecting one of its projection inputs.
+
+    An ordinary WorkItem selecting its ordinary Event is ordinary work, never ``live_work``.
+    """
     return (
         select(WorkItem.c.WorkId, WorkItem.c.SelectedEventId)
         .join(Event, Event.c.EventId == WorkItem.c.SelectedEventId)
@@ -260,6 +273,7 @@ def live_direct_work_statement(pack_install_id: str, namespace: str):
             WorkItem.c.WorkClass.in_((catalog.WORK_CLASS_PROJECTION, catalog.WORK_CLASS_ORDINARY)),
             WorkItem.c.Status.in_(catalog.WORK_LIVE_STATUSES),
             Event.c.PackInstallId == pack_install_id,
+            identity.is_projection_input(Event),
             or_(
                 WorkItem.c.WorkClass != catalog.WORK_CLASS_PROJECTION,
                 WorkItem.c.PackInstallId.is_(None),
