@@ -54,7 +54,7 @@ def _drain(engine: Engine, ns: str) -> dict[str, Any]:
     r = drain_report(engine, ns, deadline=utcnow() + dt.timedelta(hours=1), stale_heartbeat=STALE_HEARTBEAT,
                      sample_limit=5)
     return {"remaining": r.remaining, "counts": dict(r.counts), "state": r.state, "text": r.counts_text(),
-            "live_old_workers": list(r.live_old_workers),
+            "live_old_workers": list(r.live_old_workers), "ordinary_live": r.ordinary_live,
             "blockers": {k: v for k, v in r.blocker_totals.items() if v}}
 
 
