@@ -248,8 +248,13 @@ def _has_release(c: Command) -> bool:
 
 
 def cmd_status(c: Command) -> tuple[int, dict[str, Any]]:
+    from ..db import translate_errors
     from ..tenant_status import read_tenant_state
 
+    # The view shows an unreadable section as such; the command first refuses a session unfit for any command
+    # (db.session_problem, exit 2) rather than print it into every section and exit 0.
+    with translate_errors("connecting to the tenant database"), c.engine.connect():
+        pass
     state = read_tenant_state(c.engine, c.args.namespace)
     c.say(f"tenant {state['tenant']}: {state['phase']}")
     c.say(f"  fence: {state['fence'].get('text', state['fence'].get('error'))}")
