@@ -38,14 +38,19 @@ def _fence(engine: Engine, ns: str) -> dict[str, Any]:
     with engine.connect() as conn:
         fences = fences_in_force(conn, ns, utcnow())
     cutover = [f for f in fences if is_cutover_fence(f["Scope"], f["ExpiresAt"])]
-    if cutover:
+    if len(cutover) > 1:
+        text = (f"STOP: {len(cutover)} cutover fences in force ("
+                + "; ".join(f"fence {f['FenceId']} by {f['ArmedBy']}" for f in cutover)
+                + "): every step refuses until L2 releases all but one")
+    elif cutover:
         f = cutover[0]
         text = f"armed (fence {f['FenceId']} '*' since {f['ArmedAt']}, by {f['ArmedBy']})"
     elif fences:
         text = f"{len(fences)} other fence(s) in force"
     else:
         text = "none in force (admission open)"
-    return {"armed": bool(cutover), "in_force": len(fences), "text": text}
+    return {"armed": bool(cutover), "in_force": len(fences), "cutover_fences": len(cutover), "text": text,
+            "held_by": [f["ArmedBy"] for f in cutover]}
 
 
 def _drain(engine: Engine, ns: str) -> dict[str, Any]:

@@ -68,16 +68,21 @@ log = logging.getLogger(__name__)
 
 FENCE_NOT_IN_FORCE = "fence_not_in_force"
 FENCE_OVERRIDE_ACTIVE = "fence_override_active"
+#: More than one cutover fence in force (contract, "One cutover per tenant at a time"): a refusal naming every one.
+SEVERAL_CUTOVER_FENCES = "several_cutover_fences"
 LIVE_WORK = "live_work"
 NATIVE_WORK_BEFORE_CHECKPOINT = "native_work_before_checkpoint"
 MIXED_HISTORY_INDIRECT = "mixed_history_indirect"
 BEYOND_COMPLETED_BOUNDARY = "beyond_completed_boundary"
 MISSING_OWNER = "missing_owner"
-#: Refusal of greenfield activation (:mod:`.greenfield`), not of the audit: the pack has history.
+#: Refusals of greenfield activation (:mod:`.greenfield`), not of the audit: the pack has history; an old
+#: runtime of the namespace is live while no cutover fence is in force.
 NOT_GREENFIELD = "not_greenfield"
+OLD_RUNTIME_LIVE = "old_runtime_live"
 
 REFUSALS = (
     FENCE_NOT_IN_FORCE,
+    SEVERAL_CUTOVER_FENCES,
     FENCE_OVERRIDE_ACTIVE,
     LIVE_WORK,
     NATIVE_WORK_BEFORE_CHECKPOINT,
@@ -91,6 +96,8 @@ _EXPLANATIONS = {
     "arm it (cutover step 1) and let the drain finish before the checkpoint",
     FENCE_OVERRIDE_ACTIVE: "an active admission fence override lets sources through the fence: have L2 revoke it "
     "(this tool revokes nothing), then rerun",
+    SEVERAL_CUTOVER_FENCES: "more than one non-expiring '*' fence is in force: which one holds the tenant is not clear; "
+    "have L2 release all but the one of the cutover in progress (this tool releases none of them), then rerun",
     LIVE_WORK: "projection work is still pending/blocked/retry/processing: let the old runtime drain it (cutover step 2)",
     NATIVE_WORK_BEFORE_CHECKPOINT: "range-protocol WorkItems exist although no checkpoint was written: a new writer ran early",
     MIXED_HISTORY_INDIRECT: "coalesced input in an identity mixing pre-ordinal (0) and ordinal history: ownership is ambiguous",
@@ -98,6 +105,8 @@ _EXPLANATIONS = {
     MISSING_OWNER: "no retained WorkItem of the identity reaches this input",
     NOT_GREENFIELD: "the pack has Events or WorkItems, so it is not greenfield: activate it through the cutover "
     "(drain, then `connector-projection-cutover -pack-install-id <id>`), which audits that history",
+    OLD_RUNTIME_LIVE: "an old-protocol runtime of the namespace is live and no cutover fence is in force: it would admit "
+    "old-protocol work above cutoff 0 that no audit ever reads. Stop it (or arm the cutover fence), then rerun",
 }
 
 DEFAULT_BATCH = 5000
@@ -115,6 +124,7 @@ class Finding:
     work_ids: list[int] = field(default_factory=list)
     override_ids: list[int] = field(default_factory=list)
     fence_ids: list[int] = field(default_factory=list)
+    process_ids: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         out = {
@@ -124,8 +134,10 @@ class Finding:
             "work_ids": self.work_ids,
             "explanation": _EXPLANATIONS[self.finding],
         }
-        if self.finding in (FENCE_NOT_IN_FORCE, FENCE_OVERRIDE_ACTIVE):
+        if self.finding in (FENCE_NOT_IN_FORCE, FENCE_OVERRIDE_ACTIVE, SEVERAL_CUTOVER_FENCES):
             out.update(override_ids=self.override_ids, fence_ids=self.fence_ids)
+        if self.process_ids:
+            out["process_ids"] = self.process_ids
         return out
 
     def describe(self) -> str:
@@ -139,6 +151,8 @@ class Finding:
             parts.append(f"OverrideIds {self.override_ids}")
         if self.fence_ids:
             parts.append(f"FenceIds {self.fence_ids}")
+        if self.process_ids:
+            parts.append(f"live processes {self.process_ids}")
         return f"{self.finding} [{where}]: {'; '.join(parts)} -- {_EXPLANATIONS[self.finding]}"
 
 
