@@ -125,6 +125,10 @@ CUTOVER_FIELDS: dict[str, Field] = {
     "host_http_conn_id": Field("nexus_deployer", "Deployer HTTP connection id", "Used when host_controller is http.",
                                {"type": "string", "pattern": CONN_ID_PATTERN}, lambda v: v or "nexus_deployer"),
     "dry_run": Field(False, "Dry run", "Run every check and print the exact plan of writes; write nothing.", {"type": "boolean"}, bool),
+    "adopt": Field(None, "Take over the fence of", "The holder (ArmedBy) of a cutover fence left by a command-line "
+                   "invocation or armed by hand, to take over once you know it is finished. Empty: a fence of a "
+                   "finished Airflow run is taken over by itself; any other holder's stops the run, naming it.",
+                   {"type": ["null", "string"], "maxLength": 128}),
     "poll_interval": poll_interval_field("How often the waiting steps (drain, writers, readiness) look at the tenant DB."),
     "writers_stop_timeout": _seconds(3600, "Writers stop timeout (s)",
                                      "How long check_old_writers waits for every old writer to be stopped or silent."),
@@ -228,6 +232,7 @@ class RunParams:
     allow_self_approval: bool = False
     approval: str = "per_tenant"
     rollout: dict[str, Any] = field(default_factory=dict)
+    adopt: str | None = None
 
     @classmethod
     def from_context(cls, context) -> RunParams:
