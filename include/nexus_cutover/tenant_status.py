@@ -64,6 +64,7 @@ def _drain(engine: Engine, ns: str) -> dict[str, Any]:
 
 
 def _packs(engine: Engine, ns: str) -> list[dict[str, Any]]:
+    from .above_cutoff import pack_above_cutoff
     from .protocol_row import read_protocol_row
     from .runtime.activation import active_packs
     from .schema import has_table
@@ -73,12 +74,15 @@ def _packs(engine: Engine, ns: str) -> list[dict[str, Any]]:
         table = has_table(conn, catalog.ConnectorProjectionProtocol.name)
         for pack in active_packs(conn, ns):
             row = read_protocol_row(conn, pack) if table else None
+            above = pack_above_cutoff(conn, pack, row.legacy_max_ordinal) if row is not None else None
             out.append({
                 "pack_install_id": pack,
                 "checkpoint": None if row is None else {
                     "protocol_version": row.protocol_version, "legacy_max_ordinal": row.legacy_max_ordinal,
                     "written_at": row.written_at.isoformat() if row.written_at else None,
                     "written_by": row.written_by},
+                # old-protocol work an old runtime admitted above the cutoff: a stop, not "checkpointed"
+                "old_work_above_cutoff": None if above is None else above.as_json(),
             })
     return out
 
@@ -163,10 +167,13 @@ def read_tenant_state(bind: Engine | str, tenant: str) -> dict[str, Any]:
 
 
 def phase(state: dict[str, Any]) -> str:
-    """One word for the list: where the cutover stands."""
+    """One word for the list: where the cutover stands. ``stop``: a pack holds old-protocol work above its cutoff,
+    or several cutover fences are in force; either needs a person's decision, nothing goes on by itself."""
     packs = state.get("packs") or []
     all_cut = bool(packs) and all(p["checkpoint"] for p in packs)
     fence = state.get("fence", {})
+    if any(p.get("old_work_above_cutoff") for p in packs) or fence.get("cutover_fences", 0) > 1:
+        return "stop"
     if all_cut and not fence.get("armed") and state.get("host", {}).get("ready"):
         return "cut over"
     if all_cut:

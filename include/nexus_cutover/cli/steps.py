@@ -276,6 +276,8 @@ def cmd_status(c: Command) -> tuple[int, dict[str, Any]]:
     for pack in state["packs"]:
         cp = pack["checkpoint"]
         c.say(f"  pack {pack['pack_install_id']}: " + (f"LegacyMaxOrdinal={cp['legacy_max_ordinal']}" if cp else "no checkpoint"))
+        if pack.get("old_work_above_cutoff"):
+            c.say(f"    STOP: {pack['old_work_above_cutoff']['text']}")
     host = state["host"]
     c.say("  new host: " + ("ready" if host.get("ready") else "; ".join(host.get("reasons", [host.get("error", "?")]))))
     c.say(f"  field history: {state['field_history'].get('stage_text')}")
@@ -327,6 +329,11 @@ def cmd_plan(c: Command) -> tuple[int, dict[str, Any]]:
         c.say(f"4. checkpoint {result.summary()}")
         if result.outcome == "refused" and report.state == "drained":
             stops.append(f"pack {pack} is refused by the audit: " + ", ".join(f.finding for f in result.findings))
+    standing = steps.cutover_standing(c.engine, ns)
+    out["old_work_above_cutoff"] = standing["old_work_above_cutoff"]
+    for above in standing["old_work_above_cutoff"]:  # what no step can proceed past: a reviewed recovery decision
+        c.say(f"4. STOP: {above['text']}")
+        stops.append(above["text"])
     r = steps.readiness(c.engine, ns, stale_heartbeat=c.stale)
     out["readiness"] = r.as_json()
     c.say("5. new host: " + ("ready" if r.ready else "; ".join(r.reasons)))

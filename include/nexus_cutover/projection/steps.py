@@ -269,11 +269,15 @@ def verify_history(engine: Engine, expected: HistoryDigest, *, timeout_s: float)
 def cutover_standing(engine: Engine, namespace: str) -> dict[str, Any]:
     """Read only: where the tenant stands, for a fleet rollout deciding whether to run it again.
 
-    ``cut_over``: every active pack has its checkpoint and no cutover fence is in
-    force (admission resumed). ``fence_held_by``: the holder of the cutover fence
-    in force (a run that stopped before releasing it), else None.
+    ``cut_over``: every active pack has its checkpoint, no cutover fence is in force (admission resumed) and no
+    pack holds old-protocol work above its cutoff. ``fence_held_by``: the holder of the cutover fence in force (a
+    run that stopped before releasing it), else None (every holder, when several cutover fences are in force).
+    ``old_work_above_cutoff``: one entry per pack that holds some (:mod:`nexus_cutover.above_cutoff`): a stop,
+    needing a separately reviewed recovery decision, never "cut over".
     """
+    from ..above_cutoff import namespace_above_cutoff
     from ..catalog import ConnectorProjectionProtocol
+    from ..clock import utcnow
     from ..protocol_row import read_protocol_row
     from ..runtime.activation import active_packs
 
@@ -281,6 +285,9 @@ def cutover_standing(engine: Engine, namespace: str) -> dict[str, Any]:
         packs = active_packs(conn, namespace)
         table = schema.has_table(conn, ConnectorProjectionProtocol.name)
         done = [p for p in packs if table and read_protocol_row(conn, p) is not None]
-        fence = fences.cutover_fence_in_force(conn, namespace)
-    return {"packs": len(packs), "checkpointed": len(done), "fence_held_by": fence["ArmedBy"] if fence else None,
-            "cut_over": bool(packs) and len(done) == len(packs) and fence is None}
+        held = [f["ArmedBy"] for f in fences.cutover_fences(fences.fences_in_force(conn, namespace, utcnow()))]
+        above = [a.as_json() for a in namespace_above_cutoff(conn, namespace)] if table else []
+    return {"packs": len(packs), "checkpointed": len(done),
+            "fence_held_by": held[0] if len(held) == 1 else (held or None),
+            "old_work_above_cutoff": above,
+            "cut_over": bool(packs) and len(done) == len(packs) and not held and not above}
