@@ -144,3 +144,14 @@ def test_every_registry_read_is_a_range_of_the_role_index(mysql_url):
                 assert plan[0]["key"] == "ix_ProcessRegistry_Role" and plan[0]["type"] in ("range", "ref"), (what, plan)
     finally:
         eng.dispose()
+
+
+def test_a_stopped_old_writer_that_heartbeats_after_the_release_is_seen(engine):
+    """An old binary that resumes may heartbeat without registering again: its StoppedAt stays set."""
+    now = utcnow()
+    sc = long_lived(now)
+    row = sc.process(catalog.ROLE_INGRESS_WRITER, process_id="zz-resumed", stopped=True, heartbeat_age_s=3600)
+    row["LastHeartbeatAt"] = now + dt.timedelta(minutes=5)  # it heartbeat again after the release
+    sc.write(engine)
+    since = writers.old_processes_since(engine, NS, now - dt.timedelta(seconds=30), now=now)
+    assert [p["process_id"] for p in since] == ["zz-resumed"]

@@ -241,16 +241,15 @@ def readiness(
 def processes_since_statement(namespace: str, since: dt.datetime):
     """Old-protocol writers that started or heartbeated at/after ``since``: exposed for EXPLAIN tests.
 
-    ``StoppedAt IS NULL OR StoppedAt >= since`` makes it two ranges of ix_ProcessRegistry_Role that skip every
-    process stopped before ``since`` (the thousands of a long-lived registry), and loses none: a process that
-    heartbeated or started at/after ``since`` and stopped since stamped ``StoppedAt`` after that, on the same clock.
+    The namespace's old-writer rows of ix_ProcessRegistry_Role, every state: a stopped row counts too, since an
+    old binary that resumes may heartbeat without registering again (its ``StoppedAt`` stays set). The rule is
+    applied in SQL; nothing is capped. Read once per run, after the release.
     """
     t = ProcessRegistry
     return (
         select(t)
         .where(
             *_of(namespace, catalog.OLD_WRITER_ROLES, catalog.PROTOCOL_OLD),
-            or_(t.c.StoppedAt.is_(None), t.c.StoppedAt >= since),
             or_(t.c.LastHeartbeatAt >= since, t.c.StartedAt >= since),
         )
         .order_by(t.c.ProcessId)
