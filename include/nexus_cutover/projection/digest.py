@@ -198,7 +198,7 @@ def _charset(sql_type: Any, table_default: str) -> str:
 # -- one chunk ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a digest holds 17 of these per 5,000 rows
 class Chunk:
     """One chunk's (or one slice's) summary; ``hi`` is its greatest key (None: an empty table, or a slice).
 
