@@ -51,7 +51,8 @@ The definition (one, for every server and for SQLite, where Python computes it):
   that, differing chunks are reported as key ranges with their row counts,
   without narrowing them.
 * The short hash: the first 16 hex digits of a SHA-256 over the canonical JSON
-  of the tables and their chunks.
+  of the version, namespace, tables and their chunks (slices included), fed chunk
+  by chunk.
 
 Each chunk is one statement in its own short read transaction (TiDB: a bounded
 read, far from the statement caps); memory holds one chunk's summary per
@@ -62,6 +63,7 @@ or a lost connection has written nothing: run it again.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import logging
@@ -505,12 +507,16 @@ class HistoryDigest:
     def chunk_count(self) -> dict[str, int]:
         return {name: len(t.chunks) for name, t in self.tables.items()}
 
-    @property
+    @functools.cached_property
     def short_hash(self) -> str:
-        canonical = {"version": DIGEST_VERSION, "namespace": self.namespace,
-                     "tables": {n: {"columns": t.columns, "chunks": [c.as_list() for c in t.chunks]}
-                                for n, t in sorted(self.tables.items())}}
-        return hashlib.sha256(json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+        """SHA-256 of the canonical JSON of the version, namespace, tables and chunks, fed chunk by chunk (no copy of
+        the whole digest is built), computed once."""
+        h = hashlib.sha256(json.dumps([DIGEST_VERSION, self.namespace], separators=(",", ":")).encode())
+        for name, t in sorted(self.tables.items()):
+            h.update(json.dumps([name, t.columns], separators=(",", ":")).encode())
+            for chunk in t.chunks:
+                h.update(json.dumps(chunk.as_list(), separators=(",", ":")).encode())
+        return h.hexdigest()[:16]
 
     def summary(self) -> dict[str, Any]:
         """What the log, the XCom ``return_value``, the Asset event and the status view show."""
