@@ -206,7 +206,7 @@ def test_several_rows_of_one_chunk_are_each_named_with_their_columns(engine):
     sc = history(engine, lanes=4, generations=6)
     digest = compute_digest(engine, NS, chunk_rows=200)  # one chunk per table
     assert digest.chunk_count == {Event.name: 1, WorkItem.name: 1}
-    assert len(digest.tables[Event.name].chunks[0].slices) == 16
+    assert len(digest.tables[Event.name].chunks[0].slice_chunks()) == 16
     event_keys = history_keys(engine, Event)
     consecutive = event_keys[20:23]  # a run of ids changed together: three slices
     free = by_slice(k for k in event_keys if digests.slice_of(k) not in {digests.slice_of(c) for c in consecutive})
