@@ -190,10 +190,12 @@ def by_slice(keys) -> dict[int, list[int]]:
 
 
 def test_slices_spread_consecutive_and_strided_keys_and_sql_agrees_with_python(engine):
-    assert [digests.slice_of(k) for k in range(16)] == list(range(16))  # 16 consecutive keys: every slice once
-    assert sorted(digests.slice_of(k * 16 + 3) for k in range(16)) == list(range(16))  # a stride of 16 too
-    assert sorted(digests.slice_of((k << 58) + 5) for k in range(16)) == list(range(16))  # high shard bits too
-    assert 0 <= digests.slice_of(-1) < 16 and digests.slice_of(-1) == digests.slice_of((1 << 64) - 1)
+    n = digests.SLICES
+    assert [digests.slice_of(k) for k in range(n)] == list(range(n))  # consecutive keys: every slice once
+    for stride in (2, 16, 1000, 2**20):  # ids a stride apart (several servers, shards) spread too
+        assert sorted(digests.slice_of(k * stride + 3) for k in range(n)) == list(range(n)), stride
+    assert sorted(digests.slice_of((k << 58) + 5) for k in range(n)) == list(range(n))  # high shard bits
+    assert 0 <= digests.slice_of(-1) < n and 0 <= digests.slice_of(-2**63) < n
     if engine.dialect.name != "sqlite":  # the server's copy of the rule gives the same slice for every key
         keys = [0, 1, 15, 16, 255, 4097, 2**31 - 1, 2**31, 2**40 + 7, 2**62 + 12345, -1, -2**63, 10**18]
         with engine.connect() as conn:
@@ -206,7 +208,7 @@ def test_several_rows_of_one_chunk_are_each_named_with_their_columns(engine):
     sc = history(engine, lanes=4, generations=6)
     digest = compute_digest(engine, NS, chunk_rows=200)  # one chunk per table
     assert digest.chunk_count == {Event.name: 1, WorkItem.name: 1}
-    assert len(digest.tables[Event.name].chunks[0].slice_chunks()) == 16
+    assert len(digest.tables[Event.name].chunks[0].slice_chunks()) == digests.SLICES
     event_keys = history_keys(engine, Event)
     consecutive = event_keys[20:23]  # a run of ids changed together: three slices
     free = by_slice(k for k in event_keys if digests.slice_of(k) not in {digests.slice_of(c) for c in consecutive})
