@@ -73,19 +73,20 @@ def _insert_lanes(engine: Engine, first: int, last: int, generations: int, input
             text(
                 f"INSERT INTO {ev} (EventId, Namespace, PackInstallId, EventKind, RouteVersion, FlowVersion, WorkType,"
                 " SourceLane, EnqueueOrdinal, ReceiptId, ReplayOfWorkId, Status, Payload, ReceivedAt)"
-                " SELECT l.n * :per_lane + i.n + 1, :ns, :pack, 'contact.changed', 1, '1.0.0', 'project',"
+                " SELECT l.n * :per_lane + i.n + 1, :ns, :pack, 'contact.changed', 1, '1.0.0', :work_type,"
                 " CONCAT('lane-', LPAD(l.n, 4, '0')), l.n * :per_lane + i.n + 1, CONCAT('r-', l.n, '-', i.n), NULL,"
                 " CASE WHEN MOD(i.n, :inputs) = :inputs - 1 THEN 'processed' ELSE 'pending' END,"
                 " '{}', TIMESTAMP('2026-01-01')"
                 " FROM bench_n l JOIN bench_n i ON i.n < :per_lane WHERE l.n BETWEEN :first AND :last"
             ),
-            {"per_lane": per_lane, "ns": NAMESPACE, "pack": PACK, "inputs": inputs, "first": first, "last": last},
+            {"per_lane": per_lane, "ns": NAMESPACE, "pack": PACK, "inputs": inputs, "first": first, "last": last,
+             "work_type": catalog.PROJECTION_WORK_TYPE},
         )
         conn.execute(
             text(
                 f"INSERT INTO {wi} (WorkId, Namespace, WorkClass, PackInstallId, EventKind, RouteVersion, FlowVersion,"
                 " WorkType, SourceLane, SelectedEventId, LaneOrdinal, ReplayOfWorkId, Attempt, Status, CreatedAt, UpdatedAt)"
-                " SELECT l.n * :gens + g.n + 1, :ns, 'projection', :pack, 'contact.changed', 1, '1.0.0', 'project',"
+                " SELECT l.n * :gens + g.n + 1, :ns, 'projection', :pack, 'contact.changed', 1, '1.0.0', :work_type,"
                 " CONCAT('lane-', LPAD(l.n, 4, '0')), l.n * :per_lane + g.n * :inputs + :inputs,"
                 " l.n * :per_lane + g.n * :inputs + :inputs, NULL, 0,"
                 " CASE WHEN MOD(g.n, 10) = 3 THEN 'failed' ELSE 'completed' END,"
@@ -93,6 +94,7 @@ def _insert_lanes(engine: Engine, first: int, last: int, generations: int, input
                 " FROM bench_n l JOIN bench_n g ON g.n < :gens WHERE l.n BETWEEN :first AND :last"
             ),
             {"gens": generations, "per_lane": per_lane, "ns": NAMESPACE, "pack": PACK, "inputs": inputs,
+             "work_type": catalog.PROJECTION_WORK_TYPE,
              "first": first, "last": last},
         )
 

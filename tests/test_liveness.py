@@ -97,4 +97,10 @@ def test_sql_clause_and_python_rule_agree_and_every_user_follows_them(engine):
     assert in_sql == live
     assert resolvers == sorted(live)
     evidence = writers.old_writer_evidence(engine, "acme", stale_heartbeat=WINDOW, now=NOW)
-    assert {p["process_id"]: p["state"] for p in evidence.processes} == expected
+    shown = {p["process_id"]: p["state"] for p in evidence.processes}
+    # every live and silent process is listed; stopped ones are counted, the most recently stopped listed
+    assert {k: v for k, v in shown.items() if v != "stopped"} == {k: v for k, v in expected.items() if v != "stopped"}
+    stopped = {k for k, v in expected.items() if v == "stopped"}
+    assert evidence.stopped_by_role == {catalog.ROLE_DEPENDENCY_RESOLVER: len(stopped)}
+    assert {k for k, v in shown.items() if v == "stopped"} <= stopped
+    assert len([v for v in shown.values() if v == "stopped"]) == min(len(stopped), writers.STOPPED_SHOWN)

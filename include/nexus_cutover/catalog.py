@@ -47,6 +47,11 @@ AutoBigInt = BigInteger().with_variant(Integer(), "sqlite")
 WORK_CLASS_PROJECTION = "projection"
 WORK_CLASS_ORDINARY = "ordinary"
 
+#: The Event work types that are projection inputs (contract, "Ordinary work"): named here and nowhere else.
+#: Every other Event is an ordinary input, owned by the one ordinary WorkItem created with it.
+PROJECTION_WORK_TYPE = "connector.projection"
+PROJECTION_WORK_TYPES = (PROJECTION_WORK_TYPE,)
+
 WORK_LIVE_STATUSES = ("pending", "blocked", "retry", "processing")
 WORK_COMPLETED = "completed"
 WORK_TERMINAL_STATUSES = (WORK_COMPLETED, "failed", "cancelled")

@@ -10,6 +10,14 @@ Invariants:
   takes the database write lock up front (the SQLite stand-in for row locks).
 * Driver errors leave this module as :mod:`nexus_cutover.errors` classes with
   the contract's exit codes (see :func:`translate_errors`).
+* Every new connection to a MySQL-protocol server is checked before it is used
+  (contract, "TiDB transaction mode"; :func:`session_problem`): the locking
+  design needs pessimistic transactions (READ COMMITTED, and ``SELECT ... FOR
+  UPDATE`` that waits), so TiDB's ``tidb_txn_mode`` must be ``pessimistic``, and
+  the session's isolation READ COMMITTED or REPEATABLE READ (the read-only
+  reports take one snapshot; READ UNCOMMITTED would read uncommitted rows).
+  Anything else is :class:`~nexus_cutover.errors.BadInput` (exit 2) naming the
+  setting to change, raised before any statement of the command runs.
 """
 
 from __future__ import annotations
@@ -111,8 +119,55 @@ def is_mysql(bind: Engine | Connection) -> bool:
     return bind.dialect.name in ("mysql", "mariadb")
 
 
+#: The session isolations the transaction policy works with (MySQL spells them with dashes).
+SUPPORTED_ISOLATIONS = ("READ-COMMITTED", "REPEATABLE-READ")
+_SESSION_FACTS = (
+    "SHOW SESSION VARIABLES WHERE Variable_name IN ('version', 'tidb_txn_mode', 'transaction_isolation', 'tx_isolation')"
+)
+
+
+def session_problem(facts: dict[str, str]) -> str | None:
+    """What makes a MySQL-protocol session unfit for the cutover's locking, from its variables; None when fit.
+
+    ``facts``: ``SHOW SESSION VARIABLES`` of ``version``, ``tidb_txn_mode`` and the isolation
+    (``transaction_isolation``, or ``tx_isolation`` on MariaDB before 11.1). TiDB is recognized by
+    ``tidb_txn_mode`` existing or its version string.
+    """
+    facts = {k.lower(): str(v) for k, v in facts.items()}
+    tidb = "tidb_txn_mode" in facts or "tidb" in facts.get("version", "").lower()
+    if tidb:
+        mode = facts.get("tidb_txn_mode", "").strip().lower()
+        if mode != "pessimistic":
+            return (f"the tenant database is TiDB in {mode or 'optimistic (empty)'} transaction mode (tidb_txn_mode = "
+                    f"{facts.get('tidb_txn_mode', '')!r}): the cutover's locking needs pessimistic transactions "
+                    "(READ COMMITTED and SELECT ... FOR UPDATE that waits). Set tidb_txn_mode = 'pessimistic' "
+                    "(SET GLOBAL tidb_txn_mode = 'pessimistic', or for the cutover user's sessions) and run again; "
+                    "nothing of the tenant was read or written")
+    isolation = (facts.get("transaction_isolation") or facts.get("tx_isolation") or "").strip().upper().replace(" ", "-")
+    if isolation and isolation not in SUPPORTED_ISOLATIONS:
+        return (f"the tenant database session runs at {isolation} (transaction_isolation): the cutover needs "
+                f"{' or '.join(SUPPORTED_ISOLATIONS)} (it sets READ COMMITTED for each locked transaction; its reports "
+                "take one snapshot). Set transaction_isolation = 'REPEATABLE-READ' for the cutover user's sessions "
+                "(or globally) and run again; nothing of the tenant was read or written")
+    return None
+
+
+def _check_session(dbapi_connection, _record) -> None:  # pragma: no cover - driver hook, tested through engines
+    """The ``connect`` hook of MySQL-protocol engines: :func:`session_problem` refuses the connection."""
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(_SESSION_FACTS)
+        facts = {str(name): str(value) for name, value in cursor.fetchall()}
+    finally:
+        cursor.close()
+    problem = session_problem(facts)
+    if problem is not None:
+        raise BadInput(problem)  # the pool closes the connection it could not set up
+
+
 def make_engine(dsn: str | URL, *, connect_timeout: float = 10.0, **kwargs) -> Engine:
-    """An engine for a tenant DSN (validated with :func:`parse_dsn`)."""
+    """An engine for a tenant DSN (validated with :func:`parse_dsn`); on MySQL-protocol servers every new
+    connection is checked by :func:`session_problem` first."""
     url = dsn if isinstance(dsn, URL) else parse_dsn(dsn)
     if url.drivername in _SQLITE_DRIVERS:
         engine = create_engine(
@@ -125,7 +180,9 @@ def make_engine(dsn: str | URL, *, connect_timeout: float = 10.0, **kwargs) -> E
     if url.drivername == "mysql":
         url = url.set(drivername="mysql+pymysql")
     connect_args = {"connect_timeout": max(1, int(math.ceil(connect_timeout)))}
-    return create_engine(url, pool_pre_ping=True, connect_args=connect_args, **kwargs)
+    engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args, **kwargs)
+    event.listen(engine, "connect", _check_session)
+    return engine
 
 
 def _configure_sqlite(engine: Engine) -> None:

@@ -52,15 +52,20 @@ def _fence(engine: Engine, ns: str) -> dict[str, Any]:
         fences = fences_in_force(conn, ns, utcnow())
         cutover = [f for f in fences if is_cutover_fence(f["Scope"], f["ExpiresAt"])]
         last = None if cutover else last_released_cutover_fence(conn, ns)
-    if cutover:
+    if len(cutover) > 1:
+        text = (f"STOP: {len(cutover)} cutover fences in force ("
+                + "; ".join(f"fence {f['FenceId']} by {f['ArmedBy']}" for f in cutover)
+                + "): every step refuses until L2 releases all but one")
+    elif cutover:
         f = cutover[0]
         text = f"armed (fence {f['FenceId']} '*' since {f['ArmedAt']}, by {f['ArmedBy']})"
     elif fences:
         text = f"{len(fences)} other fence(s) in force"
     else:
         text = "none in force (admission open)"
-    return {"armed": bool(cutover), "in_force": len(fences), "text": text,
-            "holder": cutover[0]["ArmedBy"] if cutover else None, "last_holder": last["ArmedBy"] if last else None}
+    return {"armed": bool(cutover), "in_force": len(fences), "cutover_fences": len(cutover), "text": text,
+            "held_by": [f["ArmedBy"] for f in cutover], "holder": cutover[0]["ArmedBy"] if len(cutover) == 1 else None,
+            "last_holder": last["ArmedBy"] if last else None}
 
 
 def _drain(engine: Engine, ns: str) -> dict[str, Any]:
@@ -69,11 +74,12 @@ def _drain(engine: Engine, ns: str) -> dict[str, Any]:
     r = drain_report(engine, ns, deadline=utcnow() + dt.timedelta(hours=1), stale_heartbeat=STALE_HEARTBEAT,
                      sample_limit=5)
     return {"remaining": r.remaining, "counts": dict(r.counts), "state": r.state, "text": r.counts_text(),
-            "live_old_workers": list(r.live_old_workers),
+            "live_old_workers": list(r.live_old_workers), "ordinary_live": r.ordinary_live,
             "blockers": {k: v for k, v in r.blocker_totals.items() if v}}
 
 
 def _packs(engine: Engine, ns: str) -> list[dict[str, Any]]:
+    from .above_cutoff import pack_above_cutoff
     from .protocol_row import read_protocol_row
     from .runtime.activation import active_packs
     from .schema import has_table
@@ -83,12 +89,15 @@ def _packs(engine: Engine, ns: str) -> list[dict[str, Any]]:
         table = has_table(conn, catalog.ConnectorProjectionProtocol.name)
         for pack in active_packs(conn, ns):
             row = read_protocol_row(conn, pack) if table else None
+            above = pack_above_cutoff(conn, pack, row.legacy_max_ordinal) if row is not None else None
             out.append({
                 "pack_install_id": pack,
                 "checkpoint": None if row is None else {
                     "protocol_version": row.protocol_version, "legacy_max_ordinal": row.legacy_max_ordinal,
                     "written_at": row.written_at.isoformat() if row.written_at else None,
                     "written_by": row.written_by},
+                # old-protocol work an old runtime admitted above the cutoff: a stop, not "checkpointed"
+                "old_work_above_cutoff": None if above is None else above.as_json(),
             })
     return out
 
@@ -177,10 +186,13 @@ def read_tenant_state(bind: Engine | str, tenant: str) -> dict[str, Any]:
 
 
 def phase(state: dict[str, Any]) -> str:
-    """One word for the list: where the cutover stands."""
+    """One word for the list: where the cutover stands. ``stop``: a pack holds old-protocol work above its cutoff,
+    or several cutover fences are in force; either needs a person's decision, nothing goes on by itself."""
     packs = state.get("packs") or []
     all_cut = bool(packs) and all(p["checkpoint"] for p in packs)
     fence = state.get("fence", {})
+    if any(p.get("old_work_above_cutoff") for p in packs) or fence.get("cutover_fences", 0) > 1:
+        return "stop"
     if all_cut and not fence.get("armed") and state.get("host", {}).get("ready"):
         return "cut over"
     if all_cut:

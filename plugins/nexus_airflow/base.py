@@ -142,31 +142,40 @@ def run_holder(context) -> str:
     return f"{RUN_HOLDER_PREFIX}:{context['dag'].dag_id}:{context['run_id']}"[:128]
 
 
-def holder_is_active_run(context, log):
-    """``holder -> bool``: whether ``holder`` names an Airflow run that has not finished.
+#: How a person takes over a fence from the cutover DAG (FenceHeld's "Next:"); ``{holder}`` is filled in.
+DAG_TAKE_OVER = ("if {holder} is finished (a command that ended or was killed, a fence armed by hand) and you know it, "
+                 "take its fence over: trigger the run again with adopt = {holder} in the form (the fence then records "
+                 "this run as its holder)")
 
-    A holder that is not a run of this Airflow (e.g. a fence armed by hand or by
-    the CLI) holds nothing of a run's and may be adopted; so may a run that
-    ended. A run whose state cannot be read counts as active: adopting a fence
-    on a guess could interleave two cutovers, refusing only waits.
+
+def holder_state(context, log):
+    """``holder -> active | finished | unknown`` (:mod:`nexus_cutover.projection.fence`'s holder states).
+
+    An Airflow run of this Airflow is ``finished`` in a final state, ``active``
+    while queued or running (deferred and waiting for a person included). A run
+    whose state cannot be read counts as active: adopting a fence on a guess
+    could interleave two cutovers, refusing only waits. Any other holder (a
+    fence armed by hand or by a CLI invocation) is ``unknown``: never adopted
+    unless the person names it (the run's ``adopt`` field).
     """
+    from nexus_cutover.projection.fence import HOLDER_ACTIVE, HOLDER_FINISHED, HOLDER_UNKNOWN
 
-    def active(holder: str) -> bool:
+    def state_of(holder: str) -> str:
         prefix, _, rest = holder.partition(":")
         dag_id, _, run_id = rest.partition(":")
         if prefix != RUN_HOLDER_PREFIX or not dag_id or not run_id:
-            return False
+            return HOLDER_UNKNOWN
         try:
             state = str(context["ti"].get_dagrun_state(dag_id=dag_id, run_id=run_id))
         except Exception as exc:  # noqa: BLE001 - unreadable: refuse rather than guess
             log.error("could not read the state of run %s of %s (%s): treating it as still holding the tenant",
                       run_id, dag_id, exc)
-            return True
+            return HOLDER_ACTIVE
         state = state.rsplit(".", 1)[-1].lower()  # an enum's repr, or its value
         log.info("the fence's holder %s is %s", holder, state)
-        return state in HOLDING_RUN_STATES
+        return HOLDER_ACTIVE if state in HOLDING_RUN_STATES else HOLDER_FINISHED
 
-    return active
+    return state_of
 
 
 def plan(log, lines: list[str]) -> list[str]:

@@ -288,9 +288,9 @@ class StartNewHostOperator(_StrictHITL):
     reject_option = "Abort"
     on_reject = "The fence stays armed; the checkpoints are kept."
     after_reject = (
-        "start the new host, then clear start_new_host; or back out before any new input is admitted: "
-        "restart the old writers and have L2 release the fence (runbook, \"Rollback stance\"; the checkpoints "
-        "stay and are returned unchanged by the next run)")
+        "start the new host, then clear start_new_host. Do not restart the old writers: the checkpoints are "
+        "written, and anything an old writer admits now lands above the cutoff where no audit reads it. To pause "
+        "here, keep the fence armed and come back with a rerun (runbook, \"Rollback stance\")")
 
     def __init__(self, **kwargs) -> None:
         kwargs.setdefault("subject", "Start the new (ProjectionProtocol 1) host for the tenant")

@@ -5,7 +5,8 @@ connection id, calls one domain function, logs what it did (or, on a dry run,
 the ``PLAN:`` of the writes it would make and writes nothing), returns a
 JSON-serializable result, and converges when cleared and rerun:
 
-* ``resolve_packs``: read only;
+* ``resolve_packs``: read only; stops a tenant another holder holds (one cutover per tenant) before anything is
+  written;
 * ``apply_schema``: present objects are skipped; the v2 prerequisite is checked first, never created;
 * ``arm_fence``: reuses the identical fence; refuses (listing them) on active overrides;
 * ``history_digest``: read only; taken again from the rows on rerun (the same rows give the same digest);
@@ -24,7 +25,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from nexus_airflow.base import domain_errors, holder_is_active_run, params_of, plan, run_holder, stop, tenant_engine
+from nexus_airflow.base import DAG_TAKE_OVER, domain_errors, holder_state, params_of, plan, run_holder, stop, tenant_engine
 from nexus_airflow.faults import fault_point
 
 ASSET_ALIAS = "nexus-connector-projection-ranges"
@@ -39,17 +40,30 @@ def _who(context) -> str:
 
 
 class ResolvePacksOperator(BaseOperator):
-    """The pack incarnations of the run (``pack_install_ids`` or every active pack of the namespace)."""
+    """The pack incarnations of the run (``pack_install_ids`` or every active pack of the namespace).
+
+    Also the run's first look at who holds the tenant (read only): another holder that this run may not adopt
+    stops it here, naming the holder, before ``apply_schema`` writes anything. ``arm_fence`` decides again under
+    the namespace lock, where it acts.
+    """
 
     def execute(self, context) -> list[str]:
         from nexus_airflow.params import CUTOVER_FIELDS, CUTOVER_RULES, check_form
         from nexus_cutover.projection import steps
+        from nexus_cutover.projection.fence import FenceHeld, SeveralCutoverFences
 
         with domain_errors(context, self.log):
             check_form(context, CUTOVER_FIELDS, CUTOVER_RULES)  # the run's first task: a bad form fails before anything is read
         p = params_of(context)
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
             packs = steps.resolve_packs(engine, p.tenant, p.pack_install_ids)
+            try:
+                steps.held_by_another(engine, p.tenant, holder=_who(context), holder_state=holder_state(context, self.log),
+                                      adopt=p.adopt, take_over=DAG_TAKE_OVER)
+            except FenceHeld as exc:
+                stop(context, self.log, str(exc), {"held_by": exc.holder, "fence": exc.fence})
+            except SeveralCutoverFences as exc:
+                stop(context, self.log, str(exc), {"cutover_fences": exc.fences})
         self.log.info("tenant %s: packs %s%s", p.tenant, ", ".join(packs), " (dry run)" if p.dry_run else "")
         return packs
 
@@ -84,18 +98,21 @@ class ArmFenceOperator(BaseOperator):
 
     def execute(self, context) -> dict[str, Any]:
         from nexus_cutover.projection import steps
-        from nexus_cutover.projection.fence import ActiveOverrides, FenceHeld
+        from nexus_cutover.projection.fence import ActiveOverrides, FenceHeld, SeveralCutoverFences
 
         p = params_of(context)
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
             try:
                 packs = context["ti"].xcom_pull(task_ids="resolve_packs") or []
                 result = steps.arm_fence(engine, p.tenant, holder=_who(context), packs=packs, timeout_s=p.checkpoint_timeout,
-                                         holder_active=holder_is_active_run(context, self.log), dry_run=p.dry_run)
+                                         holder_state=holder_state(context, self.log), adopt=p.adopt,
+                                         take_over=DAG_TAKE_OVER, dry_run=p.dry_run)
             except ActiveOverrides as exc:
                 stop(context, self.log, str(exc), {"active_overrides": exc.overrides})
             except FenceHeld as exc:
                 stop(context, self.log, str(exc), {"held_by": exc.holder, "fence": exc.fence})
+            except SeveralCutoverFences as exc:
+                stop(context, self.log, str(exc), {"cutover_fences": exc.fences})
         out = result.as_json()
         if p.dry_run:
             what = {"would_arm": "arm a new non-expiring '*' fence",
@@ -108,7 +125,7 @@ class ArmFenceOperator(BaseOperator):
                           "(last released cutover fence: %s)", p.tenant, result.fence_id)
             return out
         self.log.info("fence %s %s on namespace %s%s", result.fence_id, result.outcome, p.tenant,
-                      f" (left by the finished {result.previous_holder})" if result.previous_holder else "")
+                      f" (taken over from {result.previous_holder})" if result.previous_holder else "")
         if result.other_fences_in_force:
             self.log.warning("other fences in force (left as they are): %s", result.other_fences_in_force)
         fault_point("arm_fence.after_write")
@@ -202,9 +219,11 @@ class ResumeAdmissionOperator(BaseOperator):
                 return {"dry_run": True, "plan": plan(self.log, [
                     f"_System_AdmissionFence: set ReleasedAt on fence {fence_id or '(armed by arm_fence)'}"
                     f" once ready (now: {'ready' if ready.ready else '; '.join(ready.reasons)})"])}
-            if fence_id is None and armed.get("outcome") == "not_needed":
-                self.log.info("the tenant was already cut over and no cutover fence exists: nothing to release")
-                return {"namespace": p.tenant, "outcome": "nothing_to_release", "fence_id": None}
+            if armed.get("outcome") == "not_needed":  # the last cutover fence was released by the run that held it
+                self.log.info("the tenant was already cut over and no cutover fence is in force: nothing to release "
+                              "(last released cutover fence: %s)", fence_id)
+                return {"namespace": p.tenant, "outcome": "already_released" if fence_id else "nothing_to_release",
+                        "fence_id": fence_id}
             if fence_id is None:
                 stop(context, self.log, "arm_fence left no fence id in XCom: clear arm_fence (it reuses the fence)")
             result = steps.release_fence(engine, p.tenant, int(fence_id), holder=_who(context), stale_heartbeat=stale,

@@ -44,7 +44,7 @@ MIN_POLL_INTERVAL_S = int(os.environ.get("NEXUS_MIN_POLL_INTERVAL_S", "10"))
 _REQUIRED = object()
 
 #: The collapsed sections of the forms, in the order they appear (a field without one shows up front).
-CONNECTIONS = "Connections and packs"
+CONNECTIONS = "Connections, packs and fence takeover"
 APPROVAL = "Who may approve"
 TIMING = "Timeouts and polling"
 ROLLOUT_ONLY = "Set by tenant_rollout only (leave as they are)"
@@ -182,6 +182,10 @@ CUTOVER_FIELDS: dict[str, Field] = {
     "host_http_conn_id": Field("nexus_deployer", "Deployer HTTP connection id", "Used when host_controller is http.",
                                {"type": "string", "pattern": CONN_ID_PATTERN}, lambda v: v or "nexus_deployer", CONNECTIONS),
     "notify_conn_id": NOTIFY_FIELD,
+    "adopt": Field(None, "Take over the fence of", "The holder (ArmedBy) of a cutover fence left by a command-line "
+                   "invocation or armed by hand, to take over once you know it is finished. Empty: a fence of a "
+                   "finished Airflow run is taken over by itself; any other holder's stops the run, naming it.",
+                   {"type": "string", "maxLength": 128}, lambda v: v or None, CONNECTIONS),
     **APPROVER_FIELDS,
     "drain_timeout": _seconds(3600, "Drain timeout (s)", "How long wait_for_drain may wait for old projection work to become terminal."),
     "writers_stop_timeout": _seconds(3600, "Writers stop timeout (s)",
@@ -311,6 +315,7 @@ class RunParams:
     allow_self_approval: bool = False
     approval: str = "per_tenant"
     rollout: dict[str, Any] = field(default_factory=dict)
+    adopt: str | None = None
 
     @classmethod
     def from_context(cls, context) -> RunParams:

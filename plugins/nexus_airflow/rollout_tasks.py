@@ -126,6 +126,8 @@ def _earlier_failure(ti, tenant: str, own_run_id: str, standing: dict[str, Any] 
             return f"failed in run {own_run_id}", True
         return f"still {state} in run {own_run_id}", True
     holder = (standing or {}).get("fence_held_by") or ""
+    if not isinstance(holder, str):  # several cutover fences: their own runs say so (a refusal naming each)
+        holder = ""
     prefix, _, rest = holder.partition(":")
     dag_id, _, run_id = rest.partition(":")
     if prefix == "airflow" and dag_id == ro.CUTOVER_DAG and run_id:
@@ -157,6 +159,9 @@ def build_plan(params: dict[str, Any], run_id: str, requested_by: str | None, ti
     for tenant in tenants:
         own = ro.run_id_for(run_id, tenant)
         standing = _standing(tenant, log)
+        if standing and standing.get("old_work_above_cutoff"):  # no run can pass it: a reviewed recovery decision
+            skipped[tenant] = "stop: " + "; ".join(a["text"] for a in standing["old_work_above_cutoff"])
+            continue
         if standing and standing["cut_over"]:
             skipped[tenant] = f"already cut over ({standing['checkpointed']} pack(s) checkpointed, admission resumed)"
             continue

@@ -44,6 +44,7 @@ def base_conf(conn_id: str, **overrides: Any) -> dict[str, Any]:
         "approvers": [],
         "allow_self_approval": False,
         "rollout": {},
+        "adopt": None,
     }
     conf.update(overrides)
     return conf

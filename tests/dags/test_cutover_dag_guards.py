@@ -173,11 +173,14 @@ def test_a_second_run_for_the_same_tenant_stops_at_once_naming_the_holder_and_th
         run_id = session.scalar(select(DagRun.run_id).where(DagRun.dag_id == DAG_ID, DagRun.logical_date == second_date))
     assert run_id is not None, second["output"][-3000:]
     other = collect(DAG_ID, run_id)
-    assert other.state == "failed" and other.state_of("arm_fence") == "failed", other.task_states
-    held = other.xcom("arm_fence", key="report")
+    # one cutover per tenant refuses before any write: at the first task, before apply_schema (issue 23, item 4)
+    assert other.state == "failed" and other.state_of("resolve_packs") == "failed", other.task_states
+    held = other.xcom("resolve_packs", key="report")
     assert held["held_by"] == f"airflow:{DAG_ID}:{first.run_id}"
+    assert "has not finished" in held["message"] and "overrides" not in held["message"]
     assert all(state == "upstream_failed" for task, state in other.task_states.items()
-               if task.startswith(("wait_for_drain", "confirm_writers_stopped", "audit_and_checkpoint"))), other.task_states
+               if task.startswith(("apply_schema", "arm_fence", "wait_for_drain", "confirm_writers_stopped",
+                                   "audit_and_checkpoint"))), other.task_states
     assert second["fences_after"] == second["fences_before"] == [("*", True, False)]  # the second run wrote nothing
     snap = snapshot(engine)
     assert snap["protocol_rows"] == [(p, 1, max_ordinal(engine, p)) for p in PACKS]
@@ -257,3 +260,34 @@ def test_a_connection_to_another_tenants_database_is_hinted(dag, tenant):
     result = run_dag(dag, base_conf(conn_id, tenant="globex"))
     message = result.xcom("resolve_packs", key="report")["message"]
     assert "no active pack" in message and "another tenant's database" in message
+
+
+def test_a_fence_a_cli_invocation_holds_is_never_taken_silently_and_is_taken_when_named(dag, tenant, tenant_connection):
+    """A CLI run holds the tenant mid-cutover: a DAG run stops at its first task, naming it and how to take it over,
+    with nothing written (not even the additive schema); a run naming it in ``adopt`` takes it over."""
+    from nexus_cutover.schema import missing_projection_schema
+
+    engine, conn_id = tenant
+    drained_tenant().write(engine)
+    cli_holder = "cli:alice@jump-host:pid4242:20261202T080000.000000Z.beef"
+    with engine.begin() as conn:  # the CLI armed it (Part A table: its apply-schema has not run yet either)
+        conn.execute(catalog.AdmissionFence.insert().values(
+            Namespace=NS, Scope="*", Reason="connector projection range cutover", ArmedBy=cli_holder,
+            ArmedAt=dt.datetime(2026, 12, 2, 8)))
+    missing = missing_projection_schema(engine)
+    before = snapshot(engine)
+    refused = run_dag(dag, base_conf(conn_id))
+    assert refused.state == "failed" and refused.state_of("resolve_packs") == "failed", refused.task_states
+    report = refused.xcom("resolve_packs", key="report")
+    assert report["held_by"] == cli_holder and "not adopted silently" in report["message"]
+    assert f"adopt = {cli_holder}" in report["message"] and "overrides" not in report["message"]
+    assert snapshot(engine) == before and missing_projection_schema(engine) == missing  # nothing written
+    with Deployer(engine) as deployer, HitlAnswerer(DAG_ID, {"confirm_writers_stopped": CONFIRM}):
+        tenant_connection("nexus_deployer_test", raw_json=deployer.connection_json)
+        taken = run_dag(dag, base_conf(conn_id, adopt=cli_holder))
+    assert taken.state == "success", taken.task_states
+    armed = taken.xcom("arm_fence")
+    assert (armed["outcome"], armed["previous_holder"]) == ("adopted", cli_holder)
+    with engine.connect() as conn:
+        reason, released_by = conn.execute(select(catalog.AdmissionFence.c.Reason, catalog.AdmissionFence.c.ReleasedBy)).one()
+    assert f"adopted from {cli_holder}" in reason and released_by == f"airflow:{DAG_ID}:{taken.run_id}"

@@ -116,3 +116,16 @@ def test_happy_path_through_stage_3_then_reverified(tenant_url):
     assert gates.stage_2_materialize(engine).already_done
     assert history_checksum(engine) == before  # Event/WorkItem history untouched
     engine.dispose()
+
+
+def test_a_lagging_producer_behind_1200_stopped_registry_rows_is_found(tenant_url):
+    """A long-lived registry (contract, "Process registry"): the gates read the deployed producers in SQL, every one."""
+    engine = legacy_tenant(tenant_url)
+    sc = TenantScenario()
+    for i in range(1200):  # every restart of years, stopped, sorting before the live one
+        sc.process(catalog.ROLE_RUNTIME_API, version="4.0.0", process_id=f"api-restart-{i:05d}", stopped=True)
+    sc.process(catalog.ROLE_RUNTIME_API, version="4.11.0", process_id="zz-api-Ä ")
+    sc.write(engine)
+    report = gates.stage_1(engine, stage1_release=STAGE1)
+    assert not report.passed and [f["process_id"] for f in report.findings] == ["zz-api-Ä "]
+    engine.dispose()

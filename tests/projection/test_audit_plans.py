@@ -13,7 +13,7 @@ from nexus_cutover.projection import audit
 from nexus_sim.scenario import TenantScenario, drained_pack_history
 from tests.support import make_cutover_ready
 
-IDENT = ProjectionIdentity("pk-1", "contact.changed", 1, "1.0.0", "project", "lane-003")
+IDENT = ProjectionIdentity("pk-1", "contact.changed", 1, "1.0.0", "connector.projection", "lane-003")
 
 
 @pytest.fixture

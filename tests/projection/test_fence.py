@@ -74,8 +74,11 @@ def test_release_is_idempotent(engine):
     assert fence.release_fence(engine, "acme", armed.fence_id, released_by="t", timeout_s=10).outcome == "released"
     released_at = _fences(engine)[0]["ReleasedAt"]
     assert released_at is not None
-    again = fence.release_fence(engine, "acme", armed.fence_id, released_by="t2", timeout_s=10)
+    again = fence.release_fence(engine, "acme", armed.fence_id, released_by="t", timeout_s=10)
     assert again.outcome == "already_released"
+    with pytest.raises(fence.ReleasedByAnother, match="already released by 't'.*not by 't2'") as other:
+        fence.release_fence(engine, "acme", armed.fence_id, released_by="t2", timeout_s=10)  # not a success
+    assert other.value.exit_code == 3
     assert _fences(engine)[0]["ReleasedAt"] == released_at and _fences(engine)[0]["ReleasedBy"] == "t"
     assert fence.cutover_fence_in_force(engine, "acme") is None
     # a new arm after release is a new fence

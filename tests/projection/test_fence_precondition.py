@@ -153,7 +153,8 @@ def test_a_fence_held_by_an_unfinished_holder_stops_another_and_writes_nothing(e
     first = fence.arm_fence(engine, "acme", armed_by="run-1", timeout_s=10)
     before = _fence_rows(engine)
     with pytest.raises(fence.FenceHeld) as err:
-        fence.arm_fence(engine, "acme", armed_by="run-2", timeout_s=10, holder_active=lambda holder: holder == "run-1")
+        fence.arm_fence(engine, "acme", armed_by="run-2", timeout_s=10,
+                        holder_state=lambda holder: fence.HOLDER_ACTIVE if holder == "run-1" else fence.HOLDER_FINISHED)
     assert err.value.holder == "run-1" and "'run-1'" in str(err.value) and "Nothing was written" in str(err.value)
     assert err.value.exit_code == 3
     assert _fence_rows(engine) == before
@@ -163,9 +164,10 @@ def test_a_fence_held_by_an_unfinished_holder_stops_another_and_writes_nothing(e
 
 def test_a_finished_holders_fence_is_adopted_and_then_only_the_adopter_releases_it(engine):
     first = fence.arm_fence(engine, "acme", armed_by="run-1", timeout_s=10)
-    dry = fence.arm_fence(engine, "acme", armed_by="run-2", timeout_s=10, dry_run=True, holder_active=lambda h: False)
+    dry = fence.arm_fence(engine, "acme", armed_by="run-2", timeout_s=10, dry_run=True,
+                          holder_state=lambda h: fence.HOLDER_FINISHED)
     assert (dry.outcome, dry.previous_holder) == ("would_adopt", "run-1")
-    adopted = fence.arm_fence(engine, "acme", armed_by="run-2", timeout_s=10, holder_active=lambda h: False)
+    adopted = fence.arm_fence(engine, "acme", armed_by="run-2", timeout_s=10, holder_state=lambda h: fence.HOLDER_FINISHED)
     assert (adopted.outcome, adopted.fence_id, adopted.previous_holder) == ("adopted", first.fence_id, "run-1")
     rows = _fence_rows(engine)
     assert len(rows) == 1 and rows[0]["ArmedBy"] == "run-2"

@@ -9,20 +9,28 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sqlalchemy import delete, insert, select, text, update
+from sqlalchemy import BigInteger, delete, insert, literal, select, text, update
 from sqlalchemy.engine import make_url
 
 from nexus_cutover import catalog
 from nexus_cutover.db import Deadline, make_engine
 from nexus_cutover.errors import BadInput, LockTimeout, MissingSchema
+from nexus_cutover.projection import digest as digests
 from nexus_cutover.projection.checkpoint import run_checkpoint
 from nexus_cutover.projection.digest import HistoryDigest, compute_digest, load_digest, verify_digest
 from nexus_cutover.runtime.host import run_host
-from nexus_sim.scenario import TenantScenario, drained_pack_history
+from nexus_sim.scenario import TenantScenario, drained_pack_history, insert_rows
 from tests.support import fence_pack_namespace, make_cutover_ready, prepared_engine
 
 NS, PACK = "tenant-d", "pk-d"
 Event, WorkItem = catalog.Event, catalog.WorkItem
+ORDINARY_WORK_TYPE = "email.send"
+
+
+def projection_rows(sc: TenantScenario) -> dict[str, int]:
+    """How many history rows the scenario has: projection inputs and projection WorkItems (no ordinary work)."""
+    return {Event.name: sum(e["WorkType"] == catalog.PROJECTION_WORK_TYPE for e in sc.events),
+            WorkItem.name: sum(w["WorkClass"] == catalog.WORK_CLASS_PROJECTION for w in sc.work_items)}
 
 
 def history(engine, *, seed: int = 3, lanes: int = 3, generations: int = 4, receipts: int = 0,
@@ -34,7 +42,9 @@ def history(engine, *, seed: int = 3, lanes: int = 3, generations: int = 4, rece
     lane = pack.lane("unicode")
     event = lane.event(payload=json.dumps({"name": text}, ensure_ascii=False), received_at=dt.datetime(2026, 1, 2, 3, 4, 5, 678901))
     lane.work_item(event, attempt=2, lease_owner="old-worker-1", blocked_on=None)
-    sc.ordinary_work(event)
+    # ordinary work beside it (contract, "Ordinary work"): an ordinary Event of the pack and its ordinary WorkItem
+    mail = pack.lane("mail", event_kind="mail.requested", work_type=ORDINARY_WORK_TYPE).event(status="pending")
+    sc.ordinary_work(mail, status="retry")
     other = TenantScenario(namespace="someone-else", event_id_start=10_000, work_id_start=10_000)
     other_lane = other.pack("pk-other").lane("x")
     other_lane.generation(2)
@@ -57,8 +67,8 @@ def execute(engine, stmt) -> None:
 def test_unchanged_history_verifies_and_the_summary_says_what_was_covered(engine):
     sc = history(engine)
     digest = compute_digest(engine, NS, chunk_rows=7)
-    assert digest.rows == {Event.name: len(sc.events), WorkItem.name: len(sc.work_items)}  # the other namespace is not in it
-    assert digest.chunk_count[Event.name] == -(-len(sc.events) // 7)
+    assert digest.rows == projection_rows(sc)  # neither the other namespace nor ordinary work is in it
+    assert digest.chunk_count[Event.name] == -(-projection_rows(sc)[Event.name] // 7)
     assert len(digest.short_hash) == 16 and digest.summary()["hash"] == digest.short_hash
     result = verify_digest(engine, digest)
     assert result.ok, result.summary()
@@ -165,14 +175,134 @@ def test_an_old_style_work_item_with_a_low_id_is_extra(engine):
     assert kinds(verify_digest(engine, digest)) == [(WorkItem.name, "extra", -5, ())]
 
 
-def test_several_rows_changed_in_one_chunk_are_reported_by_range_with_their_columns(engine):
-    history(engine)
-    digest = compute_digest(engine, NS, chunk_rows=50)
-    execute(engine, update(Event).where(Event.c.EventId.in_([2, 3])).values(Status="failed"))
+def history_keys(engine, table) -> list[int]:
+    pk = table.primary_key.columns[0]
+    where = digests.history_rows(table, NS, {})
+    with engine.connect() as conn:
+        return sorted(conn.execute(select(pk).where(*where)).scalars())
+
+
+def by_slice(keys) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for key in keys:
+        out.setdefault(digests.slice_of(key), []).append(key)
+    return out
+
+
+def test_slices_spread_consecutive_and_strided_keys_and_sql_agrees_with_python(engine):
+    n = digests.SLICES
+    assert [digests.slice_of(k) for k in range(n)] == list(range(n))  # consecutive keys: every slice once
+    for stride in (2, 16, 1000, 2**20):  # ids a stride apart (several servers, shards) spread too
+        assert sorted(digests.slice_of(k * stride + 3) for k in range(n)) == list(range(n)), stride
+    assert sorted(digests.slice_of((k << 58) + 5) for k in range(n)) == list(range(n))  # high shard bits
+    assert 0 <= digests.slice_of(-1) < n and 0 <= digests.slice_of(-2**63) < n
+    if engine.dialect.name != "sqlite":  # the server's copy of the rule gives the same slice for every key
+        keys = [0, 1, 15, 16, 255, 4097, 2**31 - 1, 2**31, 2**40 + 7, 2**62 + 12345, -1, -2**63, 10**18]
+        with engine.connect() as conn:
+            sql = [conn.execute(select(digests._Shape.slice_sql(literal(k, BigInteger)))).scalar() for k in keys]
+        assert sql == [digests.slice_of(k) for k in keys]
+
+
+def test_several_rows_of_one_chunk_are_each_named_with_their_columns(engine):
+    """Rows of one chunk differ, each alone in its slice: each is named, a changed one with its own columns."""
+    sc = history(engine, lanes=4, generations=6)
+    digest = compute_digest(engine, NS, chunk_rows=200)  # one chunk per table
+    assert digest.chunk_count == {Event.name: 1, WorkItem.name: 1}
+    assert len(digest.tables[Event.name].chunks[0].slice_chunks()) == digests.SLICES
+    event_keys = history_keys(engine, Event)
+    consecutive = event_keys[20:23]  # a run of ids changed together: three slices
+    free = by_slice(k for k in event_keys if digests.slice_of(k) not in {digests.slice_of(c) for c in consecutive})
+    first, second, third = (free[j][0] for j in sorted(free)[:3])
+    work = by_slice(history_keys(engine, WorkItem))[2][0]
+    execute(engine, update(Event).where(Event.c.EventId == first).values(Status="skipped"))
+    execute(engine, update(Event).where(Event.c.EventId == second).values(Payload="{}", RouteVersion=7))
+    execute(engine, delete(Event).where(Event.c.EventId == third))
+    execute(engine, update(Event).where(Event.c.EventId.in_(consecutive)).values(SourceLane="moved"))
+    execute(engine, update(WorkItem).where(WorkItem.c.WorkId == work).values(LeaseOwner="intruder"))
     result = verify_digest(engine, digest)
-    (d,) = result.differences
-    assert (d.kind, d.key, d.columns, d.lo) == ("several", None, ["Status"], None)
-    assert "more than one row" in d.text
+    assert len({digests.slice_of(k) for k in (first, second, third, *consecutive)}) == 6
+    assert kinds(result) == sorted([
+        (Event.name, "changed", first, ("Status",)),
+        (Event.name, "changed", second, ("RouteVersion", "Payload")),  # catalog order
+        (Event.name, "missing", third, ()),
+        *((Event.name, "changed", key, ("SourceLane",)) for key in consecutive),
+    ], key=lambda d: digests.slice_of(d[2])) + [(WorkItem.name, "changed", work, ("LeaseOwner",))]
+    assert result.chunks_differing == {Event.name: 1, WorkItem.name: 1} and result.named_rows == 7
+    assert len(sc.events) > 16
+
+
+def test_two_rows_of_one_slice_are_the_chunks_key_range_with_its_row_counts(engine):
+    history(engine, lanes=4, generations=6)
+    digest = compute_digest(engine, NS, chunk_rows=200)
+    slices = by_slice(history_keys(engine, Event))
+    j, same = next((j, keys) for j, keys in slices.items() if len(keys) >= 2)
+    other = next(keys[0] for k, keys in slices.items() if k != j)
+    execute(engine, update(Event).where(Event.c.EventId == same[0]).values(Status="failed"))
+    execute(engine, update(Event).where(Event.c.EventId == same[1]).values(Status="skipped"))  # unalike: no XOR cancels
+    execute(engine, update(Event).where(Event.c.EventId == other).values(Status="skipped"))
+    result = verify_digest(engine, digest)
+    rows = digest.rows[Event.name]
+    assert sorted(kinds(result), key=str) == sorted([(Event.name, "changed", other, ("Status",)),
+                                                     (Event.name, "range", None, ("Status",))], key=str)
+    (d,) = [d for d in result.differences if d.kind == "range"]
+    assert (d.lo, d.hi, d.rows_then, d.rows_now, d.narrowed) == (None, None, rows, rows, True)
+    assert f"rows with EventId in (-inf, +inf] differ ({rows} rows then, {rows} now; column(s) Status)" in d.text
+    execute(engine, delete(Event).where(Event.c.EventId == same[1]))  # a missing row: every column's figure moves
+    (d,) = [d for d in verify_digest(engine, digest).differences if d.kind == "range"]
+    assert (d.rows_then, d.rows_now) == (rows, rows - 1) and "Status" in d.columns
+
+
+def test_past_the_bound_the_differences_are_key_ranges_with_row_counts(engine):
+    """More differing rows than MAX_NAMED_ROWS: the first ones are named, the rest are key ranges (not narrowed)."""
+    sc = TenantScenario(namespace=NS)
+    lane = sc.pack(PACK).lane("deep")
+    for _ in range(digests.MAX_NAMED_ROWS + 40):
+        lane.generation(1)
+    sc.write(engine)
+    digest = compute_digest(engine, NS, chunk_rows=16)
+    changed = [e["EventId"] for e in sc.events]
+    execute(engine, update(Event).where(Event.c.EventId.in_(changed)).values(Status="skipped"))
+    result = verify_digest(engine, digest)
+    named = [d for d in result.differences if d.kind == "changed"]
+    ranges = [d for d in result.differences if d.kind == "range"]
+    assert len(named) == digests.MAX_NAMED_ROWS and {d.key for d in named} < set(changed)
+    assert all(d.columns == ["Status"] for d in named)
+    assert all(set(d.columns) <= {"Status"} for d in ranges)  # XOR figures: a column changed alike in an even
+    # number of a range's rows can cancel out of its list (never a wrong column); a named row's are exact
+    assert result.named_rows == digests.MAX_NAMED_ROWS == result.as_json()["named_rows"]
+    unnamed = [d for d in ranges if not d.narrowed]
+    assert unnamed and all(f"{digests.MAX_NAMED_ROWS} rows were already named" in d.text for d in unnamed)
+    last = digest.tables[Event.name].chunks
+    assert unnamed[-1].hi is None and unnamed[-1].lo == last[-2].hi  # the last chunk, open-ended
+    covered = {d.key for d in named}
+    for d in ranges:  # every changed row not named lies in a range reported
+        covered |= {k for k in changed if (d.lo is None or k > d.lo) and (d.hi is None or k <= d.hi)}
+    assert covered == set(changed)
+
+
+def test_ordinary_work_changing_and_appearing_after_the_digest_never_fails_it(engine):
+    """Ordinary Events and WorkItems are not history: the new runtime processes and creates them after the release."""
+    sc = history(engine)
+    digest = compute_digest(engine, NS, chunk_rows=5)
+    ordinary = next(w for w in sc.work_items if w["WorkClass"] == catalog.WORK_CLASS_ORDINARY)
+    execute(engine, update(WorkItem).where(WorkItem.c.WorkId == ordinary["WorkId"]).values(Status="completed", Attempt=3))
+    execute(engine, update(Event).where(Event.c.EventId == ordinary["SelectedEventId"]).values(Status="processed"))
+    more = TenantScenario(namespace=NS, event_id_start=-50, work_id_start=-50)  # low ids: content decides, not the id
+    mail = more.pack("pk-mail-only").lane("Mail Ä ", event_kind="mail.requested", work_type=ORDINARY_WORK_TYPE).event()
+    more.ordinary_work(mail, status="pending")
+    insert_rows(engine, Event, more.events)
+    insert_rows(engine, WorkItem, more.work_items)
+    result = verify_digest(engine, digest)
+    assert result.ok, result.summary()
+    execute(engine, update(Event).where(Event.c.EventId == sc.events[0]["EventId"]).values(Status="skipped"))
+    assert kinds(verify_digest(engine, digest)) == [(Event.name, "changed", sc.events[0]["EventId"], ("Status",))]
+
+
+def test_a_version_1_digest_is_refused_with_what_to_do(engine):
+    history(engine)
+    saved = compute_digest(engine, NS, chunk_rows=6).as_json()
+    with pytest.raises(BadInput, match="version-1 digest.*ordinary work.*take a new digest"):
+        HistoryDigest.from_json({**saved, "version": 1})
 
 
 def test_rows_the_new_host_admits_and_changes_above_the_cutoff_pass(engine):
@@ -299,3 +429,41 @@ def test_any_single_corruption_of_a_random_history_is_named(seed, chunk_rows, pi
             expected = (WorkItem.name, "changed", work["WorkId"])
         result = verify_digest(eng, digest)
         assert [(d.table, d.kind, d.key) for d in result.differences] == [expected]
+
+
+def slice_of_key(digest, table, key) -> tuple[int, int]:
+    """(chunk, slice) of ``key`` in the digest's recorded chunk ranges (the last chunk open-ended)."""
+    import bisect
+
+    chunks = digest.tables[table.name].chunks
+    return min(bisect.bisect_left([ch.hi for ch in chunks], key), len(chunks) - 1), digests.slice_of(key)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), chunk_rows=st.integers(16, 80),
+       picks=st.lists(st.tuples(st.integers(0, 10_000), st.sampled_from(["status", "payload", "delete"])),
+                      min_size=2, max_size=6))
+def test_corruptions_in_distinct_slices_are_each_named(seed, chunk_rows, picks):
+    """Several rows of one chunk differ, each alone in its slice: every one is named (changed with its column, or missing)."""
+    with prepared_engine("sqlite://", make_cutover_ready) as eng:
+        sc = TenantScenario(namespace=NS)
+        drained_pack_history(sc.pack(PACK), random.Random(seed), lanes=3, generations=6)
+        sc.write(eng)
+        digest = compute_digest(eng, NS, chunk_rows=chunk_rows)
+        chosen: dict[tuple[int, int], tuple[dict, str]] = {}
+        for pick, how in picks:
+            event = sc.events[pick % len(sc.events)]
+            chosen.setdefault(slice_of_key(digest, Event, event["EventId"]), (event, how))
+        expected = []
+        for _, (event, how) in sorted(chosen.items()):  # differences come chunk by chunk, slice by slice
+            this = Event.c.EventId == event["EventId"]
+            if how == "delete":
+                execute(eng, delete(Event).where(this))
+                expected.append((Event.name, "missing", event["EventId"], ()))
+            elif how == "payload":
+                execute(eng, update(Event).where(this).values(Payload=event["Payload"] + "!"))
+                expected.append((Event.name, "changed", event["EventId"], ("Payload",)))
+            else:
+                execute(eng, update(Event).where(this).values(Status="failed" if event["Status"] != "failed" else "skipped"))
+                expected.append((Event.name, "changed", event["EventId"], ("Status",)))
+        assert kinds(verify_digest(eng, digest)) == expected

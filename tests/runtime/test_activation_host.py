@@ -89,7 +89,7 @@ def test_drain_and_exit_refused_by_gate_exits_3_having_admitted_nothing(range_en
 def test_host_materializes_receipts_and_completes_every_generation(range_engine):
     range_tenant(range_engine, build=lambda sc: _receipts(sc, 7))
     recorder = Recorder()
-    routing = Routing(route_version=3, flow_version="2.1.0", work_type="project")
+    routing = Routing(route_version=3, flow_version="2.1.0", work_type="connector.projection")
     code = run_host(range_engine, NS, process_id="host-1", drain_and_exit=True, execute=recorder, routing=routing, poll_s=0.01)
     assert code == 0
     row = _process(range_engine, "host-1")
@@ -244,7 +244,7 @@ def test_uncovered_receipt_is_left_unmaterialized_and_ends_the_drain_with_missin
                 EventKind="contact.changed",
                 RouteVersion=1,
                 FlowVersion="1.0.0",
-                WorkType="project",
+                WorkType="connector.projection",
                 SourceLane="b",
                 EnqueueOrdinal=1,
                 ReceiptId="rc-001",

@@ -59,7 +59,7 @@ def test_duplicate_above_cutoff_without_coverage_is_an_explicit_error_and_nothin
                 EventKind="contact.changed",
                 RouteVersion=1,
                 FlowVersion="1.0.0",
-                WorkType="project",
+                WorkType="connector.projection",
                 SourceLane="a",
                 EnqueueOrdinal=4,
                 ReceiptId="lost",

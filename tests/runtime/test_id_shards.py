@@ -65,8 +65,8 @@ def test_a_foreign_row_inside_a_shard_is_stepped_over(range_engine):
         conn.execute(
             insert(Event).values(
                 EventId=next_event + 5, Namespace="acme", PackInstallId=PACKS[1], EventKind="contact.changed", RouteVersion=1,
-                FlowVersion="1.0.0", WorkType="project", SourceLane="z", EnqueueOrdinal=0, ReceiptId="foreign", Status="processed",
-                Payload="{}", ReceivedAt=dt.datetime(2026, 1, 1),
+                FlowVersion="1.0.0", WorkType="connector.projection", SourceLane="z", EnqueueOrdinal=0, ReceiptId="foreign",
+                Status="processed", Payload="{}", ReceivedAt=dt.datetime(2026, 1, 1),
             )
         )
     admitted = admit_batch(range_engine, pack, [inp("a", "2"), inp("a", "3")]).admitted
@@ -81,8 +81,8 @@ def test_a_used_up_shard_is_a_clear_error_and_nothing_is_written(range_engine):
         conn.execute(
             insert(Event).values(
                 EventId=top, Namespace="acme", PackInstallId=PACKS[1], EventKind="contact.changed", RouteVersion=1,
-                FlowVersion="1.0.0", WorkType="project", SourceLane="z", EnqueueOrdinal=0, ReceiptId="top", Status="processed",
-                Payload="{}", ReceivedAt=dt.datetime(2026, 1, 1),
+                FlowVersion="1.0.0", WorkType="connector.projection", SourceLane="z", EnqueueOrdinal=0, ReceiptId="top",
+                Status="processed", Payload="{}", ReceivedAt=dt.datetime(2026, 1, 1),
             )
         )
     with pytest.raises(CutoverError, match="used up its id shard .* nothing written"):

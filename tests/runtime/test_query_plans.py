@@ -55,7 +55,7 @@ def test_hot_queries_use_the_source_lane_and_projection_order_indexes(mysql_rang
     with engine.begin() as conn:
         for table in ("_System_Event", "_System_WorkItem"):
             conn.execute(text(f"ANALYZE TABLE `{table}`"))
-    ident = ProjectionIdentity("pk-1", "contact.changed", 1, "1.0.0", "project", "lane-007")
+    ident = ProjectionIdentity("pk-1", "contact.changed", 1, "1.0.0", "connector.projection", "lane-007")
     mid = 7 * GENERATIONS * INPUTS + GENERATIONS * INPUTS // 2 + 1  # a generation start inside lane-007
     cases = {
         "payload read": (payload_query(ident, mid, mid + 2), "ix_Event_SourceLane"),
@@ -69,7 +69,7 @@ def test_hot_queries_use_the_source_lane_and_projection_order_indexes(mysql_rang
         assert row["key"] == index, f"{name}: {row}"
         assert row["type"] in ("range", "ref"), f"{name} scans: {row}"
         assert int(row["rows"]) <= GENERATIONS * INPUTS, f"{name} reads too many rows: {row}"
-    other = ProjectionIdentity("pk-1", "contact.changed", 1, "1.0.0", "project", "lane-008")
+    other = ProjectionIdentity("pk-1", "contact.changed", 1, "1.0.0", "connector.projection", "lane-008")
     union = _explain(engine, latest_generations_query([ident, other]))
     derived = [r for r in union if r["table"] == "_System_WorkItem"]
     assert len(derived) == 2 and all(r["key"] == "ix_WorkItem_ProjectionOrder" and r["type"] == "range" for r in derived), union

@@ -94,7 +94,7 @@ def _setup_pack(engine, pack, lane):
                     EventKind=KIND_BASES[0],
                     RouteVersion=1,
                     FlowVersion="1.0.0",
-                    WorkType="project",
+                    WorkType="connector.projection",
                     SourceLane=lane,
                     EnqueueOrdinal=o,
                     ReceiptId=f"legacy-{o}",

@@ -129,7 +129,8 @@ def test_status_page_in_chromium(stack, tmp_path, mysql_url):
     assert by_tenant["demo"]["drain"]["remaining"] == live
     assert by_tenant["acme"]["packs"] == [{"pack_install_id": "pk-acme", "checkpoint": {
         "protocol_version": 1, "legacy_max_ordinal": acme_cutoff,
-        "written_at": by_tenant["acme"]["packs"][0]["checkpoint"]["written_at"], "written_by": "status-view-test"}}]
+        "written_at": by_tenant["acme"]["packs"][0]["checkpoint"]["written_at"], "written_by": "status-view-test"},
+        "old_work_above_cutoff": None}]
     assert by_tenant["acme"]["database"].startswith("mysql")
     assert by_tenant["acme"]["proofs"] == {} and by_tenant["demo"]["proofs"] == {}  # no run of either DAG yet
 

@@ -32,6 +32,7 @@ import pytest
 
 from scripts.airflow_up import DemoAirflow
 from scripts.demo_seed import STAGE1_RELEASE
+from nexus_airflow.params import CONNECTIONS
 from tests.ui.browser import WIDTH, Person, wait_until
 
 pytestmark = pytest.mark.airflow
@@ -145,7 +146,7 @@ def test_only_the_tenant_filled_starts_the_cutover_and_a_second_run_stops_before
     before = run_ids(demo, CUTOVER)
     form = person.open_trigger_form(CUTOVER)
     person.screenshot("02_cutover_trigger_form")
-    up_front = form.text.split("Connections and packs")[0]
+    up_front = form.text.split(CONNECTIONS)[0]
     assert "Tenant (namespace)" in up_front and "How the new host is started" in up_front and "Dry run" in up_front
     assert "Approval" not in up_front and "Rollout" not in up_front and "Drain timeout" not in up_front
     person.type_into(form, "tenant", TENANT)

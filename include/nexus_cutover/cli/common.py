@@ -10,10 +10,13 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import getpass
 import json
 import logging
+import os
 import re
+import secrets
 import socket
 import sys
 from collections.abc import Callable
@@ -67,15 +70,21 @@ def flag(parser: argparse.ArgumentParser, name: str, **kwargs: Any) -> None:
 
 
 def default_holder(program: str = "cli") -> str:
-    """``program:user@host`` (at most 128 characters): who holds a fence, or wrote a checkpoint, unless told otherwise.
+    """``program:user@host:pid<pid>:<UTC time>.<random>`` (at most 128 characters): who holds a fence, or wrote a
+    checkpoint, unless told otherwise (``-holder``).
 
-    ``user`` is ``unknown`` where there is no login name (some containers).
+    Unique per invocation (contract, "One cutover per tenant at a time": two invocations never share one): the
+    process id and the time to the microsecond, and a few random hex digits for hosts that share a name and a
+    pid (containers). ``user`` is ``unknown`` where there is no login name (some containers). The tail is kept
+    when a long user or host name is cut, so the holder stays unique.
     """
     try:
         user = getpass.getuser()
     except Exception:  # noqa: BLE001 - no login name in some containers
         user = "unknown"
-    return f"{program}:{user}@{socket.gethostname()}"[:128]
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    tail = f":pid{os.getpid()}:{stamp}.{secrets.token_hex(2)}"
+    return f"{program}:{user}@{socket.gethostname()}"[: 128 - len(tail)] + tail
 
 
 def print_json(obj: Any) -> None:

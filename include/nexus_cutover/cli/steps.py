@@ -85,11 +85,24 @@ def cmd_apply_schema(c: Command) -> tuple[int, dict[str, Any]]:
     return EXIT_OK, result.as_json()
 
 
+#: How a person takes over a fence from the command line (FenceHeld's "Next:"); ``{holder}`` is filled in.
+CLI_TAKE_OVER = ("if {holder} is finished (an Airflow run that failed or was rejected, a command that ended or was "
+                 "killed) and you know it, take its fence over by naming it: rerun this command with -adopt '{holder}' "
+                 "(arm-fence and run take it; the fence then records you as its holder)")
+
+
+def _arm(c: Command, packs: list[str], *, dry_run: bool = False):
+    return steps.arm_fence(c.engine, c.args.namespace, holder=c.args.holder, packs=packs, timeout_s=c.args.timeout,
+                           adopt=c.args.adopt, take_over=CLI_TAKE_OVER, dry_run=dry_run)
+
+
 def cmd_arm_fence(c: Command) -> tuple[int, dict[str, Any]]:
     packs = steps.resolve_packs(c.engine, c.args.namespace, c.args.pack_install_id or ())
-    result = steps.arm_fence(c.engine, c.args.namespace, holder=c.args.holder, packs=packs, timeout_s=c.args.timeout,
-                             dry_run=c.args.dry_run)
+    result = _arm(c, packs, dry_run=c.args.dry_run)
     c.say(f"fence {result.fence_id}: {result.outcome}" + (f" (left by {result.previous_holder})" if result.previous_holder else ""))
+    if result.outcome in ("armed", "reused", "adopted"):
+        c.say(f"held by {c.args.holder}: give -holder '{c.args.holder}' to the later steps of this cutover "
+              "(release-fence releases only the fence its holder holds)")
     return EXIT_OK, result.as_json()
 
 
@@ -142,7 +155,8 @@ def cmd_checkpoint(c: Command) -> tuple[int, dict[str, Any]]:
 def cmd_activate_pack(c: Command) -> tuple[int, dict[str, Any]]:
     from ..projection.greenfield import activate_pack
 
-    result = activate_pack(c.engine, c.args.pack_install_id, timeout_s=c.args.timeout, written_by=c.args.holder)
+    result = activate_pack(c.engine, c.args.pack_install_id, timeout_s=c.args.timeout, written_by=c.args.holder,
+                           stale_heartbeat=c.stale)
     return _checkpoint_outcome(c, result)
 
 
@@ -248,8 +262,13 @@ def _has_release(c: Command) -> bool:
 
 
 def cmd_status(c: Command) -> tuple[int, dict[str, Any]]:
+    from ..db import translate_errors
     from ..tenant_status import read_tenant_state
 
+    # The view shows an unreadable section as such; the command first refuses a session unfit for any command
+    # (db.session_problem, exit 2) rather than print it into every section and exit 0.
+    with translate_errors("connecting to the tenant database"), c.engine.connect():
+        pass
     state = read_tenant_state(c.engine, c.args.namespace)
     c.say(f"tenant {state['tenant']}: {state['phase']}")
     c.say(f"  fence: {state['fence'].get('text', state['fence'].get('error'))}")
@@ -257,6 +276,8 @@ def cmd_status(c: Command) -> tuple[int, dict[str, Any]]:
     for pack in state["packs"]:
         cp = pack["checkpoint"]
         c.say(f"  pack {pack['pack_install_id']}: " + (f"LegacyMaxOrdinal={cp['legacy_max_ordinal']}" if cp else "no checkpoint"))
+        if pack.get("old_work_above_cutoff"):
+            c.say(f"    STOP: {pack['old_work_above_cutoff']['text']}")
     host = state["host"]
     c.say("  new host: " + ("ready" if host.get("ready") else "; ".join(host.get("reasons", [host.get("error", "?")]))))
     fh = state["field_history"]
@@ -282,8 +303,7 @@ def cmd_plan(c: Command) -> tuple[int, dict[str, Any]]:
     out["schema"] = schema_result.as_json()
     c.say("1. schema: " + (f"would create {', '.join(schema_result.missing)} (the DDL: -json, schema.plan)"
                            if schema_result.missing else "complete"))
-    fence = _plan_step(lambda: steps.arm_fence(c.engine, ns, holder=c.args.holder, packs=packs, timeout_s=c.args.timeout,
-                                               dry_run=True).as_json(), stops)
+    fence = _plan_step(lambda: _arm(c, packs, dry_run=True).as_json(), stops)
     out["fence"] = fence
     c.say(f"1. fence: {fence.get('outcome', fence.get('refused'))}")
     report = steps.drain(c.engine, ns, deadline=_now() + dt.timedelta(seconds=c.args.drain_timeout), stale_heartbeat=c.stale)
@@ -311,6 +331,11 @@ def cmd_plan(c: Command) -> tuple[int, dict[str, Any]]:
         c.say(f"4. checkpoint {result.summary()}")
         if result.outcome == "refused" and report.state == "drained":
             stops.append(f"pack {pack} is refused by the audit: " + ", ".join(f.finding for f in result.findings))
+    standing = steps.cutover_standing(c.engine, ns)
+    out["old_work_above_cutoff"] = standing["old_work_above_cutoff"]
+    for above in standing["old_work_above_cutoff"]:  # what no step can proceed past: a reviewed recovery decision
+        c.say(f"4. STOP: {above['text']}")
+        stops.append(above["text"])
     r = steps.readiness(c.engine, ns, stale_heartbeat=c.stale)
     out["readiness"] = r.as_json()
     c.say("5. new host: " + ("ready" if r.ready else "; ".join(r.reasons)))
@@ -388,8 +413,10 @@ def _run_step_1(c: Command, out: dict[str, Any]):
     packs = steps.resolve_packs(c.engine, c.args.namespace, c.args.pack_install_id or ())
     out["packs"] = packs
     c.say(f"step 1: packs {', '.join(packs)}")
+    # one cutover per tenant: a tenant another holder holds is refused before the schema step writes anything
+    steps.held_by_another(c.engine, c.args.namespace, holder=c.args.holder, adopt=c.args.adopt, take_over=CLI_TAKE_OVER)
     out["schema"] = steps.apply_schema(c.engine, on_created=lambda label: c.say(f"  {label}: created")).as_json()
-    armed = steps.arm_fence(c.engine, c.args.namespace, holder=c.args.holder, packs=packs, timeout_s=c.args.timeout)
+    armed = _arm(c, packs)
     out["fence"] = armed.as_json()
     c.say(f"  fence {armed.fence_id}: {armed.outcome}")
     return armed
@@ -526,7 +553,11 @@ def build_parser() -> argparse.ArgumentParser:
         flag(p, "timeout", type=duration_arg, default=300.0, metavar="DURATION", help="bound of each locked step (default 5m)")
         flag(p, "stale-heartbeat", type=duration_arg, default=DEFAULT_STALE_HEARTBEAT_S, metavar="DURATION",
              help=f"a process heartbeating less recently is silent, not live (default {DEFAULT_STALE_HEARTBEAT_S:g}s)")
-        flag(p, "holder", default=default_holder(), metavar="NAME", help="who holds the fence and writes (default cli:user@host)")
+        flag(p, "holder", default=default_holder(), metavar="NAME",
+             help="who holds the fence and writes (default: cli:user@host:pid:time, unique to this invocation)")
+        if name in ("arm-fence", "run", "plan"):
+            flag(p, "adopt", metavar="HOLDER", help="take over the cutover fence HOLDER holds, once you know HOLDER is "
+                 "finished (a fence armed by hand or by another command is never adopted without this)")
         if "ns" in groups:
             flag(p, "namespace", required=True, metavar="NS", help="the tenant's namespace")
         if "packs" in groups:

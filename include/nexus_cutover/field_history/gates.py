@@ -108,7 +108,7 @@ class GateReport:
 def _lagging_findings(conn: Connection, roles: tuple[str, ...], release: str, namespace: str | None) -> list[dict]:
     return [
         {"finding": "lagging_process", "release": release, **p.as_dict()}
-        for p in lagging(producer_processes(conn, namespace), roles, release)
+        for p in lagging(producer_processes(conn, namespace, deployed_only=True), roles, release)
     ]
 
 
@@ -256,7 +256,8 @@ def outbox_drain_state(
             open_rows[c.status] = open_rows.get(c.status, 0) + c.rows
         failed = sum(c.rows for c in pre_cutover_outbox(counts, producer_release, (OUTBOX_FAILED,)))
         workers = [
-            p for p in producer_processes(conn, namespace) if p.role == catalog.ROLE_AUDIT_OUTBOX_WORKER and p.live(heartbeat_window_s)
+            p for p in producer_processes(conn, namespace, deployed_only=True)
+            if p.role == catalog.ROLE_AUDIT_OUTBOX_WORKER and p.live(heartbeat_window_s)
         ]
         examples = outbox_examples(conn, producer_release, OUTBOX_OPEN + (OUTBOX_FAILED,), EXAMPLES)
         return DrainState(open_rows, failed, len(workers), examples)

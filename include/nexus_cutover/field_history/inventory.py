@@ -77,10 +77,17 @@ class OutboxCount:
         return asdict(self)
 
 
-def producer_processes(conn: Connection, namespace: str | None = None) -> list[ProducerProcess]:
-    """Every process of a producer role (stopped ones included, flagged), ordered by role and id."""
+def producer_processes(conn: Connection, namespace: str | None = None, *, deployed_only: bool = False) -> list[ProducerProcess]:
+    """Every process of a producer role (stopped ones included, flagged), ordered by role and id; never capped.
+
+    ``deployed_only``: only the processes not stopped, chosen in SQL (``StoppedAt IS NULL``: with a namespace, a
+    range of ``ix_ProcessRegistry_Role``), as the gates read them: a long-lived registry's thousands of stopped
+    rows are not read at all (contract, "Process registry").
+    """
     stmt = select(Process.c.ProcessId, Process.c.Role, Process.c.BinaryVersion, Process.c.StoppedAt, Process.c.LastHeartbeatAt)
     stmt = stmt.where(Process.c.Role.in_(PRODUCER_ROLES)).order_by(Process.c.Role, Process.c.ProcessId)
+    if deployed_only:
+        stmt = stmt.where(Process.c.StoppedAt.is_(None))
     if namespace is not None:
         stmt = stmt.where(Process.c.Namespace == namespace)
     now = utcnow()

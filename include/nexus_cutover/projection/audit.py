@@ -5,11 +5,20 @@ For one pack incarnation, evaluated inside the caller's locked transaction:
 | finding | rule |
 |---|---|
 | ``fence_not_in_force`` / ``fence_override_active`` | the precondition, checked by the caller (:mod:`.checkpoint`) |
-| ``live_work`` | a projection WorkItem of the pack, or any WorkItem selecting one of its Events, is live |
+| ``live_work`` | a projection WorkItem of the pack, or any WorkItem selecting one of its projection inputs, is live |
 | ``native_work_before_checkpoint`` | a projection WorkItem of the pack has ``InputStartOrdinal`` while no protocol row exists |
 | ``mixed_history_indirect`` | an Event without a direct task whose identity has both ordinal-0 and positive-ordinal Events |
 | ``beyond_completed_boundary`` | an Event without a direct task above B(I) (or B(I) absent) that a terminal WorkItem of I reaches |
 | ``missing_owner`` | an Event without a direct task that no WorkItem of I reaches |
+
+Only projection inputs are audited (contract, "Ordinary work"): an Event whose
+``WorkType`` is not a projection work type (:func:`~nexus_cutover.identity.is_projection_input`)
+is ordinary input, owned by the one ordinary WorkItem created with it (which
+retention may have deleted); it is never ``missing_owner``,
+``beyond_completed_boundary`` or ``mixed_history_indirect``, and live ordinary
+work is never ``live_work``: ordinary work runs before, during and after the
+cutover. ``LegacyMaxOrdinal`` is still the greatest EnqueueOrdinal among *all*
+the pack's Events: ordinals are allocated per pack whatever the work type.
 
 B(I), the retained completed boundary, is the greatest LaneOrdinal of a
 completed projection WorkItem of identity I. An Event at or below B(I) without a
@@ -59,16 +68,21 @@ log = logging.getLogger(__name__)
 
 FENCE_NOT_IN_FORCE = "fence_not_in_force"
 FENCE_OVERRIDE_ACTIVE = "fence_override_active"
+#: More than one cutover fence in force (contract, "One cutover per tenant at a time"): a refusal naming every one.
+SEVERAL_CUTOVER_FENCES = "several_cutover_fences"
 LIVE_WORK = "live_work"
 NATIVE_WORK_BEFORE_CHECKPOINT = "native_work_before_checkpoint"
 MIXED_HISTORY_INDIRECT = "mixed_history_indirect"
 BEYOND_COMPLETED_BOUNDARY = "beyond_completed_boundary"
 MISSING_OWNER = "missing_owner"
-#: Refusal of greenfield activation (:mod:`.greenfield`), not of the audit: the pack has history.
+#: Refusals of greenfield activation (:mod:`.greenfield`), not of the audit: the pack has history; an old
+#: runtime of the namespace is live while no cutover fence is in force.
 NOT_GREENFIELD = "not_greenfield"
+OLD_RUNTIME_LIVE = "old_runtime_live"
 
 REFUSALS = (
     FENCE_NOT_IN_FORCE,
+    SEVERAL_CUTOVER_FENCES,
     FENCE_OVERRIDE_ACTIVE,
     LIVE_WORK,
     NATIVE_WORK_BEFORE_CHECKPOINT,
@@ -82,6 +96,8 @@ _EXPLANATIONS = {
     "arm it (cutover step 1) and let the drain finish before the checkpoint",
     FENCE_OVERRIDE_ACTIVE: "an active admission fence override lets sources through the fence: have L2 revoke it "
     "(this tool revokes nothing), then rerun",
+    SEVERAL_CUTOVER_FENCES: "more than one non-expiring '*' fence is in force: which one holds the tenant is not clear; "
+    "have L2 release all but the one of the cutover in progress (this tool releases none of them), then rerun",
     LIVE_WORK: "projection work is still pending/blocked/retry/processing: let the old runtime drain it (cutover step 2)",
     NATIVE_WORK_BEFORE_CHECKPOINT: "range-protocol WorkItems exist although no checkpoint was written: a new writer ran early",
     MIXED_HISTORY_INDIRECT: "coalesced input in an identity mixing pre-ordinal (0) and ordinal history: ownership is ambiguous",
@@ -89,6 +105,8 @@ _EXPLANATIONS = {
     MISSING_OWNER: "no retained WorkItem of the identity reaches this input",
     NOT_GREENFIELD: "the pack has Events or WorkItems, so it is not greenfield: activate it through the cutover "
     "(drain, then `connector-projection-cutover -pack-install-id <id>`), which audits that history",
+    OLD_RUNTIME_LIVE: "an old-protocol runtime of the namespace is live and no cutover fence is in force: it would admit "
+    "old-protocol work above cutoff 0 that no audit ever reads. Stop it (or arm the cutover fence), then rerun",
 }
 
 DEFAULT_BATCH = 5000
@@ -106,6 +124,7 @@ class Finding:
     work_ids: list[int] = field(default_factory=list)
     override_ids: list[int] = field(default_factory=list)
     fence_ids: list[int] = field(default_factory=list)
+    process_ids: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         out = {
@@ -115,8 +134,10 @@ class Finding:
             "work_ids": self.work_ids,
             "explanation": _EXPLANATIONS[self.finding],
         }
-        if self.finding in (FENCE_NOT_IN_FORCE, FENCE_OVERRIDE_ACTIVE):
+        if self.finding in (FENCE_NOT_IN_FORCE, FENCE_OVERRIDE_ACTIVE, SEVERAL_CUTOVER_FENCES):
             out.update(override_ids=self.override_ids, fence_ids=self.fence_ids)
+        if self.process_ids:
+            out["process_ids"] = self.process_ids
         return out
 
     def describe(self) -> str:
@@ -130,6 +151,8 @@ class Finding:
             parts.append(f"OverrideIds {self.override_ids}")
         if self.fence_ids:
             parts.append(f"FenceIds {self.fence_ids}")
+        if self.process_ids:
+            parts.append(f"live processes {self.process_ids}")
         return f"{self.finding} [{where}]: {'; '.join(parts)} -- {_EXPLANATIONS[self.finding]}"
 
 
@@ -193,14 +216,15 @@ def audit_pack(
         add(NATIVE_WORK_BEFORE_CHECKPOINT, ident, work_id=work_id)
 
     deadline.check("aggregating Events per identity")
-    event_identities = _event_ordinals_by_identity(conn, pack_install_id)
+    every_identity = _event_ordinals_by_identity(conn, pack_install_id)
+    legacy_max = max((max_ordinal for _, _, max_ordinal in every_identity), default=0)  # ordinary Events count here
+    projection = identity.projection_identities(conn, Event, [ident for ident, _, _ in every_identity])
+    event_identities = [row for row in every_identity if row[0] in projection]
     reach = _work_reach_by_identity(conn, pack_install_id, [ident for ident, _, _ in event_identities], deadline)
-    legacy_max = 0
     identities = 0
     probed = 0
     for ident, min_ordinal, max_ordinal in event_identities:
         identities += 1
-        legacy_max = max(legacy_max, max_ordinal)
         r = reach[ident]
         mixed = min_ordinal == 0 and max_ordinal > 0
         if mixed:
@@ -251,7 +275,10 @@ def _live_projection_work(conn: Connection, pack_install_id: str, namespace: str
 
 
 def live_direct_work_statement(pack_install_id: str, namespace: str):
-    """Live WorkItems, other than the pack's projection work, directly selecting one of its Events."""
+    """Live WorkItems, other than the pack's projection work, directly selecting one of its projection inputs.
+
+    An ordinary WorkItem selecting its ordinary Event is ordinary work, never ``live_work``.
+    """
     return (
         select(WorkItem.c.WorkId, WorkItem.c.SelectedEventId)
         .join(Event, Event.c.EventId == WorkItem.c.SelectedEventId)
@@ -260,6 +287,7 @@ def live_direct_work_statement(pack_install_id: str, namespace: str):
             WorkItem.c.WorkClass.in_((catalog.WORK_CLASS_PROJECTION, catalog.WORK_CLASS_ORDINARY)),
             WorkItem.c.Status.in_(catalog.WORK_LIVE_STATUSES),
             Event.c.PackInstallId == pack_install_id,
+            identity.is_projection_input(Event),
             or_(
                 WorkItem.c.WorkClass != catalog.WORK_CLASS_PROJECTION,
                 WorkItem.c.PackInstallId.is_(None),

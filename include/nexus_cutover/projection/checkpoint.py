@@ -14,9 +14,14 @@ Invariants:
   statement, before the lock wait), and the protocol row is a locking read.
 * Fence precondition (contract, "Audit"), checked in the same transaction
   before the audit rows: a pack with any Event or WorkItem is checkpointed only
-  while its namespace has a non-expiring ``*`` fence in force and no active
-  override (``fence_not_in_force`` / ``fence_override_active``). A greenfield
-  pack needs no fence; an existing protocol row is returned whatever the fence.
+  while its namespace has exactly one non-expiring ``*`` fence in force and no
+  active override (``fence_not_in_force`` / ``several_cutover_fences`` /
+  ``fence_override_active``). The fence rows are read ``FOR UPDATE`` (a release
+  by hand waits for this transaction), and the precondition is checked again
+  after the protocol row is written: an override committed in between (L2's
+  process takes no lock of ours) is seen and the write rolled back, the call
+  refused with that finding. A greenfield pack needs no fence; an existing
+  protocol row is returned whatever the fence.
 * An existing version-1 row is returned unchanged without re-auditing; a row
   with another version is an error; a refusal writes nothing; there is no
   option that skips a refusal.
@@ -41,8 +46,8 @@ from ..errors import BadInput
 from ..locks import lifecycle_lock_names
 from ..protocol_row import ProtocolRow, insert_protocol_row, read_protocol_row, require_version_1
 from ..schema import require_projection_schema
-from .audit import FENCE_NOT_IN_FORCE, FENCE_OVERRIDE_ACTIVE, AuditReport, Finding, audit_pack
-from .fence import active_overrides, cutover_fence_in_force, fences_in_force
+from .audit import FENCE_NOT_IN_FORCE, FENCE_OVERRIDE_ACTIVE, SEVERAL_CUTOVER_FENCES, AuditReport, Finding, audit_pack
+from .fence import Seam, active_overrides, cutover_fences, fences_in_force
 
 log = logging.getLogger(__name__)
 
@@ -161,13 +166,19 @@ def is_greenfield(conn: Connection, pack_install_id: str) -> bool:
     return not has_event and not has_work
 
 
-def fence_findings(conn: Connection, namespace: str) -> list[Finding]:
-    """The contract's fence precondition: a cutover fence in force and no active override (empty when it holds)."""
+def fence_findings(conn: Connection, namespace: str, *, for_update: bool = False) -> list[Finding]:
+    """The contract's fence precondition: one cutover fence in force and no active override (empty when it holds).
+
+    ``for_update``: the fence rows in force are locked (the real run; a dry run only reads).
+    """
     now = utcnow()
     findings = []
-    if cutover_fence_in_force(conn, namespace) is None:
-        others = [f["FenceId"] for f in fences_in_force(conn, namespace, now)]
-        findings.append(Finding(FENCE_NOT_IN_FORCE, None, fence_ids=others))
+    in_force = fences_in_force(conn, namespace, now, for_update=for_update)
+    cutover = cutover_fences(in_force)
+    if not cutover:
+        findings.append(Finding(FENCE_NOT_IN_FORCE, None, fence_ids=[f["FenceId"] for f in in_force]))
+    elif len(cutover) > 1:
+        findings.append(Finding(SEVERAL_CUTOVER_FENCES, None, fence_ids=[f["FenceId"] for f in cutover]))
     overrides = active_overrides(conn, namespace, now)
     if overrides:
         findings.append(Finding(FENCE_OVERRIDE_ACTIVE, None, override_ids=[o["OverrideId"] for o in overrides],
@@ -176,11 +187,12 @@ def fence_findings(conn: Connection, namespace: str) -> list[Finding]:
 
 
 def _audit_under(
-    conn: Connection, pack_install_id: str, namespace: str, deadline: Deadline, batch_size: int, *, check_fence: bool = True
+    conn: Connection, pack_install_id: str, namespace: str, deadline: Deadline, batch_size: int, *, check_fence: bool = True,
+    lock_fence: bool = False,
 ) -> AuditReport:
     reread_pack(conn, pack_install_id, namespace)
     if check_fence and not is_greenfield(conn, pack_install_id):
-        precondition = fence_findings(conn, namespace)
+        precondition = fence_findings(conn, namespace, for_update=lock_fence)
         if precondition:
             log.info("pack %s: fence precondition not met: %s", pack_install_id, [f.describe() for f in precondition])
             return AuditReport(pack_install_id, precondition, 0, 0, 0)
@@ -198,7 +210,8 @@ def _decide(conn: Connection, pack_install_id: str, namespace: str, deadline: De
     existing = read_protocol_row(conn, pack_install_id, for_update=for_update)
     if existing is not None:
         return existing, None
-    return None, _audit_under(conn, pack_install_id, namespace, deadline, batch_size, check_fence=check_fence)
+    return None, _audit_under(conn, pack_install_id, namespace, deadline, batch_size, check_fence=check_fence,
+                              lock_fence=for_update)
 
 
 def _preview(
@@ -228,6 +241,15 @@ def _preview(
     )
 
 
+class Withdrawn(Exception):
+    """Raised inside a locked lifecycle transaction after its write, when a condition checked again after the write
+    no longer holds: the transaction rolls back and its caller returns ``result`` (a refusal) instead."""
+
+    def __init__(self, result: CheckpointResult):
+        super().__init__(result.summary())
+        self.result = result
+
+
 def run_checkpoint(
     engine: Engine,
     pack_install_id: str,
@@ -237,6 +259,7 @@ def run_checkpoint(
     dry_run: bool = False,
     batch_size: int = 5000,
     fence_planned: bool = False,
+    between_check_and_act: Seam | None = None,
 ) -> CheckpointResult:
     """Audit ``pack_install_id`` and write its one-time checkpoint (see the module invariants).
 
@@ -261,11 +284,22 @@ def run_checkpoint(
         if report.refused:
             return CheckpointResult(pack_install_id, namespace, REFUSED, None, report.findings)
         deadline.check("writing the checkpoint")
+        if between_check_and_act is not None:
+            between_check_and_act(conn)
         row = insert_protocol_row(conn, pack_install_id, report.legacy_max_ordinal, written_by)
+        if not is_greenfield(conn, pack_install_id):  # the precondition again, after the write (module invariants)
+            late = fence_findings(conn, namespace, for_update=True)
+            if late:
+                log.info("pack %s: fence precondition broken during the checkpoint: %s", pack_install_id,
+                         [f.describe() for f in late])
+                raise Withdrawn(CheckpointResult(pack_install_id, namespace, REFUSED, None, late))
         log.info("pack %s: checkpoint written (LegacyMaxOrdinal=%d)", pack_install_id, row.legacy_max_ordinal)
         return result_written(row, namespace)
 
-    return tx.run(
-        engine, decide_and_write, what=f"auditing pack {pack_install_id!r}", deadline=deadline, locks=names,
-        bound_statements=True,
-    )
+    try:
+        return tx.run(
+            engine, decide_and_write, what=f"auditing pack {pack_install_id!r}", deadline=deadline, locks=names,
+            bound_statements=True,
+        )
+    except Withdrawn as withdrawn:  # rolled back: nothing written
+        return withdrawn.result

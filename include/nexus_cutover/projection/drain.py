@@ -22,6 +22,10 @@ Invariants (contract, "Drain"):
 * *Live* is the one rule of :mod:`nexus_cutover.liveness` (``StoppedAt IS NULL``
   and a heartbeat within the stale-heartbeat window, boundary inclusive); the
   live old workers and resolvers are listed in the report.
+* Ordinary work (``WorkClass = 'ordinary'``) is not waited for: it runs before,
+  during and after the cutover (contract, "Ordinary work"). Its live count is
+  reported (:attr:`DrainReport.ordinary_live`) so a reader sees it is not what
+  the drain waits for.
 * Read only: nothing here writes; a WorkItem's status is never changed and
   nothing like ``RunUntilDrained`` is invoked.
 * Every query is an equality prefix of ``ix_WorkItem_State`` (Namespace,
@@ -73,6 +77,8 @@ class DrainReport:
     blockers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     blocker_totals: dict[str, int] = field(default_factory=dict)
     timed_out: bool = False
+    #: Live ordinary WorkItems of the namespace: reported, never waited for.
+    ordinary_live: int = 0
 
     @property
     def remaining(self) -> int:
@@ -93,7 +99,13 @@ class DrainReport:
 
     def counts_text(self) -> str:
         parts = [f"{s} {self.counts.get(s, 0)}" for s in catalog.WORK_LIVE_STATUSES]
-        return f"{self.remaining} old projection WorkItems remaining ({', '.join(parts)})"
+        return f"{self.remaining} old projection WorkItems remaining ({', '.join(parts)})" + self.ordinary_text()
+
+    def ordinary_text(self) -> str:
+        """What the report says of ordinary work: empty when none is live."""
+        if not self.ordinary_live:
+            return ""
+        return f"; {self.ordinary_live} live ordinary WorkItem(s), not waited for (ordinary work runs on through the cutover)"
 
     def report_text(self) -> str:
         """A human report: counts, then every blocker grouped by cause, then what to do."""
@@ -132,6 +144,8 @@ class DrainReport:
             "live_old_workers": list(self.live_old_workers),
             "live_old_resolvers": list(self.live_old_resolvers),
             "timed_out": self.timed_out,
+            "ordinary_live": self.ordinary_live,
+            "ordinary_work": "not waited for",
             "blocker_totals": {k: v for k, v in self.blocker_totals.items() if v},
             "blockers": {k: v for k, v in self.blockers.items() if v},
         }
@@ -147,6 +161,15 @@ def _old_work(namespace: str, status: str | tuple[str, ...], range_column: bool)
     if range_column:
         clause = and_(clause, catalog.INPUT_START_ORDINAL.column.is_(None))
     return clause
+
+
+def ordinary_live_statement(namespace: str):
+    """Live ordinary work of the namespace, counted (ranges on ix_WorkItem_State): reported, not waited for."""
+    return select(func.count()).select_from(WorkItem).where(
+        WorkItem.c.Namespace == namespace,
+        WorkItem.c.WorkClass == catalog.WORK_CLASS_ORDINARY,
+        WorkItem.c.Status.in_(catalog.WORK_LIVE_STATUSES),
+    )
 
 
 def live_counts_statement(namespace: str, range_column: bool):
@@ -277,6 +300,7 @@ def _look(
     live = live_old_processes_by_role(conn, namespace, roles, stale_heartbeat=stale_heartbeat, now=now)
     workers, resolvers = live[roles[0]], live[roles[1]]
     report = DrainReport(namespace, now, deadline, counts, workers, resolvers)
+    report.ordinary_live = int(conn.execute(ordinary_live_statement(namespace)).scalar_one())
     report.timed_out = now >= deadline and not report.drained
     blockers = _Blockers(conn, report, range_column, sample_limit)
     blockers.cannot_finish()

@@ -1,28 +1,44 @@
-"""The namespace-wide admission fence of the cutover (steps 1 and 5).
+"""The namespace-wide admission fence of the cutover (steps 1 and 5), and who holds it.
 
-Invariants (seed 000, "Existing-data cutover"; contract, ``_System_AdmissionFence``):
+Invariants (seed 000, "Existing-data cutover"; contract, ``_System_AdmissionFence`` and "One cutover per tenant
+at a time"):
 
 * The cutover fence is one non-expiring (``ExpiresAt IS NULL``) fence with
   ``Scope = '*'`` on the namespace (:func:`~nexus_cutover.fencing.is_cutover_fence`).
   Arming reuses the one already in force, so reruns converge on one fence.
-* One cutover per tenant (contract, "One cutover per tenant at a time"): the
-  fence records its holder in ``ArmedBy``. Arming again as the same holder
-  reuses it; a fence whose holder is still at work (``holder_active``) is
-  refused with :class:`FenceHeld`, naming the holder, and nothing is written;
-  a fence left by a finished or failed holder is adopted (``ArmedBy`` set to the
-  new holder). Releasing is allowed only to the fence's holder.
+  More than one cutover fence in force is a refusal naming every one of them
+  (:class:`SeveralCutoverFences`), for arming, releasing and the checkpoint's
+  precondition alike: which one holds the tenant is then not clear.
+* The fence records its holder in ``ArmedBy``; holders are unique (every run
+  and every command-line invocation its own). Arming again as the same holder
+  reuses it. Another holder's fence is adopted only when that holder is
+  provably finished (``holder_state`` says :data:`HOLDER_FINISHED`: an Airflow
+  run in a final state) or the person names it (``adopt``): a fence armed by
+  hand or by a CLI invocation, whose state nobody here can read
+  (:data:`HOLDER_UNKNOWN`), is never adopted silently. A holder still at work
+  (:data:`HOLDER_ACTIVE`) is never adopted, named or not. Otherwise
+  :class:`FenceHeld`, naming the holder and how to take over, and nothing is
+  written. An adoption rewrites ``ArmedBy`` and records in ``Reason`` from whom
+  and how.
 * A rerun after the cutover completed does not fence the tenant again: when
   every pack of the run already has its protocol row and no cutover fence is in
   force, arming reports ``not_needed`` with the last released cutover fence.
 * Arming refuses while any override of a fence in force in the namespace is
   active (``RevokedAt IS NULL`` and not expired); it lists them and revokes
   nothing. A refusal writes nothing.
-* Releasing sets ``ReleasedAt``/``ReleasedBy`` on the cutover fence only; a fence
-  that is already released is a no-op success. Nothing here deletes a row.
-* Every decision is re-read and every write made in one transaction of the
-  policy (:func:`nexus_cutover.tx.run`: READ COMMITTED) holding the namespace
-  lifecycle lock, inside a bounded :class:`~nexus_cutover.db.Deadline`. A dry
-  run only reads: it takes no lock and creates no lock row.
+* Releasing sets ``ReleasedAt``/``ReleasedBy`` on the cutover fence its caller
+  holds, only: a fence another holder holds is :class:`FenceHeld`; a fence
+  already released by this holder is a no-op success, one released by another
+  holder is :class:`ReleasedByAnother` (not a success). Nothing here deletes a row.
+* Check where it is relied on: every decision is re-read and every write made
+  in one transaction of the policy (:func:`nexus_cutover.tx.run`: READ
+  COMMITTED) holding the namespace lifecycle lock, inside a bounded
+  :class:`~nexus_cutover.db.Deadline`. The fence rows it decides on are read
+  with ``SELECT ... FOR UPDATE`` (a session changing them by hand waits for the
+  commit), every write is conditional on what was read (a row count other than
+  one refuses, rolling back), and a release re-checks its precondition
+  (readiness) after its write. ``between_check_and_act`` is a test seam only.
+  A dry run only reads: it takes no lock and creates no lock row.
 """
 
 from __future__ import annotations
@@ -51,14 +67,28 @@ def _iso(value: Any) -> Any:
     return value.isoformat() if isinstance(value, dt.datetime) else value
 
 
-def fences_in_force(conn: Connection, namespace: str, now: dt.datetime) -> list[dict[str, Any]]:
-    """Every fence of the namespace in force at ``now`` (on ix_AdmissionFence_Namespace)."""
-    rows = conn.execute(
+def fences_in_force(conn: Connection, namespace: str, now: dt.datetime, *, for_update: bool = False) -> list[dict[str, Any]]:
+    """Every fence of the namespace in force at ``now`` (on ix_AdmissionFence_Namespace); ``for_update``: locked."""
+    stmt = (
         select(AdmissionFence)
         .where(AdmissionFence.c.Namespace == namespace, fence_in_force(now))
         .order_by(AdmissionFence.c.FenceId)
-    ).all()
+    )
+    rows = conn.execute(stmt.with_for_update() if for_update else stmt).all()
     return [{k: _iso(v) for k, v in r._mapping.items()} for r in rows]
+
+
+def cutover_fences(fences: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The cutover fences (non-expiring ``*``) among ``fences``."""
+    return [f for f in fences if _is_cutover_fence(f)]
+
+
+def the_cutover_fence(namespace: str, fences: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The one cutover fence among ``fences`` in force, None when there is none; :class:`SeveralCutoverFences` else."""
+    found = cutover_fences(fences)
+    if len(found) > 1:
+        raise SeveralCutoverFences(namespace, found)
+    return found[0] if found else None
 
 
 def active_overrides(conn: Connection, namespace: str, now: dt.datetime) -> list[dict[str, Any]]:
@@ -82,24 +112,88 @@ def _is_cutover_fence(fence: dict[str, Any]) -> bool:
     return is_cutover_fence(fence["Scope"], fence["ExpiresAt"])
 
 
-#: Whether the holder named in a fence's ``ArmedBy`` is still at work (e.g. an unfinished Airflow run).
-HolderActive = Callable[[str], bool]
+#: What is known of the holder named in a fence's ``ArmedBy`` (:data:`HolderState`).
+HOLDER_ACTIVE = "active"  # at work (an Airflow run queued, running, deferred or waiting for a person), or unreadable
+HOLDER_FINISHED = "finished"  # provably finished: an Airflow run in a final state
+HOLDER_UNKNOWN = "unknown"  # nothing here can tell: a CLI invocation, a fence armed by hand
+#: ``holder -> HOLDER_ACTIVE | HOLDER_FINISHED | HOLDER_UNKNOWN``.
+HolderState = Callable[[str], str]
+#: A test seam called inside the locked transaction after every check and before the write (no product caller).
+Seam = Callable[[Connection], None]
+
+#: How to take over a fence, by default (the DAG and the CLI say it their way): ``{holder}`` is filled in.
+TAKE_OVER = ("if {holder} is finished (a run that failed or was rejected, a command that ended), take its fence "
+             "over by naming it: nexus-cutover run (or arm-fence) -adopt '{holder}', or adopt = {holder} in the "
+             "cutover DAG's form")
 
 
-def _always_active(_holder: str) -> bool:
-    return True
+def unknown_holders(_holder: str) -> str:
+    """A caller that can tell nothing of other holders (the CLI): every one :data:`HOLDER_UNKNOWN`."""
+    return HOLDER_UNKNOWN
 
 
 class FenceHeld(Refused):
-    """Another holder, still at work, holds the namespace's cutover fence: this caller writes nothing."""
+    """Another holder holds the namespace's cutover fence and may not be adopted: this caller writes nothing."""
+
+    def __init__(self, namespace: str, fence: dict[str, Any], caller: str, *, state: str = HOLDER_ACTIVE,
+                 take_over: str = TAKE_OVER, releasing: bool = False):
+        self.fence = fence
+        self.holder = fence["ArmedBy"]
+        self.state = state
+        if releasing:
+            why = "not by this caller: a run releases only the fence it armed or adopted"
+            next_step = (f"Next: release it as its holder (-holder '{self.holder}'); or, "
+                         + take_over.format(holder=self.holder))
+        elif state == HOLDER_ACTIVE:
+            why = "which has not finished"
+            next_step = "Next: let it finish (or fail), then run again: a finished run's fence is adopted"
+        else:
+            why = ("whose state cannot be read here: a fence armed by hand or by a command-line invocation is not "
+                   "adopted silently")
+            next_step = "Next: " + take_over.format(holder=self.holder)
+        super().__init__(
+            f"namespace {namespace!r} is held by {self.holder!r} (cutover fence {fence['FenceId']} armed "
+            f"{fence['ArmedAt']}), {why}: one cutover per tenant at a time. Nothing was written by {caller!r}. "
+            f"{next_step}."
+        )
+
+
+class SeveralCutoverFences(Refused):
+    """More than one cutover fence is in force in the namespace: which one holds it is not clear; nothing written."""
+
+    def __init__(self, namespace: str, fences: list[dict[str, Any]]):
+        self.fences = fences
+        listed = "; ".join(f"FenceId={f['FenceId']} ArmedBy={f['ArmedBy']!r} ArmedAt={f['ArmedAt']}" for f in fences)
+        super().__init__(
+            f"namespace {namespace!r} has {len(fences)} cutover fences in force (non-expiring '*'): {listed}. One "
+            "cutover per tenant: which of them holds the tenant is not clear, so nothing was written. Next: find out "
+            "who armed each; have L2 release all but the one of the cutover in progress (this tool releases none "
+            "of them on a guess), then run again."
+        )
+
+
+class ReleasedByAnother(Refused):
+    """The fence was already released, by another holder: not a success for this caller."""
 
     def __init__(self, namespace: str, fence: dict[str, Any], caller: str):
         self.fence = fence
-        self.holder = fence["ArmedBy"]
         super().__init__(
-            f"namespace {namespace!r} is held by {self.holder!r} (cutover fence {fence['FenceId']} armed "
-            f"{fence['ArmedAt']}), which has not finished: one cutover per tenant at a time. Nothing was written "
-            f"by {caller!r}. Let that run finish (or fail), then run again; a finished run's fence is adopted."
+            f"cutover fence {fence['FenceId']} of namespace {namespace!r} was already released by "
+            f"{fence['ReleasedBy'] or '(nobody recorded)'!r} at {fence['ReleasedAt']}, not by {caller!r}: admission "
+            "resumed without this run. "
+            "Next: find out who released it and why, and check the tenant (nexus-cutover status / verify) before "
+            "treating the cutover as done."
+        )
+
+
+class FenceChanged(Refused):
+    """The fence row changed under the lock between this transaction's check and its write: nothing written."""
+
+    def __init__(self, namespace: str, fence_id: int, what: str):
+        super().__init__(
+            f"cutover fence {fence_id} of namespace {namespace!r} changed while it was being {what} (another "
+            "session wrote it without the namespace lock): nothing was written. Next: look at the fence "
+            "(nexus-cutover status), then run again."
         )
 
 
@@ -130,12 +224,14 @@ class FenceResult:
     fence_id: int | None
     other_fences_in_force: list[dict[str, Any]] = field(default_factory=list)
     previous_holder: str | None = None
+    holder: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
             "namespace": self.namespace,
             "outcome": self.outcome,
             "fence_id": self.fence_id,
+            "holder": self.holder,
             "previous_holder": self.previous_holder,
             "other_fences_in_force": self.other_fences_in_force,
         }
@@ -150,28 +246,66 @@ def arm_fence(
     dry_run: bool = False,
     reason: str = FENCE_REASON,
     packs: Iterable[str] = (),
-    holder_active: HolderActive = _always_active,
+    holder_state: HolderState = unknown_holders,
+    adopt: str | None = None,
+    take_over: str = TAKE_OVER,
+    between_check_and_act: Seam | None = None,
 ) -> FenceResult:
-    """Arm, reuse or adopt the namespace's non-expiring ``*`` fence as holder ``armed_by``.
+    """Arm, reuse or adopt the namespace's non-expiring ``*`` fence as holder ``armed_by`` (module invariants).
 
-    Refuses with :class:`ActiveOverrides` if any override is active, and with
-    :class:`FenceHeld` if another holder for which ``holder_active`` is true
-    holds the fence (by default every other holder counts as active: only a
-    caller that can tell, like the DAG, lets a finished holder's fence be adopted).
-    ``packs``: the run's packs; when all are already checkpointed and no cutover
-    fence is in force, nothing is armed (``not_needed``).
+    Refuses with :class:`ActiveOverrides` if any override is active, :class:`SeveralCutoverFences` if more than
+    one cutover fence is in force, and :class:`FenceHeld` if another holder holds the fence and may not be adopted
+    (``holder_state`` / ``adopt``; ``take_over`` says how, ``{holder}`` filled in). ``packs``: the run's packs;
+    when all are already checkpointed and no cutover fence is in force, nothing is armed (``not_needed``).
     """
     packs = sorted(set(packs))
     deadline = Deadline(timeout_s)
+    decide = _Holders(armed_by[:128], holder_state, adopt, take_over)
     if dry_run:  # read only: not even the lock rows are created
         return tx.read(
-            engine, lambda conn: _arm(conn, namespace, armed_by, reason, packs, holder_active, dry_run=True),
+            engine, lambda conn: _arm(conn, namespace, decide, reason, packs, dry_run=True, seam=None),
             what="checking the admission fence", deadline=deadline,
         )
     return tx.run(
-        engine, lambda conn: _arm(conn, namespace, armed_by, reason, packs, holder_active, dry_run=False),
+        engine, lambda conn: _arm(conn, namespace, decide, reason, packs, dry_run=False, seam=between_check_and_act),
         what="arming the admission fence", deadline=deadline, locks=lifecycle_lock_names(namespace),
     )
+
+
+def held_by_another(
+    bind: Engine | Connection, namespace: str, *, holder: str, holder_state: HolderState = unknown_holders,
+    adopt: str | None = None, take_over: str = TAKE_OVER,
+) -> None:
+    """Read only, no lock: refuse at once (:class:`FenceHeld`, :class:`SeveralCutoverFences`) what :func:`arm_fence`
+    would refuse for holder ``holder`` because of another holder; return when this holder may go on.
+
+    What a run calls before its first write (the additive schema), so a held tenant is refused before anything is
+    written; :func:`arm_fence` decides again under the lock, where it acts.
+    """
+    decide = _Holders(holder[:128], holder_state, adopt, take_over)
+    with connection_of(bind) as conn:
+        existing = the_cutover_fence(namespace, fences_in_force(conn, namespace, utcnow()))
+    if existing is not None:
+        decide(namespace, existing)
+
+
+class _Holders:
+    """Who may take which fence: reuse by the same holder, adoption of a finished or named one, else FenceHeld."""
+
+    def __init__(self, me: str, holder_state: HolderState, adopt: str | None, take_over: str):
+        self.me, self.holder_state, self.adopt, self.take_over = me, holder_state, adopt, take_over
+
+    def __call__(self, namespace: str, fence: dict[str, Any]) -> str | None:
+        """None: the fence is this holder's (reuse); else how it may be adopted. Raises FenceHeld otherwise."""
+        holder = fence["ArmedBy"]
+        if holder == self.me:
+            return None
+        state = self.holder_state(holder)
+        if state == HOLDER_FINISHED:
+            return "its run finished"
+        if state == HOLDER_UNKNOWN and self.adopt is not None and self.adopt == holder:
+            return f"named by {self.me}"
+        raise FenceHeld(namespace, fence, self.me, state=state, take_over=self.take_over)
 
 
 def _all_checkpointed(conn: Connection, packs: list[str]) -> bool:
@@ -196,60 +330,73 @@ def last_released_cutover_fence(conn: Connection, namespace: str) -> dict[str, A
     return None if row is None else {k: _iso(v) for k, v in row._mapping.items()}
 
 
-def _cutover_fence_of(fences: list[dict[str, Any]], holder: str) -> dict[str, Any] | None:
-    """The cutover fence among ``fences`` in force: the one ``holder`` holds, else any (there is normally one)."""
-    cutover = [f for f in fences if _is_cutover_fence(f)]
-    return next((f for f in cutover if f["ArmedBy"] == holder), cutover[0] if cutover else None)
+def _one_row(conn: Connection, stmt, namespace: str, fence_id: int, what: str) -> None:
+    """Run the conditional write ``stmt``; :class:`FenceChanged` (rolling back) unless it changed exactly one row."""
+    if conn.execute(stmt).rowcount != 1:
+        raise FenceChanged(namespace, fence_id, what)
 
 
 def _arm(
-    conn: Connection, namespace: str, armed_by: str, reason: str, packs: list[str], holder_active: HolderActive,
-    *, dry_run: bool,
+    conn: Connection, namespace: str, decide: _Holders, reason: str, packs: list[str], *, dry_run: bool,
+    seam: Seam | None,
 ) -> FenceResult:
     now = utcnow()
-    armed_by = armed_by[:128]
     overrides = active_overrides(conn, namespace, now)
     if overrides:
         raise ActiveOverrides(namespace, overrides)
-    fences = fences_in_force(conn, namespace, now)
-    existing = _cutover_fence_of(fences, armed_by)
+    fences = fences_in_force(conn, namespace, now, for_update=not dry_run)
+    existing = the_cutover_fence(namespace, fences)
     others = [f for f in fences if existing is None or f["FenceId"] != existing["FenceId"]]
     if existing is not None:
         fence_id = existing["FenceId"]
-        if existing["ArmedBy"] == armed_by:
-            return FenceResult(namespace, "would_reuse" if dry_run else "reused", fence_id, others)
-        if holder_active(existing["ArmedBy"]):
-            raise FenceHeld(namespace, existing, armed_by)
+        how = decide(namespace, existing)
+        if how is None:
+            return FenceResult(namespace, "would_reuse" if dry_run else "reused", fence_id, others, holder=decide.me)
+        previous = existing["ArmedBy"]
         if dry_run:
-            return FenceResult(namespace, "would_adopt", fence_id, others, previous_holder=existing["ArmedBy"])
-        conn.execute(
-            update(AdmissionFence)
-            .where(AdmissionFence.c.FenceId == fence_id, AdmissionFence.c.ArmedBy == existing["ArmedBy"])
-            .values(ArmedBy=armed_by)
-        )
-        return FenceResult(namespace, "adopted", fence_id, others, previous_holder=existing["ArmedBy"])
+            return FenceResult(namespace, "would_adopt", fence_id, others, previous_holder=previous, holder=decide.me)
+        if seam is not None:
+            seam(conn)
+        record = f"{FENCE_REASON}; adopted from {previous} ({how})"[:255]
+        _one_row(conn, update(AdmissionFence)
+                 .where(AdmissionFence.c.FenceId == fence_id, AdmissionFence.c.ArmedBy == previous,
+                        AdmissionFence.c.ReleasedAt.is_(None))
+                 .values(ArmedBy=decide.me, Reason=record), namespace, fence_id, "adopted")
+        _still_one_cutover_fence(conn, namespace, now)
+        return FenceResult(namespace, "adopted", fence_id, others, previous_holder=previous, holder=decide.me)
     if _all_checkpointed(conn, packs):
         last = last_released_cutover_fence(conn, namespace)
         return FenceResult(namespace, "not_needed", last["FenceId"] if last else None, others)
     if dry_run:
-        return FenceResult(namespace, "would_arm", None, others)
+        return FenceResult(namespace, "would_arm", None, others, holder=decide.me)
+    if seam is not None:
+        seam(conn)
     result = conn.execute(
         insert(AdmissionFence).values(
             Namespace=namespace,
             Scope=catalog.FENCE_SCOPE_ALL,
             Reason=reason[:255],
-            ArmedBy=armed_by,
+            ArmedBy=decide.me,
             ArmedAt=now,
             ExpiresAt=None,
             ReleasedAt=None,
             ReleasedBy=None,
         )
     )
-    return FenceResult(namespace, "armed", int(result.inserted_primary_key[0]), others)
+    fence_id = int(result.inserted_primary_key[0])
+    _still_one_cutover_fence(conn, namespace, now)
+    return FenceResult(namespace, "armed", fence_id, others, holder=decide.me)
 
 
-def fence_row(conn: Connection, fence_id: int) -> dict[str, Any] | None:
-    row = conn.execute(select(AdmissionFence).where(AdmissionFence.c.FenceId == fence_id)).first()
+def _still_one_cutover_fence(conn: Connection, namespace: str, now: dt.datetime) -> None:
+    """After a write: another session may have armed a cutover fence by hand (no lock of ours stops an INSERT)
+    since the read; then :class:`SeveralCutoverFences`, rolling this transaction back."""
+    the_cutover_fence(namespace, fences_in_force(conn, namespace, now))
+
+
+def fence_row(conn: Connection, fence_id: int, *, for_update: bool = False) -> dict[str, Any] | None:
+    stmt = select(AdmissionFence).where(AdmissionFence.c.FenceId == fence_id)
+    row = conn.execute(stmt.with_for_update() if for_update else stmt).first()
     return None if row is None else {k: _iso(v) for k, v in row._mapping.items()}
 
 
@@ -262,54 +409,65 @@ def release_fence(
     timeout_s: float,
     dry_run: bool = False,
     precondition: Callable[[Connection], None] | None = None,
+    between_check_and_act: Seam | None = None,
 ) -> FenceResult:
     """Release the cutover fence ``fence_id`` (set ReleasedAt) as its holder ``released_by``.
 
-    Already released is a no-op success; a fence held by another holder is
-    refused with :class:`FenceHeld` (a run releases only the fence it armed or adopted).
-    ``precondition(conn)`` runs inside the same locked transaction just before
-    the release and refuses by raising (the caller's switch condition, e.g. readiness).
+    Already released by this holder is a no-op success; released by another holder is :class:`ReleasedByAnother`;
+    a fence another holder holds is :class:`FenceHeld` (a run releases only the fence it armed or adopted); more
+    than one cutover fence in force is :class:`SeveralCutoverFences`. ``precondition(conn)`` runs inside the same
+    locked transaction just before the release and again just after its write, refusing by raising (the
+    caller's switch condition, e.g. readiness): what committed in between is seen, and the release rolled back.
     """
     deadline = Deadline(timeout_s)
     if dry_run:
         return tx.read(
-            engine, lambda conn: _release(conn, namespace, fence_id, released_by, None, dry_run=True),
+            engine, lambda conn: _release(conn, namespace, fence_id, released_by, None, dry_run=True, seam=None),
             what="checking the admission fence", deadline=deadline,
         )
     return tx.run(
-        engine, lambda conn: _release(conn, namespace, fence_id, released_by, precondition, dry_run=False),
+        engine,
+        lambda conn: _release(conn, namespace, fence_id, released_by, precondition, dry_run=False, seam=between_check_and_act),
         what="releasing the admission fence", deadline=deadline, locks=lifecycle_lock_names(namespace),
     )
 
 
 def _release(
     conn: Connection, namespace: str, fence_id: int, released_by: str, precondition: Callable[[Connection], None] | None,
-    *, dry_run: bool,
+    *, dry_run: bool, seam: Seam | None,
 ) -> FenceResult:
     now = utcnow()
-    fence = fence_row(conn, fence_id)
+    me = released_by[:128]
+    fence = fence_row(conn, fence_id, for_update=not dry_run)
     if fence is None or fence["Namespace"] != namespace:
         raise BadInput(f"admission fence {fence_id} does not exist in namespace {namespace!r}")
     if not _is_cutover_fence(fence):
         raise BadInput(f"admission fence {fence_id} is not a non-expiring '*' cutover fence; it is left as is")
-    others = [f for f in fences_in_force(conn, namespace, now) if f["FenceId"] != fence_id]
+    in_force = fences_in_force(conn, namespace, now, for_update=not dry_run)
+    others = [f for f in in_force if f["FenceId"] != fence_id]
     if fence["ReleasedAt"] is not None:
-        return FenceResult(namespace, "already_released", fence_id, others)
-    if fence["ArmedBy"] != released_by[:128]:
-        raise FenceHeld(namespace, fence, released_by)
+        if fence["ReleasedBy"] != me:
+            raise ReleasedByAnother(namespace, fence, me)
+        return FenceResult(namespace, "already_released", fence_id, others, holder=me)
+    the_cutover_fence(namespace, in_force)
+    if fence["ArmedBy"] != me:
+        raise FenceHeld(namespace, fence, me, state=HOLDER_UNKNOWN, releasing=True)
     if dry_run:
-        return FenceResult(namespace, "would_release", fence_id, others)
+        return FenceResult(namespace, "would_release", fence_id, others, holder=me)
     if precondition is not None:
         precondition(conn)
-    conn.execute(
-        update(AdmissionFence)
-        .where(AdmissionFence.c.FenceId == fence_id, AdmissionFence.c.ReleasedAt.is_(None))
-        .values(ReleasedAt=now, ReleasedBy=released_by[:128])
-    )
-    return FenceResult(namespace, "released", fence_id, others)
+    if seam is not None:
+        seam(conn)
+    _one_row(conn, update(AdmissionFence)
+             .where(AdmissionFence.c.FenceId == fence_id, AdmissionFence.c.ArmedBy == me,
+                    AdmissionFence.c.ReleasedAt.is_(None))
+             .values(ReleasedAt=now, ReleasedBy=me), namespace, fence_id, "released")
+    if precondition is not None:
+        precondition(conn)  # after the write: what committed since the first check is seen, and rolls it back
+    return FenceResult(namespace, "released", fence_id, others, holder=me)
 
 
 def cutover_fence_in_force(bind: Engine | Connection, namespace: str) -> dict[str, Any] | None:
-    """The namespace's non-expiring ``*`` fence in force, if any (there is normally one)."""
+    """The namespace's non-expiring ``*`` fence in force, if any; :class:`SeveralCutoverFences` when there are more."""
     with connection_of(bind) as conn:
-        return next((f for f in fences_in_force(conn, namespace, utcnow()) if _is_cutover_fence(f)), None)
+        return the_cutover_fence(namespace, fences_in_force(conn, namespace, utcnow()))

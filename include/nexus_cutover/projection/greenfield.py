@@ -14,7 +14,19 @@ previous lock holder committed is seen, on TiDB too):
   :class:`~nexus_cutover.errors.BadInput`, exit 2), re-read under the locks;
 * its ``_System_ConnectorProjectionProtocol`` row (a locking primary-key read);
 * whether it has any Event or WorkItem (:func:`~.checkpoint.is_greenfield`:
-  two index probes), and only when it has: bounded counts and a few ids.
+  two index probes), and only when it has: bounded counts and a few ids;
+* the namespace's old runtime (contract, "Greenfield activation"): activation
+  goes on only while no old-protocol ingress_writer, receipt_materializer or
+  projection_worker of the namespace is live (the liveness rule of the writer
+  evidence, in SQL on ``ix_ProcessRegistry_Role``) or the namespace's cutover
+  fence is in force (its rows read ``FOR UPDATE``). Otherwise an old runtime
+  would admit old-protocol work above cutoff 0 that no audit ever reads: the
+  refusal ``old_runtime_live`` names the live processes.
+
+Every condition is checked again after the write, in the same transaction:
+what committed in between (an old process registering or heartbeating, an
+Event written without the pack lock) is seen, the write rolled back and the
+call refused. ``between_check_and_act`` is a test seam only.
 
 What it writes: at most the one version-1 protocol row with
 ``LegacyMaxOrdinal = 0`` (and the lock rows, created beforehand as every
@@ -31,7 +43,8 @@ Outcomes (the JSON shape of :class:`~.checkpoint.CheckpointResult`):
   finding ``not_greenfield`` gives the Event and WorkItem counts (counted up to
   :data:`COUNT_LIMIT`) and the first few EventIds / WorkIds in index order.
   Such a pack goes through the cutover (drain, then the audited checkpoint);
-  there is no option that activates it here.
+  there is no option that activates it here. Or an old runtime is live
+  (``old_runtime_live``, its ProcessIds): stop it, or arm the cutover fence.
 
 The Part B schema must be complete (:class:`~nexus_cutover.errors.MissingSchema`,
 exit 2); every wait, lock waits included, is bounded by ``timeout_s``
@@ -41,27 +54,33 @@ calls write one row: the second finds it under the locks.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, func, select
 
-from .. import tx
+from .. import catalog, tx
 from ..catalog import Event, WorkItem
+from ..clock import utcnow
 from ..db import Deadline
+from ..liveness import DEFAULT_STALE_HEARTBEAT_S
 from ..locks import lifecycle_lock_names
 from ..protocol_row import insert_protocol_row, read_protocol_row
-from .audit import NOT_GREENFIELD, Finding
+from .audit import NOT_GREENFIELD, OLD_RUNTIME_LIVE, Finding
 from .checkpoint import (
     REFUSED,
     CheckpointResult,
+    Withdrawn,
     is_greenfield,
     prerequisite_namespace,
     reread_pack,
     result_already_written,
     result_written,
 )
+from .fence import Seam, cutover_fences, fences_in_force
+from .writers import live_statement
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +125,26 @@ def _history(conn: Connection, pack_install_id: str) -> NotGreenfield:
                          event_count=count(events), work_item_count=count(work))
 
 
-def activate_pack(engine: Engine, pack_install_id: str, *, timeout_s: float, written_by: str) -> CheckpointResult:
+#: The old-protocol processes that could admit or serve work of the pack (contract, "Greenfield activation").
+OLD_RUNTIME_ROLES = (catalog.ROLE_INGRESS_WRITER, catalog.ROLE_RECEIPT_MATERIALIZER, catalog.ROLE_PROJECTION_WORKER)
+
+
+def old_runtime_finding(conn: Connection, namespace: str, stale_heartbeat: dt.timedelta) -> Finding | None:
+    """``old_runtime_live`` naming the live old-protocol processes of :data:`OLD_RUNTIME_ROLES`, unless none is live
+    or the namespace's cutover fence is in force (its rows locked: a release by hand waits for the caller)."""
+    if cutover_fences(fences_in_force(conn, namespace, utcnow(), for_update=True)):
+        return None
+    live = conn.execute(live_statement(namespace, OLD_RUNTIME_ROLES, catalog.PROTOCOL_OLD, utcnow(), stale_heartbeat)).all()
+    if not live:
+        return None
+    return Finding(OLD_RUNTIME_LIVE, None, process_ids=[r.ProcessId for r in live])
+
+
+def activate_pack(
+    engine: Engine, pack_install_id: str, *, timeout_s: float, written_by: str,
+    stale_heartbeat: dt.timedelta = dt.timedelta(seconds=DEFAULT_STALE_HEARTBEAT_S),
+    between_check_and_act: Seam | None = None,
+) -> CheckpointResult:
     """Write the greenfield pack's protocol row with cutoff 0, or return the existing one, or refuse (module docstring).
 
     Raises :class:`~nexus_cutover.errors.BadInput` (no id, unknown or inactive
@@ -117,21 +155,39 @@ def activate_pack(engine: Engine, pack_install_id: str, *, timeout_s: float, wri
     deadline = Deadline(timeout_s)
     namespace = prerequisite_namespace(engine, pack_install_id, deadline)
 
+    def refusal(conn: Connection) -> CheckpointResult | None:
+        """Every condition of the activation, None when it may be written (read again after the write)."""
+        if not is_greenfield(conn, pack_install_id):
+            finding = _history(conn, pack_install_id)
+        else:
+            finding = old_runtime_finding(conn, namespace, stale_heartbeat)
+        if finding is None:
+            return None
+        log.info("pack %s: not activated: %s", pack_install_id, finding.describe())
+        return CheckpointResult(pack_install_id, namespace, REFUSED, None, [finding])
+
     def decide_and_write(conn: Connection) -> CheckpointResult:
         reread_pack(conn, pack_install_id, namespace)  # under the locks
         existing = read_protocol_row(conn, pack_install_id, for_update=True)
         if existing is not None:
             return result_already_written(existing, namespace)
-        if not is_greenfield(conn, pack_install_id):
-            finding = _history(conn, pack_install_id)
-            log.info("pack %s: not activated: %s", pack_install_id, finding.describe())
-            return CheckpointResult(pack_install_id, namespace, REFUSED, None, [finding])
+        refused = refusal(conn)
+        if refused is not None:
+            return refused
         deadline.check("writing the greenfield activation")
+        if between_check_and_act is not None:
+            between_check_and_act(conn)
         row = insert_protocol_row(conn, pack_install_id, 0, written_by)
+        refused = refusal(conn)  # after the write: what committed since the check is seen, and rolls it back
+        if refused is not None:
+            raise Withdrawn(refused)
         log.info("pack %s: greenfield pack activated (LegacyMaxOrdinal=0)", pack_install_id)
         return result_written(row, namespace)
 
-    return tx.run(
-        engine, decide_and_write, what=f"activating greenfield pack {pack_install_id!r}", deadline=deadline,
-        locks=lifecycle_lock_names(namespace, [pack_install_id]), bound_statements=True,
-    )
+    try:
+        return tx.run(
+            engine, decide_and_write, what=f"activating greenfield pack {pack_install_id!r}", deadline=deadline,
+            locks=lifecycle_lock_names(namespace, [pack_install_id]), bound_statements=True,
+        )
+    except Withdrawn as withdrawn:  # rolled back: nothing written
+        return withdrawn.result

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 NEXT_ACTION: dict[str, str] = {
     "resolve_packs": (
-        "fix the form or the connection; trigger again"
+        "fix the form or the connection; trigger again. A tenant another run or command holds: the message names "
+        "the holder and how to take it over (`adopt`)"
     ),
     "apply_schema": (
         "land the v2 handoff first, then clear the task"
     ),
     "arm_fence": (
-        "have L2 revoke the overrides, then clear; for a held tenant, let that run finish (or fail it), then "
-        "trigger again: the fence it left is adopted"
+        "active overrides: have L2 revoke them, then clear. Several cutover fences: have L2 release all but the one "
+        "of the cutover in progress, then clear. A held tenant: the message names the holder and how to take it over"
     ),
     "wait_for_drain": (
         "read the report (grouped by cause, with WorkIds). Resolve with the old runtime or a separately "

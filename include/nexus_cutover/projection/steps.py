@@ -5,9 +5,11 @@ operators, the sensors' pollers and ``nexus-cutover`` call exactly these
 functions; the modules behind them read (drain, writers, audit) or write
 (schema, fence, checkpoint) and this file says in which order and why.
 
-1. :func:`resolve_packs`, :func:`apply_schema`, :func:`arm_fence` -- additive
-   schema, then one non-expiring namespace-wide ``*`` admission fence held by
-   the run. Old workers and dependency resolvers keep running.
+1. :func:`resolve_packs`, :func:`held_by_another` (a tenant another holder holds
+   is refused before anything is written), :func:`apply_schema`,
+   :func:`arm_fence` -- additive schema, then one non-expiring namespace-wide
+   ``*`` admission fence held by the run. Old workers and dependency resolvers
+   keep running.
 2. :func:`drain` -- until no old projection WorkItem is pending, blocked, retry
    or processing; stuck work is reported, never changed.
 3. :func:`writer_evidence`, then a person confirms every old writer stopped,
@@ -55,6 +57,16 @@ def resolve_packs(engine: Engine, namespace: str, requested: Iterable[str] = ())
     return _resolve_packs(engine, namespace, requested)
 
 
+def held_by_another(
+    engine: Engine, namespace: str, *, holder: str, holder_state: fences.HolderState = fences.unknown_holders,
+    adopt: str | None = None, take_over: str = fences.TAKE_OVER,
+) -> None:
+    """Step 1a'. Read only, before any write of the run: refuses (FenceHeld, SeveralCutoverFences) a tenant that
+    another holder holds and this one may not adopt (contract, "One cutover per tenant at a time": a second run
+    stops at once, naming the holder, and writes nothing). :func:`arm_fence` decides again under the lock."""
+    fences.held_by_another(engine, namespace, holder=holder, holder_state=holder_state, adopt=adopt, take_over=take_over)
+
+
 @dataclass
 class SchemaResult:
     created: list[str]
@@ -91,17 +103,20 @@ def apply_schema(engine: Engine, *, dry_run: bool = False, on_created: Callable[
 
 def arm_fence(
     engine: Engine, namespace: str, *, holder: str, packs: Iterable[str], timeout_s: float,
-    holder_active: fences.HolderActive | None = None, dry_run: bool = False,
+    holder_state: fences.HolderState = fences.unknown_holders, adopt: str | None = None,
+    take_over: str = fences.TAKE_OVER, dry_run: bool = False,
 ) -> fences.FenceResult:
-    """Step 1c. Arms (or reuses, or adopts from a finished holder) the non-expiring ``*`` fence as ``holder``.
+    """Step 1c. Arms (or reuses, or adopts from a finished or named holder) the non-expiring ``*`` fence as ``holder``.
 
     Reads fences and overrides under the namespace lock; writes one fence row (or
     its ``ArmedBy`` on adoption). Refuses, writing nothing, on an active override
-    (ActiveOverrides) or a fence held by another holder still at work (FenceHeld).
+    (ActiveOverrides), several cutover fences (SeveralCutoverFences) or a fence
+    another holder holds that may not be adopted (FenceHeld): a holder whose state
+    cannot be read is adopted only when the person names it (``adopt``).
     When every pack is checkpointed and no cutover fence is in force: ``not_needed``.
     """
-    kwargs = {} if holder_active is None else {"holder_active": holder_active}
-    return fences.arm_fence(engine, namespace, armed_by=holder, timeout_s=timeout_s, dry_run=dry_run, packs=packs, **kwargs)
+    return fences.arm_fence(engine, namespace, armed_by=holder, timeout_s=timeout_s, dry_run=dry_run, packs=packs,
+                            holder_state=holder_state, adopt=adopt, take_over=take_over)
 
 
 def drain(
@@ -214,13 +229,15 @@ class NotReady(Refused):
 
 def release_fence(
     engine: Engine, namespace: str, fence_id: int, *, holder: str, stale_heartbeat: dt.timedelta, timeout_s: float,
-    dry_run: bool = False,
+    dry_run: bool = False, between_check_and_act: fences.Seam | None = None,
 ) -> fences.FenceResult:
     """Step 5b. Sets ``ReleasedAt`` on the fence ``holder`` holds: admission resumes through the new host.
 
     Readiness is verified inside the releasing transaction, under the namespace
-    lock (NotReady otherwise); a fence held by another holder is refused
-    (FenceHeld); an already released fence is a no-op success.
+    lock, before and again after the write (NotReady otherwise, nothing
+    released); a fence held by another holder is refused (FenceHeld); a fence
+    this holder already released is a no-op success, one another holder
+    released is not (ReleasedByAnother). ``between_check_and_act``: a test seam only.
     """
 
     def ready(conn: Connection) -> None:
@@ -229,7 +246,7 @@ def release_fence(
             raise NotReady(r.reasons)
 
     return fences.release_fence(engine, namespace, fence_id, released_by=holder, timeout_s=timeout_s, dry_run=dry_run,
-                                precondition=ready)
+                                precondition=ready, between_check_and_act=between_check_and_act)
 
 
 def verify_no_old_writer(engine: Engine, namespace: str, *, released_at: dt.datetime) -> list[dict[str, Any]]:
@@ -253,11 +270,15 @@ def verify_history(engine: Engine, expected: HistoryDigest, *, timeout_s: float)
 def cutover_standing(engine: Engine, namespace: str) -> dict[str, Any]:
     """Read only: where the tenant stands, for a fleet rollout deciding whether to run it again.
 
-    ``cut_over``: every active pack has its checkpoint and no cutover fence is in
-    force (admission resumed). ``fence_held_by``: the holder of the cutover fence
-    in force (a run that stopped before releasing it), else None.
+    ``cut_over``: every active pack has its checkpoint, no cutover fence is in force (admission resumed) and no
+    pack holds old-protocol work above its cutoff. ``fence_held_by``: the holder of the cutover fence in force (a
+    run that stopped before releasing it), else None (every holder, when several cutover fences are in force).
+    ``old_work_above_cutoff``: one entry per pack that holds some (:mod:`nexus_cutover.above_cutoff`): a stop,
+    needing a separately reviewed recovery decision, never "cut over".
     """
+    from ..above_cutoff import namespace_above_cutoff
     from ..catalog import ConnectorProjectionProtocol
+    from ..clock import utcnow
     from ..protocol_row import read_protocol_row
     from ..runtime.activation import active_packs
 
@@ -265,6 +286,9 @@ def cutover_standing(engine: Engine, namespace: str) -> dict[str, Any]:
         packs = active_packs(conn, namespace)
         table = schema.has_table(conn, ConnectorProjectionProtocol.name)
         done = [p for p in packs if table and read_protocol_row(conn, p) is not None]
-        fence = fences.cutover_fence_in_force(conn, namespace)
-    return {"packs": len(packs), "checkpointed": len(done), "fence_held_by": fence["ArmedBy"] if fence else None,
-            "cut_over": bool(packs) and len(done) == len(packs) and fence is None}
+        held = [f["ArmedBy"] for f in fences.cutover_fences(fences.fences_in_force(conn, namespace, utcnow()))]
+        above = [a.as_json() for a in namespace_above_cutoff(conn, namespace)] if table else []
+    return {"packs": len(packs), "checkpointed": len(done),
+            "fence_held_by": held[0] if len(held) == 1 else (held or None),
+            "old_work_above_cutoff": above,
+            "cut_over": bool(packs) and len(done) == len(packs) and not held and not above}

@@ -13,7 +13,15 @@ Invariants:
   confirmation, not a substitute for it.
 * Readiness = a registered ``ProjectionProtocol = 1`` ``integration_host`` with
   ``ActivatedAt`` set and a fresh heartbeat, and no live old writer.
-* Read only; queries use ``ix_ProcessRegistry_Role`` (Namespace, Role, StoppedAt).
+* A long-lived registry keeps every process that ever ran: thousands of stopped
+  rows (every restart adds one). Every read that decides whether a process is
+  live applies the liveness rule in SQL (:func:`~nexus_cutover.liveness.live_clause`),
+  on ``ix_ProcessRegistry_Role`` (Namespace, Role, ``StoppedAt IS NULL``), and is
+  never capped before that rule: a live process is found wherever its row sorts.
+  Only what is shown for the person is bounded: silent processes (not stopped)
+  in full, stopped ones as a count per role and the :data:`STOPPED_SHOWN` most
+  recently stopped of each role.
+* Read only; every query is a range of ``ix_ProcessRegistry_Role``.
 """
 
 from __future__ import annotations
@@ -22,15 +30,16 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Engine, or_, select
+from sqlalchemy import Connection, Engine, func, or_, select
 
 from .. import catalog
 from ..catalog import ProcessRegistry
 from ..clock import utcnow
 from ..db import connection_of, translate_errors
-from ..liveness import process_state
+from ..liveness import LIVE, STOPPED, heartbeat_cutoff, live_clause, process_state
 
-PROCESS_CAP = 1000
+#: Most recently stopped processes shown per role (the rest are counted): evidence for a person, never a decision.
+STOPPED_SHOWN = 5
 
 
 def _process(row, now: dt.datetime, stale: dt.timedelta) -> dict[str, Any]:
@@ -50,18 +59,57 @@ def _process(row, now: dt.datetime, stale: dt.timedelta) -> dict[str, Any]:
     }
 
 
-def _processes(conn: Connection, namespace: str, roles, protocol: int, now, stale) -> list[dict[str, Any]]:
-    rows = conn.execute(
-        select(ProcessRegistry)
-        .where(
-            ProcessRegistry.c.Namespace == namespace,
-            ProcessRegistry.c.Role.in_(list(roles)),
-            ProcessRegistry.c.ProjectionProtocol == protocol,
-        )
-        .order_by(ProcessRegistry.c.Role, ProcessRegistry.c.ProcessId)
-        .limit(PROCESS_CAP)
-    ).all()
-    return [_process(r, now, stale) for r in rows]
+def _of(namespace: str, roles, protocol: int):
+    """The registry rows of ``namespace`` in ``roles`` under ``protocol``: an equality prefix of ix_ProcessRegistry_Role."""
+    t = ProcessRegistry
+    return [t.c.Namespace == namespace, t.c.Role.in_(list(roles)), t.c.ProjectionProtocol == protocol]
+
+
+def live_statement(namespace: str, roles, protocol: int, now: dt.datetime, stale: dt.timedelta):
+    """Every live process of ``roles`` (the liveness rule in SQL; no cap): exposed for EXPLAIN tests."""
+    t = ProcessRegistry
+    return select(t).where(*_of(namespace, roles, protocol), live_clause(now, stale)).order_by(t.c.Role, t.c.ProcessId)
+
+
+def silent_statement(namespace: str, roles, protocol: int, now: dt.datetime, stale: dt.timedelta):
+    """Every process of ``roles`` not stopped whose heartbeat is stale (it may come back): exposed for EXPLAIN tests."""
+    t = ProcessRegistry
+    return (
+        select(t)
+        .where(*_of(namespace, roles, protocol), t.c.StoppedAt.is_(None), t.c.LastHeartbeatAt < heartbeat_cutoff(now, stale))
+        .order_by(t.c.Role, t.c.ProcessId)
+    )
+
+
+def stopped_counts_statement(namespace: str, roles, protocol: int):
+    """Stopped processes per role, counted in the index (``StoppedAt IS NOT NULL``)."""
+    t = ProcessRegistry
+    return (
+        select(t.c.Role, func.count())
+        .where(*_of(namespace, roles, protocol), t.c.StoppedAt.is_not(None))
+        .group_by(t.c.Role)
+    )
+
+
+def recently_stopped_statement(namespace: str, role: str, protocol: int, limit: int = STOPPED_SHOWN):
+    """The ``limit`` most recently stopped processes of one role (a backward range of the index)."""
+    t = ProcessRegistry
+    return (
+        select(t)
+        .where(*_of(namespace, [role], protocol), t.c.StoppedAt.is_not(None))
+        .order_by(t.c.StoppedAt.desc(), t.c.ProcessId)
+        .limit(limit)
+    )
+
+
+def _live(conn: Connection, namespace: str, roles, protocol: int, now, stale) -> list[dict[str, Any]]:
+    return [_process(r, now, stale) for r in conn.execute(live_statement(namespace, roles, protocol, now, stale))]
+
+
+def _not_stopped(conn: Connection, namespace: str, roles, protocol: int, now, stale) -> list[dict[str, Any]]:
+    """Live then silent processes (every one: neither list is capped), each in (Role, ProcessId) order."""
+    silent = [_process(r, now, stale) for r in conn.execute(silent_statement(namespace, roles, protocol, now, stale))]
+    return _live(conn, namespace, roles, protocol, now, stale) + silent
 
 
 @dataclass
@@ -71,11 +119,22 @@ class WriterEvidence:
     namespace: str
     checked_at: dt.datetime
     stale_heartbeat_s: float
+    #: Every live and silent process, then the most recently stopped ones of each role (:data:`STOPPED_SHOWN`).
     processes: list[dict[str, Any]]
+    #: Stopped processes per role, all of them counted.
+    stopped_by_role: dict[str, int] = field(default_factory=dict)
 
     @property
     def live(self) -> list[dict[str, Any]]:
-        return [p for p in self.processes if p["state"] == "live"]
+        return [p for p in self.processes if p["state"] == LIVE]
+
+    @property
+    def stopped_total(self) -> int:
+        return sum(self.stopped_by_role.values())
+
+    @property
+    def stopped_not_shown(self) -> int:
+        return self.stopped_total - sum(1 for p in self.processes if p["state"] == STOPPED)
 
     @property
     def all_stopped_or_silent(self) -> bool:
@@ -89,6 +148,8 @@ class WriterEvidence:
             "all_stopped_or_silent": self.all_stopped_or_silent,
             "live": [p["process_id"] for p in self.live],
             "processes": self.processes,
+            "stopped_by_role": dict(self.stopped_by_role),
+            "stopped_not_shown": self.stopped_not_shown,
         }
 
     def as_markdown(self) -> str:
@@ -97,7 +158,7 @@ class WriterEvidence:
             f"Old-protocol writers of namespace `{self.namespace}` at {self.checked_at.isoformat()}Z "
             f"(live = not stopped and heartbeat within {self.stale_heartbeat_s:g}s):\n\n"
         )
-        if not self.processes:
+        if not self.processes and not self.stopped_total:
             return head + "_No old-protocol ingress_writer, receipt_materializer, projection_worker or " \
                 "dependency_resolver is registered._\n"
         rows = ["| process | role | version | state | last heartbeat (age s) | stopped at |", "|---|---|---|---|---|---|"]
@@ -106,7 +167,12 @@ class WriterEvidence:
                 f"| `{p['process_id']}` | {p['role']} | {p['binary_version']} | **{p['state']}** | "
                 f"{p['last_heartbeat_at']} ({p['heartbeat_age_s']}) | {p['stopped_at'] or '-'} |"
             )
-        return head + "\n".join(rows) + "\n"
+        tail = ""
+        if self.stopped_not_shown:
+            counts = ", ".join(f"{role} {n}" for role, n in sorted(self.stopped_by_role.items()))
+            tail = (f"\n_{self.stopped_not_shown} older stopped process(es) not listed ({self.stopped_total} stopped in "
+                    f"all: {counts}); every live and silent one is listed._\n")
+        return head + "\n".join(rows) + "\n" + tail
 
 
 def old_writer_evidence(
@@ -114,9 +180,13 @@ def old_writer_evidence(
 ) -> WriterEvidence:
     """Evidence that every old writer of the namespace is stopped or silent (read only)."""
     now = now or utcnow()
+    roles, old = catalog.OLD_WRITER_ROLES, catalog.PROTOCOL_OLD
     with translate_errors("reading the process registry"), connection_of(bind) as conn:
-        procs = _processes(conn, namespace, catalog.OLD_WRITER_ROLES, catalog.PROTOCOL_OLD, now, stale_heartbeat)
-        return WriterEvidence(namespace, now, stale_heartbeat.total_seconds(), procs)
+        procs = _not_stopped(conn, namespace, roles, old, now, stale_heartbeat)
+        stopped = {role: int(n) for role, n in conn.execute(stopped_counts_statement(namespace, roles, old))}
+        for role in sorted(stopped):
+            procs += [_process(r, now, stale_heartbeat) for r in conn.execute(recently_stopped_statement(namespace, role, old))]
+        return WriterEvidence(namespace, now, stale_heartbeat.total_seconds(), procs, stopped)
 
 
 @dataclass
@@ -155,8 +225,8 @@ def readiness(
     """Readiness of the new host (read only); ``reasons`` says what is missing."""
     now = now or utcnow()
     with translate_errors("reading the process registry"), connection_of(bind) as conn:
-        hosts = _processes(conn, namespace, [catalog.ROLE_INTEGRATION_HOST], catalog.PROTOCOL_RANGES, now, stale_heartbeat)
-        old = old_writer_evidence(conn, namespace, stale_heartbeat=stale_heartbeat, now=now).live
+        hosts = _not_stopped(conn, namespace, [catalog.ROLE_INTEGRATION_HOST], catalog.PROTOCOL_RANGES, now, stale_heartbeat)
+        old = _live(conn, namespace, catalog.OLD_WRITER_ROLES, catalog.PROTOCOL_OLD, now, stale_heartbeat)
         result = Readiness(namespace, now, hosts, old)
         if not result.ready_hosts:
             if not [h for h in hosts if h["state"] == "live"]:
@@ -168,21 +238,28 @@ def readiness(
         return result
 
 
+def processes_since_statement(namespace: str, since: dt.datetime):
+    """Old-protocol writers that started or heartbeated at/after ``since``: exposed for EXPLAIN tests.
+
+    The namespace's old-writer rows of ix_ProcessRegistry_Role, every state: a stopped row counts too, since an
+    old binary that resumes may heartbeat without registering again (its ``StoppedAt`` stays set). The rule is
+    applied in SQL; nothing is capped. Read once per run, after the release.
+    """
+    t = ProcessRegistry
+    return (
+        select(t)
+        .where(
+            *_of(namespace, catalog.OLD_WRITER_ROLES, catalog.PROTOCOL_OLD),
+            or_(t.c.LastHeartbeatAt >= since, t.c.StartedAt >= since),
+        )
+        .order_by(t.c.ProcessId)
+    )
+
+
 def old_processes_since(
     bind: Engine | Connection, namespace: str, since: dt.datetime, *, now: dt.datetime | None = None
 ) -> list[dict[str, Any]]:
-    """Old-protocol writers that started or heartbeated at/after ``since`` (diagnosis only)."""
+    """Old-protocol writers that started or heartbeated at/after ``since`` (every one: no cap)."""
     now = now or utcnow()
     with translate_errors("reading the process registry"), connection_of(bind) as conn:
-        rows = conn.execute(
-            select(ProcessRegistry)
-            .where(
-                ProcessRegistry.c.Namespace == namespace,
-                ProcessRegistry.c.Role.in_(list(catalog.OLD_WRITER_ROLES)),
-                ProcessRegistry.c.ProjectionProtocol == catalog.PROTOCOL_OLD,
-                or_(ProcessRegistry.c.LastHeartbeatAt >= since, ProcessRegistry.c.StartedAt >= since),
-            )
-            .order_by(ProcessRegistry.c.ProcessId)
-            .limit(PROCESS_CAP)
-        ).all()
-        return [_process(r, now, dt.timedelta(0)) for r in rows]
+        return [_process(r, now, dt.timedelta(0)) for r in conn.execute(processes_since_statement(namespace, since))]

@@ -6,7 +6,12 @@ A host or a standalone worker of ``namespace`` may serve range work only when:
   (the v2 handoff) and ``InputStartOrdinal``, plus the protocol table - there is
   no optional-column rolling compatibility for projection work;
 * every *active* pack of the namespace has a ``ProtocolVersion = 1``
-  ``_System_ConnectorProjectionProtocol`` row.
+  ``_System_ConnectorProjectionProtocol`` row;
+* no active pack holds old-protocol work above its cutoff
+  (:mod:`nexus_cutover.above_cutoff`: what an old runtime admitted after the
+  checkpoint, through a rollback or an activation over a live old runtime): the
+  refusal names the pack, the WorkIds and the Events; it needs a separately
+  reviewed recovery decision, and nothing is admitted.
 
 :func:`check_activation` only reads; it never creates schema or rows. The
 verdict lists every reason, each naming what to fix. A namespace with no active
@@ -18,7 +23,9 @@ statement: :func:`pack_protocols`), so a pack activated later (its protocol row
 written by the cutover or by greenfield activation) is served within one
 period, without a restart. A pack installed after activation without its row
 does not stop the host: the other packs keep being served, the new one is
-skipped (logged once) until its row exists. :func:`protocol_in_force` is the same
+skipped (logged once) until its row exists; so is a pack whose row appears
+while it holds old-protocol work above its cutoff (skipped, named, until a
+reviewed recovery). :func:`protocol_in_force` is the same
 rule in SQL, for reads that must never pick up such a pack's work (the claim).
 """
 
@@ -32,6 +39,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import ColumnElement, Connection, Engine, Select, select
 
 from .. import catalog
+from ..above_cutoff import namespace_above_cutoff, pack_above_cutoff
 from ..catalog import PROTOCOL_RANGES
 from ..db import translate_errors
 from ..protocol_row import read_protocol_row
@@ -114,6 +122,7 @@ def _check(conn: Connection, namespace: str) -> ActivationVerdict:
         row = read_protocol_row(conn, pack)
         if row is None or row.protocol_version != PROTOCOL_RANGES:
             reasons.append(_not_served_reason(pack, row.protocol_version if row else None))
+    reasons += [found.describe() for found in namespace_above_cutoff(conn, namespace)]
     return ActivationVerdict(not reasons, reasons, packs)
 
 
@@ -165,8 +174,14 @@ class ServedPacks:
         self._due = now + self.period_s
         with translate_errors(f"listing the packs of namespace {self.namespace!r}"), self.engine.connect() as conn:
             rows = pack_protocols(conn, self.namespace)
-        served = [pack for pack, version in rows if version == PROTOCOL_RANGES]
-        skipped = {pack: _not_served_reason(pack, version) for pack, version in rows if version != PROTOCOL_RANGES}
+            skipped = {pack: _not_served_reason(pack, version) for pack, version in rows if version != PROTOCOL_RANGES}
+            for pack, version in rows:  # a pack about to be served: not while it holds old work above its cutoff
+                if version == PROTOCOL_RANGES and pack not in self.packs:
+                    row = read_protocol_row(conn, pack)
+                    found = pack_above_cutoff(conn, pack, row.legacy_max_ordinal) if row is not None else None
+                    if found is not None:
+                        skipped[pack] = found.describe()
+        served = [pack for pack, version in rows if version == PROTOCOL_RANGES and pack not in skipped]
         added = [pack for pack in served if pack not in self.packs]
         for pack in added:
             log.info("pack %s: version-1 protocol row present: now served (picked up without a restart)", pack)
@@ -175,7 +190,8 @@ class ServedPacks:
                 log.info("pack %s is no longer active: no longer served", pack)
         for pack, reason in skipped.items():
             if self.skipped.get(pack) != reason:
-                log.warning("%s -- not serving it; the other packs are served, and it is picked up within %gs once "
-                            "its version-1 row exists", reason, self.period_s)
+                then = ("until a reviewed recovery decision" if pack in dict(rows) and dict(rows)[pack] == PROTOCOL_RANGES
+                        else f"and it is picked up within {self.period_s:g}s once its version-1 row exists")
+                log.warning("%s -- not serving it; the other packs are served, %s", reason, then)
         self.packs, self.skipped = served, skipped
         return added

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
+from ..catalog import PROJECTION_WORK_TYPE
 from ..identity import ProjectionIdentity
 
 
@@ -17,12 +18,13 @@ class Routing:
     """How the host routes a receipt: route version, companion Flow version, work type.
 
     ``by_event_kind`` overrides the defaults for named Event kinds:
-    ``{"deal.changed": (2, "1.1.0", "project")}``.
+    ``{"deal.changed": (2, "1.1.0", "connector.projection")}``. The default work type is the catalog's
+    projection work type: what a receipt admits is projection input.
     """
 
     route_version: int = 1
     flow_version: str = "1.0.0"
-    work_type: str = "project"
+    work_type: str = PROJECTION_WORK_TYPE
     by_event_kind: dict[str, tuple[int, str, str]] = field(default_factory=dict)
 
     def route(self, event_kind: str) -> tuple[int, str, str]:
@@ -39,7 +41,7 @@ class Input:
     event_kind: str = "contact.changed"
     route_version: int = 1
     flow_version: str = "1.0.0"
-    work_type: str = "project"
+    work_type: str = PROJECTION_WORK_TYPE
     received_at: dt.datetime | None = None
 
     def identity(self, pack_install_id: str) -> ProjectionIdentity:

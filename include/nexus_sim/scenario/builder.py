@@ -144,7 +144,7 @@ class PackBuilder:
         event_kind: str = "contact.changed",
         route_version: int = 1,
         flow_version: str = "1.0.0",
-        work_type: str = "project",
+        work_type: str = catalog.PROJECTION_WORK_TYPE,
     ) -> Lane:
         return Lane(
             self,
