@@ -30,9 +30,9 @@ import pathlib
 
 import pytest
 
+from nexus_airflow.params import CONNECTIONS
 from scripts.airflow_up import DemoAirflow
 from scripts.demo_seed import STAGE1_RELEASE
-from nexus_airflow.params import CONNECTIONS
 from tests.ui.browser import WIDTH, Person, wait_until
 
 pytestmark = pytest.mark.airflow
