@@ -175,9 +175,6 @@ def product(engine, pack: str) -> tuple[set[tuple[str, str, int]], int]:
 BACKENDS = ([] if tidb_semantics.enabled_by_env() else [pytest.param("sqlite", id="sqlite")]) + [
     pytest.param(c, id=c, marks=pytest.mark.mysql) for c in collations.COLLATIONS
 ]
-ORDINARY_LANDS_WITH_ISSUE_24 = pytest.mark.xfail(
-    strict=True, reason="issue 24 (wt/24): the audit still audits ordinary Events and counts live ordinary work as live_work"
-)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -231,7 +228,6 @@ def test_the_audit_agrees_with_the_contract_on_random_projection_tenants(audit_e
     _differential(audit_engine, ordinary=False)
 
 
-@ORDINARY_LANDS_WITH_ISSUE_24
 def test_the_audit_agrees_with_the_contract_on_random_tenants_with_ordinary_work(audit_engine):
     _differential(audit_engine, ordinary=True)
 
