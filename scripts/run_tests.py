@@ -6,11 +6,13 @@ process on its own throwaway MariaDB (``scripts/with-mariadb.sh``): lanes never 
 reads server-wide state (``INNODB_TRX``, the process list) sees only its own lane. When ``NEXUS_TEST_MYSQL_URL``
 is set (e.g. a real TiDB) every lane runs on that one server, so the lanes run one after the other instead.
 
-Lanes (``LANES`` below; every queue runs its lanes in order, the queues run at once):
+Lanes (:func:`lanes`; every queue runs its lanes in order, the queues run at once):
 
 * ``stack``: ``tests/stack``, the production topology of ``make stack`` (one stack for the whole lane);
-* ``airflow``: the suites that start an ``airflow standalone`` each (rollout, the browser tests, ``make demo``,
-  the status view's API-server tests);
+* ``rollout``: ``tenant_rollout`` on its ``airflow standalone`` (its time is set by the rollout's 30 s pokes);
+* ``airflow``: the other suites that start an ``airflow standalone`` each (the browser tests, ``make demo``,
+  the status view's API-server tests), one after another;
+* ``dags``: ``tests/dags``, the DAGs run in process (``dag.test()``);
 * ``main``: every other test under ``tests/`` (anything not named by another lane lands here, so a new test file
   is never left out), then ``tidb``: the TiDB-semantics pass (``NEXUS_TIDB_SEMANTICS=1``) over its suites.
 
@@ -38,15 +40,16 @@ import xml.etree.ElementTree as ET
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 
-#: Lanes whose tests start real Airflow processes, by path; everything else under tests/ is the ``main`` lane.
+#: The lanes other than ``main``, by path; everything else under tests/ is the ``main`` lane.
 STACK_PATHS = ["tests/stack"]
+ROLLOUT_PATHS = ["tests/rollout/test_tenant_rollout.py"]
 AIRFLOW_PATHS = [
-    "tests/rollout/test_tenant_rollout.py",
     "tests/ui",
     "tests/demo/test_make_demo.py",
     "tests/status_view/test_status_view.py",
     "tests/status_view/test_fleet_scale.py",
 ]
+DAGS_PATHS = ["tests/dags"]
 
 
 @dataclasses.dataclass
@@ -64,14 +67,21 @@ class Lane:
 
 
 def lanes(pytest_args: list[str], tidb_suites: list[str], tidb_args: list[str]) -> list[list[Lane]]:
-    """The queues of lanes: the queues run at once, each runs its lanes in order."""
-    ignored = [f"--ignore={p}" for p in STACK_PATHS + AIRFLOW_PATHS]
-    durations = ["--durations=15"]
+    """The queues of lanes: the queues run at once, each runs its lanes in order. Three lanes mostly wait on real
+    Airflow processes (stack, rollout, airflow); two compute (dags: in-process DAG runs; main, then tidb)."""
+    named = STACK_PATHS + ROLLOUT_PATHS + AIRFLOW_PATHS + DAGS_PATHS
+    # The in-process Airflow environment (tests/dags/airflow_harness.py) set up first in each lane, as it was for
+    # every test when one pytest ran them all (tests/dags/conftest.py was collected before any module importing
+    # airflow); it must be loaded before anything imports airflow, which a lane's modules may do in any order.
+    # Not in the tidb lane, whose separate run never loaded it.
+    first = ["--durations=15", "-p", "tests.dags.airflow_harness"]
     return [
-        [Lane("stack", [*durations, *STACK_PATHS, *pytest_args])],
-        [Lane("airflow", [*durations, *AIRFLOW_PATHS, *pytest_args])],
-        [Lane("main", [*durations, "tests", *ignored, *pytest_args]),
-         Lane("tidb", ["-q", *durations, *tidb_suites, *tidb_args], env={"NEXUS_TIDB_SEMANTICS": "1"})],
+        [Lane("stack", [*first, *STACK_PATHS, *pytest_args])],
+        [Lane("rollout", [*first, *ROLLOUT_PATHS, *pytest_args])],
+        [Lane("airflow", [*first, *AIRFLOW_PATHS, *pytest_args])],
+        [Lane("dags", [*first, *DAGS_PATHS, *pytest_args])],
+        [Lane("main", [*first, "tests", *[f"--ignore={p}" for p in named], *pytest_args]),
+         Lane("tidb", ["-q", "--durations=15", *tidb_suites, *tidb_args], env={"NEXUS_TIDB_SEMANTICS": "1"})],
     ]
 
 
@@ -119,7 +129,7 @@ def last_line(path: pathlib.Path | None) -> str:
 
 def node_id(classname: str, name: str) -> str:
     """pytest's node id back from JUnit's ``classname`` (dotted module path, then classes) and ``name``."""
-    parts = classname.split(".")
+    parts = [p for p in classname.split(".") if p]
     for i in range(len(parts), 0, -1):
         path = pathlib.Path(*parts[:i]).with_suffix(".py")
         if (REPO / path).exists():
