@@ -6,15 +6,16 @@ process on its own throwaway MariaDB (``scripts/with-mariadb.sh``): lanes never 
 reads server-wide state (``INNODB_TRX``, the process list) sees only its own lane. When ``NEXUS_TEST_MYSQL_URL``
 is set (e.g. a real TiDB) every lane runs on that one server, so the lanes run one after the other instead.
 
-Lanes (:func:`lanes`; every queue runs its lanes in order, the queues run at once):
+Lanes (:func:`lanes`; three queues run at once, each runs its lanes in order):
 
-* ``stack``: ``tests/stack``, the production topology of ``make stack`` (one stack for the whole lane);
-* ``rollout``: ``tenant_rollout`` on its ``airflow standalone`` (its time is set by the rollout's 30 s pokes);
-* ``airflow``: the other suites that start an ``airflow standalone`` each (the browser tests, ``make demo``,
+* ``stack``: ``tests/stack``, the production topology of ``make stack`` (one stack for the whole lane), then
+  ``tidb``: the TiDB-semantics pass (``NEXUS_TIDB_SEMANTICS=1``) over its suites;
+* ``rollout``: ``tenant_rollout`` on its ``airflow standalone`` (its time is set by the rollout's 30 s pokes), then
+  ``airflow``: the other suites that start an ``airflow standalone`` each (the browser tests, ``make demo``,
   the status view's API-server tests), one after another;
 * ``dags``: ``tests/dags``, the DAGs run in process (``dag.test()``);
-* ``main``: every other test under ``tests/`` (anything not named by another lane lands here, so a new test file
-  is never left out), then ``tidb``: the TiDB-semantics pass (``NEXUS_TIDB_SEMANTICS=1``) over its suites.
+* ``main`` (after ``dags``): every other test under ``tests/`` (anything not named by another lane lands here, so
+  a new test file is never left out).
 
 Each lane's output goes to its own log (``.run/test-logs/<lane>.log``), printed whole when the lane ends, so two
 lanes' lines never interleave; while lanes run, a progress line every minute. ``NEXUS_DB_REQUIRED=1`` in every
@@ -68,7 +69,11 @@ class Lane:
 
 def lanes(pytest_args: list[str], tidb_suites: list[str], tidb_args: list[str]) -> list[list[Lane]]:
     """The queues of lanes: the queues run at once, each runs its lanes in order. Three lanes mostly wait on real
-    Airflow processes (stack, rollout, airflow); two compute (dags: in-process DAG runs; main, then tidb)."""
+    Airflow processes (stack; rollout, then airflow), three compute (tidb after stack; dags, then main).
+
+    Three queues, not one per lane: with six lanes in five queues (three Airflow deployments and two computing
+    lanes at once) the shared 2-core machine was so oversubscribed (load 10-15) that every lane ran slower and
+    bounded waits ran out (a REST call of make demo, a stack test's drain seen in no triggerer log)."""
     named = STACK_PATHS + ROLLOUT_PATHS + AIRFLOW_PATHS + DAGS_PATHS
     # The in-process Airflow environment (tests/dags/airflow_harness.py) set up first in each lane, as it was for
     # every test when one pytest ran them all (tests/dags/conftest.py was collected before any module importing
@@ -76,12 +81,12 @@ def lanes(pytest_args: list[str], tidb_suites: list[str], tidb_args: list[str]) 
     # Not in the tidb lane, whose separate run never loaded it.
     first = ["--durations=15", "-p", "tests.dags.airflow_harness"]
     return [
-        [Lane("stack", [*first, *STACK_PATHS, *pytest_args])],
-        [Lane("rollout", [*first, *ROLLOUT_PATHS, *pytest_args])],
-        [Lane("airflow", [*first, *AIRFLOW_PATHS, *pytest_args])],
-        [Lane("dags", [*first, *DAGS_PATHS, *pytest_args])],
-        [Lane("main", [*first, "tests", *[f"--ignore={p}" for p in named], *pytest_args]),
+        [Lane("stack", [*first, *STACK_PATHS, *pytest_args]),
          Lane("tidb", ["-q", "--durations=15", *tidb_suites, *tidb_args], env={"NEXUS_TIDB_SEMANTICS": "1"})],
+        [Lane("rollout", [*first, *ROLLOUT_PATHS, *pytest_args]),
+         Lane("airflow", [*first, *AIRFLOW_PATHS, *pytest_args])],
+        [Lane("dags", [*first, *DAGS_PATHS, *pytest_args]),
+         Lane("main", [*first, "tests", *[f"--ignore={p}" for p in named], *pytest_args])],
     ]
 
 
