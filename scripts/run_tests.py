@@ -111,9 +111,17 @@ def start(lane: Lane, logs: pathlib.Path) -> None:
                                      stdin=subprocess.DEVNULL, start_new_session=True)
 
 
+#: Set when the run is interrupted: no queue starts its next lane (checked and set under ``STARTING``).
+STOPPING = threading.Event()
+STARTING = threading.Lock()
+
+
 def run_queue(queue: list[Lane], logs: pathlib.Path, printed: threading.Lock) -> None:
     for lane in queue:
-        start(lane, logs)
+        with STARTING:
+            if STOPPING.is_set():
+                return
+            start(lane, logs)
         lane.returncode = lane.proc.wait()
         lane.ended = time.monotonic()
         with printed:  # one lane's whole output at a time
@@ -174,6 +182,10 @@ def main() -> int:
     logs = pathlib.Path(opts.logs)
     logs.mkdir(parents=True, exist_ok=True)
 
+    def _terminated(*_):
+        raise KeyboardInterrupt  # SIGTERM (e.g. a CI timeout): stop the lanes as Ctrl-C does, none left behind
+
+    signal.signal(signal.SIGTERM, _terminated)
     printed = threading.Lock()
     threads = [threading.Thread(target=run_queue, args=(q, logs, printed), daemon=True) for q in queues]
     all_lanes = [lane for q in queues for lane in q]
@@ -191,11 +203,14 @@ def main() -> int:
                             print(f"[run-tests {stamp()}]   {lane.name} ({time.monotonic() - lane.started:.0f}s): "
                                   f"{last_line(lane.log)}", flush=True)
     except KeyboardInterrupt:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         say("interrupted: stopping every lane (SIGINT to each pytest, which stops its servers and stacks)")
-        for lane in all_lanes:
-            if lane.proc is not None and lane.proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(lane.proc.pid, signal.SIGINT)
+        with STARTING:
+            STOPPING.set()
+            for lane in all_lanes:
+                if lane.proc is not None and lane.proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(lane.proc.pid, signal.SIGINT)
         for lane in all_lanes:
             if lane.proc is not None:
                 try:
