@@ -8,11 +8,11 @@ export PATH := $(abspath $(BIN)):$(PATH)
 deps:
 	@VENV=$(VENV) bash scripts/bootstrap.sh
 
-# Every test, on throwaway MariaDBs (or NEXUS_TEST_MYSQL_URL) plus SQLite, and the TiDB-semantics run, in lanes that
-# run side by side, each on its own server (scripts/run_tests.py: tests/stack; the suites that start an
-# `airflow standalone`; every other test, then the TiDB-semantics run). NEXUS_DB_REQUIRED=1 turns any skipped test
-# into a failure. Each lane's output is printed whole when it ends; then the wall time and the ten slowest tests.
-# PYTEST_ARGS go to every lane but the TiDB one (TIDB_PYTEST_ARGS).
+# Every test, on throwaway MariaDBs (or NEXUS_TEST_MYSQL_URL) plus SQLite, and the TiDB-semantics run, in lanes, each
+# one pytest on its own server, in three queues at once (scripts/run_tests.py): tests/stack, then the TiDB-semantics
+# run | tenant_rollout, then the other suites that start an `airflow standalone` | tests/dags, then every other test.
+# NEXUS_DB_REQUIRED=1 turns any skipped test into a failure. Each lane's output is printed whole when it ends; then
+# the wall time and the ten slowest tests. PYTEST_ARGS go to every lane but the TiDB one (TIDB_PYTEST_ARGS).
 TEST_START := $(shell date +%s)
 test: deps
 	$(BIN)/ruff check .
