@@ -8,13 +8,16 @@ export PATH := $(abspath $(BIN)):$(PATH)
 deps:
 	@VENV=$(VENV) bash scripts/bootstrap.sh
 
-# Every test, on a throwaway MariaDB (or NEXUS_TEST_MYSQL_URL) plus SQLite; then the TiDB-semantics run.
-# NEXUS_DB_REQUIRED=1 turns any skipped test into a failure. tests/stack (in the default run) starts the
-# production topology of `make stack` once for its tests: about 5 minutes on 2 cores.
+# Every test, on throwaway MariaDBs (or NEXUS_TEST_MYSQL_URL) plus SQLite, and the TiDB-semantics run, in lanes, each
+# one pytest on its own server, in three queues at once (scripts/run_tests.py): tests/stack, then the TiDB-semantics
+# run | tenant_rollout, then the other suites that start an `airflow standalone` | tests/dags, then every other test.
+# NEXUS_DB_REQUIRED=1 turns any skipped test into a failure. Each lane's output is printed whole when it ends; then
+# the wall time and the ten slowest tests. PYTEST_ARGS go to every lane but the TiDB one (TIDB_PYTEST_ARGS).
+TEST_START := $(shell date +%s)
 test: deps
 	$(BIN)/ruff check .
-	NEXUS_DB_REQUIRED=1 bash scripts/with-mariadb.sh $(BIN)/python -m pytest --durations=30 $(PYTEST_ARGS)
-	$(TIDB_TEST)
+	$(BIN)/python scripts/run_tests.py --since $(TEST_START) --pytest-args "$(PYTEST_ARGS)" \
+		--tidb-suites "$(TIDB_SUITES)" --tidb-args "$(TIDB_PYTEST_ARGS)"
 
 # The locking, concurrency, checkpoint, fence, materialize and runtime suites again, MySQL only, with TiDB's
 # semantics on every session (snapshot fixed at BEGIN; a transaction over 5,000 statements or 10,000 rows

@@ -20,10 +20,12 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-mariadb-install-db --no-defaults --datadir="$work/data" --user=root \
+# Its own tmpdir: several servers (make test's lanes) bootstrapping at once in one /tmp collided on temp tables.
+mkdir "$work/tmp"
+mariadb-install-db --no-defaults --datadir="$work/data" --tmpdir="$work/tmp" --user=root \
   --auth-root-authentication-method=normal --skip-test-db >"$work/install.log" 2>&1 \
   || { cat "$work/install.log"; exit 1; }
-"$MARIADBD" --no-defaults --datadir="$work/data" --socket="$work/sock" --port="$port" \
+"$MARIADBD" --no-defaults --datadir="$work/data" --tmpdir="$work/tmp" --socket="$work/sock" --port="$port" \
   --bind-address=127.0.0.1 --user=root --pid-file="$work/pid" --log-error="$work/error.log" \
   --innodb-buffer-pool-size="${NEXUS_MARIADB_BUFFER_POOL:-256M}" --max-connections=300 --skip-name-resolve &
 for _ in $(seq 100); do

@@ -83,12 +83,20 @@ def stack(tmp_path_factory):
         s.stop()
 
 
+#: The fewest tenants that still hold every case of the wave test: t01 the canary; wave 1 = t02 (succeeds beside
+#: the two failures, so they fail alone), t03 (its silent old writer comes back), t04 (no connection yet); silent in
+#: wave 2, never started by the halted rollout and run by the rerun. Both backends in the first rollout's waves.
+TENANTS = 5
+NO_CONNECTION = 4  # t04
+
+
 @pytest.fixture(scope="module")
 def tenants(stack, tmp_path_factory, mysql_server_url):
-    """t01..t09 (odd on SQLite, even on MariaDB), each with its connection; t07 has none yet. name -> DSN."""
+    """t01..silent (odd on SQLite, even on MariaDB), each with its connection; t04 has none yet. name -> DSN
+    (and ``_no_conn``: t04's connection, created by the test)."""
     folder = tmp_path_factory.mktemp("tenants")
     dsns = {}
-    for i in range(1, 10):
+    for i in range(1, TENANTS + 1):
         name = f"t{i:02d}{uuid.uuid4().hex[:4]}"
         if i % 2:
             path = folder / f"{name}.db"
@@ -101,10 +109,10 @@ def tenants(stack, tmp_path_factory, mysql_server_url):
         else:
             made = mariadb_tenant(mysql_server_url, f"nx_roll_{name}", lambda e, n=name, k=i: _build(e, n, k))
             dsns[name], conn = made["dsn"], made["conn"]
-        if i != 7:
+        if i != NO_CONNECTION:
             stack.put_connection(f"nexus_tenant_{name}", **conn)
         else:
-            dsns["_t07_conn"] = conn
+            dsns["_no_conn"] = conn
     return dsns
 
 
@@ -174,15 +182,17 @@ def _heartbeat(dsn: str, process_id: str, *, stopped: bool = False) -> None:
 
 
 def test_waves_with_per_wave_approval_halt_past_the_budget_and_a_rerun_skips_what_succeeded(stack, tenants):
-    """9 tenants, canary 2, waves of 5, per-wave approval by ``approver`` only (the triggering ``lead`` is
+    """5 tenants, canary 1, waves of 3, per-wave approval by ``approver`` only (the triggering ``lead`` is
     refused by the API: self-approval). Wave 1 has a tenant without a connection and a tenant whose silent old
-    writer heartbeats after the wave's evidence was shown: both fail alone, the budget (0) is passed, the rollout
-    halts and wave 2 is never started. The rerun (``retry_failed``) skips the 5 tenants already cut over; its
-    canary is rejected (that wave fails alone) and its next wave runs and succeeds."""
+    writer heartbeats after the wave's evidence was shown: both fail alone (the third tenant of the wave
+    succeeds), the budget (0) is passed, the rollout halts and wave 2 is never started. The rerun
+    (``retry_failed``, canary 2) skips the 2 tenants already cut over; its canary (the two that failed) is
+    rejected (that wave fails alone) and its next wave runs and succeeds."""
     names = [n for n in tenants if not n.startswith("_")]
+    assert len(names) == TENANTS
     lead, approver = As(stack, "lead"), As(stack, "approver")
-    t05, t07 = names[4], names[6]
-    run1 = lead.trigger(ROLLOUT, _conf(tenants=names, canary=2, wave_size=5, max_parallel=5, max_failed=0,
+    silent, unconnected = names[2], names[NO_CONNECTION - 1]  # t03: its old writer comes back; t04: no connection
+    run1 = lead.trigger(ROLLOUT, _conf(tenants=names, canary=1, wave_size=3, max_parallel=3, max_failed=0,
                                        approval="per_wave", approvers=["approver", "lead"]))["dag_run_id"]
     refused: list[int] = []
 
@@ -195,8 +205,8 @@ def test_waves_with_per_wave_approval_halt_past_the_budget_and_a_rerun_skips_wha
         except ApiError as exc:
             refused.append(exc.status)
         if task == "wave_01.confirm":
-            assert f"`{t07}` | run failed" in detail["body"], detail["body"]  # no connection: ended before
-            _heartbeat(tenants[t05], "old-writer-silent")  # its old writer resumes after the evidence was shown
+            assert f"`{unconnected}` | run failed" in detail["body"], detail["body"]  # no connection: ended before
+            _heartbeat(tenants[silent], "old-writer-silent")  # its old writer resumes after the evidence was shown
         _answer(approver, run1, task, WAVE_CONFIRM)
 
     assert _drive(stack, run1, first_rollout) == "failed"
@@ -204,24 +214,24 @@ def test_waves_with_per_wave_approval_halt_past_the_budget_and_a_rerun_skips_wha
     summary = stack.xcom(ROLLOUT, run1, "summary", key="summary")
     assert summary["halted"] == "halted after wave 1", summary
     t = summary["tenants"]
-    assert [n for n in names if t[n]["state"] == "success"] == names[:4] + [names[5]]
-    assert t[t05]["state"] == "failed" and t[t05]["task"] == "confirm_writers_stopped"
-    assert "old-writer-silent" in t[t05]["reason"]
-    assert t[t07]["state"] == "failed" and t[t07]["task"] == "resolve_packs"
-    assert {n: t[n]["state"] for n in names[7:]} == {n: "not run" for n in names[7:]}
-    for n in names[7:]:  # later waves untouched: no run, no checkpoint
+    assert [n for n in names if t[n]["state"] == "success"] == names[:2]
+    assert t[silent]["state"] == "failed" and t[silent]["task"] == "confirm_writers_stopped"
+    assert "old-writer-silent" in t[silent]["reason"]
+    assert t[unconnected]["state"] == "failed" and t[unconnected]["task"] == "resolve_packs"
+    assert {n: t[n]["state"] for n in names[4:]} == {n: "not run" for n in names[4:]}
+    for n in names[4:]:  # later waves untouched: no run, no checkpoint
         assert _state(stack, CUTOVER, run_id_for(run1, n)) is None and not _checkpointed(tenants[n], n)
     wave0 = stack.xcom(ROLLOUT, run1, "wave_00.close", key="wave")
     assert wave0["state"] == "succeeded" and wave0["approval"]["by"] == "approver"
     assert wave0["approval"]["answer"] == "approved"
-    for n in names[:2]:  # the approver is recorded in every tenant's run, and in the summary
+    for n in names[:2]:  # the approver is recorded in every tenant's run (canary and wave 1), and in the summary
         assert stack.xcom(CUTOVER, run_id_for(run1, n), "confirm_writers_stopped")["responded_by"] == "approver"
         assert t[n]["approved_by"] == "approver"
 
-    # the rerun: t07's connection now exists, t05's writer is stopped again
-    stack.put_connection(f"nexus_tenant_{t07}", **tenants["_t07_conn"])
-    _heartbeat(tenants[t05], "old-writer-silent", stopped=True)
-    run2 = lead.trigger(ROLLOUT, _conf(tenants=names, canary=2, wave_size=5, max_parallel=5, max_failed=0,
+    # the rerun: t04's connection now exists, t03's writer is stopped again
+    stack.put_connection(f"nexus_tenant_{unconnected}", **tenants["_no_conn"])
+    _heartbeat(tenants[silent], "old-writer-silent", stopped=True)
+    run2 = lead.trigger(ROLLOUT, _conf(tenants=names, canary=2, wave_size=3, max_parallel=3, max_failed=0,
                                        approval="per_wave", approvers=["approver"], retry_failed=True))["dag_run_id"]
 
     def second_rollout(detail):
@@ -230,16 +240,16 @@ def test_waves_with_per_wave_approval_halt_past_the_budget_and_a_rerun_skips_wha
 
     assert _drive(stack, run2, second_rollout) == "failed"  # the rejected canary's tenants did not succeed
     plan = stack.xcom(ROLLOUT, run2, "plan", key="rollout")
-    assert sorted(plan["skipped"]) == sorted(names[:4] + [names[5]])
+    assert sorted(plan["skipped"]) == sorted(names[:2])
     assert all("already cut over" in why for why in plan["skipped"].values())
-    assert [w["tenants"] for w in plan["waves"]] == [[t05, t07], names[7:]]
+    assert [w["tenants"] for w in plan["waves"]] == [[silent, unconnected], names[4:]]
     s2 = stack.xcom(ROLLOUT, run2, "summary", key="summary")
-    assert s2["halted"] is None and s2["succeeded"] == names[7:]
+    assert s2["halted"] is None and s2["succeeded"] == names[4:]
     assert stack.xcom(ROLLOUT, run2, "wave_00.close", key="wave")["state"] == "rejected"
-    for n in (t05, t07):
+    for n in (silent, unconnected):
         assert s2["tenants"][n]["state"] == "failed" and not _checkpointed(tenants[n], n)
         assert "rejected" in s2["tenants"][n]["reason"]
-    for n in names[7:]:
+    for n in names[4:]:
         assert _checkpointed(tenants[n], n)
 
 

@@ -287,7 +287,9 @@ class MariaDBServer:
         import subprocess
 
         self.dir.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={self.data}", "--user=root",
+        (self.dir / "tmp").mkdir(exist_ok=True)  # its own tmpdir: bootstraps sharing /tmp collide (with-mariadb.sh)
+        subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={self.data}", f"--tmpdir={self.dir / 'tmp'}",
+                        "--user=root",
                         "--auth-root-authentication-method=normal", "--skip-test-db"],
                        check=True, capture_output=True, timeout=120)
         self.start()
@@ -302,7 +304,8 @@ class MariaDBServer:
 
         exe = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
         self.proc = subprocess.Popen(
-            [exe, "--no-defaults", f"--datadir={self.data}", f"--socket={self.sock}", f"--port={self.port}",
+            [exe, "--no-defaults", f"--datadir={self.data}", f"--tmpdir={self.dir / 'tmp'}", f"--socket={self.sock}",
+             f"--port={self.port}",
              "--bind-address=127.0.0.1", "--user=root", f"--pid-file={self.pid_file}",
              f"--log-error={self.dir / 'error.log'}", "--innodb-buffer-pool-size=64M", "--skip-name-resolve"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
