@@ -9,8 +9,9 @@ deps:
 	@VENV=$(VENV) bash scripts/bootstrap.sh
 
 # Every test, on throwaway MariaDBs (or NEXUS_TEST_MYSQL_URL) plus SQLite, and the TiDB-semantics run, in lanes, each
-# one pytest on its own server, in three queues at once (scripts/run_tests.py): tests/stack, then the TiDB-semantics
-# run | tenant_rollout, then the other suites that start an `airflow standalone` | tests/dags, then every other test.
+# one pytest on its own server, in three queues at once (scripts/run_tests.py): tests/stack, then tenant_rollout |
+# the other suites that start an `airflow standalone`, then the TiDB-semantics run, then the bench smoke test |
+# tests/dags, then every other test.
 # NEXUS_DB_REQUIRED=1 turns any skipped test into a failure. Each lane's output is printed whole when it ends; then
 # the wall time and the ten slowest tests. PYTEST_ARGS go to every lane but the TiDB one (TIDB_PYTEST_ARGS).
 TEST_START := $(shell date +%s)

@@ -9,10 +9,10 @@ is set (e.g. a real TiDB) every lane runs on that one server, so the lanes run o
 Lanes (:func:`lanes`; three queues run at once, each runs its lanes in order):
 
 * ``stack``: ``tests/stack``, the production topology of ``make stack`` (one stack for the whole lane), then
-  ``tidb``: the TiDB-semantics pass (``NEXUS_TIDB_SEMANTICS=1``) over its suites;
-* ``rollout``: ``tenant_rollout`` on its ``airflow standalone`` (its time is set by the rollout's 30 s pokes), then
-  ``airflow``: the other suites that start an ``airflow standalone`` each (the browser tests, ``make demo``,
-  the status view's API-server tests), one after another;
+  ``rollout``: ``tenant_rollout`` on its ``airflow standalone`` (its time is set by the rollout's 30 s pokes);
+* ``airflow``: the other suites that start an ``airflow standalone`` each (the browser tests, ``make demo``,
+  the status view's API-server tests), one after another, then ``tidb``: the TiDB-semantics pass
+  (``NEXUS_TIDB_SEMANTICS=1``) over its suites, then ``bench``: the ``make bench QUICK=1`` smoke test;
 * ``dags``: ``tests/dags``, the DAGs run in process (``dag.test()``);
 * ``main`` (after ``dags``): every other test under ``tests/`` (anything not named by another lane lands here, so
   a new test file is never left out).
@@ -51,6 +51,7 @@ AIRFLOW_PATHS = [
     "tests/status_view/test_fleet_scale.py",
 ]
 DAGS_PATHS = ["tests/dags"]
+BENCH_PATHS = ["tests/bench/test_bench_smoke.py"]  # make bench QUICK=1: minutes of computing on its own server
 
 
 @dataclasses.dataclass
@@ -69,22 +70,25 @@ class Lane:
 
 def lanes(pytest_args: list[str], tidb_suites: list[str], tidb_args: list[str]) -> list[list[Lane]]:
     """The queues of lanes: the queues run at once, each runs its lanes in order. Three lanes mostly wait on real
-    Airflow processes (stack; rollout, then airflow), three compute (tidb after stack; dags, then main).
+    Airflow processes (stack, rollout, airflow), four compute (tidb, bench, dags, main).
 
     Three queues, not one per lane: with six lanes in five queues (three Airflow deployments and two computing
     lanes at once) the shared 2-core machine was so oversubscribed (load 10-15) that every lane ran slower and
     bounded waits ran out (a REST call of make demo, a stack test's drain seen in no triggerer log)."""
-    named = STACK_PATHS + ROLLOUT_PATHS + AIRFLOW_PATHS + DAGS_PATHS
+    named = STACK_PATHS + ROLLOUT_PATHS + AIRFLOW_PATHS + DAGS_PATHS + BENCH_PATHS
     # The in-process Airflow environment (tests/dags/airflow_harness.py) set up first in each lane, as it was for
     # every test when one pytest ran them all (tests/dags/conftest.py was collected before any module importing
     # airflow); it must be loaded before anything imports airflow, which a lane's modules may do in any order.
     # Not in the tidb lane, whose separate run never loaded it.
     first = ["--durations=15", "-p", "tests.dags.airflow_harness"]
+    # Balanced by the lanes' times in a full run (2026-12-02 13:26, seconds): stack 1119 + rollout 627 |
+    # airflow 773 + tidb 757 + bench 200 | dags 844 + main 994; each queue mixes waiting and computing.
     return [
         [Lane("stack", [*first, *STACK_PATHS, *pytest_args]),
-         Lane("tidb", ["-q", "--durations=15", *tidb_suites, *tidb_args], env={"NEXUS_TIDB_SEMANTICS": "1"})],
-        [Lane("rollout", [*first, *ROLLOUT_PATHS, *pytest_args]),
-         Lane("airflow", [*first, *AIRFLOW_PATHS, *pytest_args])],
+         Lane("rollout", [*first, *ROLLOUT_PATHS, *pytest_args])],
+        [Lane("airflow", [*first, *AIRFLOW_PATHS, *pytest_args]),
+         Lane("tidb", ["-q", "--durations=15", *tidb_suites, *tidb_args], env={"NEXUS_TIDB_SEMANTICS": "1"}),
+         Lane("bench", [*first, *BENCH_PATHS, *pytest_args])],
         [Lane("dags", [*first, *DAGS_PATHS, *pytest_args]),
          Lane("main", [*first, "tests", *[f"--ignore={p}" for p in named], *pytest_args])],
     ]
