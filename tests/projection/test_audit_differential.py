@@ -293,3 +293,27 @@ def test_the_oracle_reads_the_table_row_by_row():
     assert exact_groups[("beyond_completed_boundary", lane_a)] == {("event", 3)}
     assert exact_groups[("missing_owner", lane_a[:5] + ("A ",))] == {("event", 4)}
     assert set(string.ascii_letters) >= {c for base in LANE_BASES + KIND_BASES for c in base if c.isalpha()}
+
+
+def test_a_completed_top_spelled_otherwise_is_the_boundary_without_a_walk_down(audit_engine, monkeypatch):
+    """Events on lane ``Lane-B``, their completed generation's WorkItem spelled ``lane-b  ``: where the collation
+    equates the spellings, the top row read once is B(I) (no walk down the identity, no finding); where it does
+    not (SQLite), the Events have no owner and are named, under their own spelling."""
+    from nexus_cutover.projection import audit
+
+    backend, engine = audit_engine
+    fold = FOLD[backend]
+    ev = {"EventId": 1, "Namespace": NS, "PackInstallId": "dp-top", "EventKind": "k", "RouteVersion": 1, "FlowVersion": "1.0.0",
+          "WorkType": PROJECTION, "SourceLane": "Lane-B", "EnqueueOrdinal": 1, "ReceiptId": "r1", "ReplayOfWorkId": None,
+          "Status": "processed", "Payload": "{}", "ReceivedAt": T0}
+    tenant = {"pack": "dp-top", "events": [ev, {**ev, "EventId": 2, "EnqueueOrdinal": 2, "ReceiptId": "r2"}],
+              "work": [_work(1, ("dp-top", "k", "lane-b  "), None, PROJECTION, "completed", 2, None, "projection")]}
+    _write(engine, tenant)
+    walks = []
+    real_walk = audit._walk_down
+    monkeypatch.setattr(audit, "_walk_down", lambda conn, ident, deadline: walks.append(ident) or real_walk(conn, ident, deadline))
+    found, _, groups = product(engine, "dp-top", fold)
+    equated = fold("Lane-B") == fold("lane-b  ")
+    assert walks == ([] if equated else [audit.identity.ProjectionIdentity("dp-top", "k", 1, "1.0.0", PROJECTION, "Lane-B")])
+    assert found == (set() if equated else {("missing_owner", "event", 1), ("missing_owner", "event", 2)})
+    assert dict(groups) == oracle_groups(tenant, fold)
