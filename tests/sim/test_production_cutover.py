@@ -33,9 +33,9 @@ from nexus_cutover.db import make_engine
 from nexus_cutover.projection import steps
 from nexus_cutover.runtime.host import run_host
 from nexus_cutover.schema import apply_steps, projection_steps
+from nexus_sim.checks import live_ordinary_work, projection_owners_after_cutoff, receipt_outcomes
 from nexus_sim.scenario.production import FUTURE_COLLISION, build_production_tenant
 from nexus_sim.traffic import LiveTraffic
-from tests.production_checks import live_ordinary_work, projection_owners_after_cutoff, receipt_outcomes
 
 NS = "prod"
 STALE = dt.timedelta(seconds=60)

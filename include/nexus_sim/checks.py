@@ -1,8 +1,8 @@
-"""What every end-to-end test on the production-shaped tenant checks after the release (issues 24, 25).
+"""What ``make demo`` and every end-to-end test on the production-shaped tenant check after the release (issues 24, 25).
 
-Shared by the in-process DAG test (tests/dags), the stack test (tests/stack), the rollout test (tests/rollout),
-the demo's tenant test (tests/demo) and the cutover steps on the production tenant (tests/sim). Each check reads the
-tenant with the server's own comparisons (joins on the identity columns), never with Python string equality:
+Shared by ``scripts/demo.py`` (its step 5), the in-process DAG test (tests/dags), the stack test (tests/stack), the
+rollout test (tests/rollout) and the cutover steps on the production tenant (tests/sim). Read only. Each check
+reads the tenant with the server's own comparisons (joins on the identity columns), never Python string equality:
 
 * :func:`projection_owners_after_cutoff` -- every projection Event above its pack's cutoff lies in exactly one
   range generation of its identity, as the server's join sees it (case-variant and trailing-space lanes included);
