@@ -54,9 +54,10 @@ def asset_events(uri: str) -> list[dict]:
 
 
 @pytest.fixture
-def production_tenant(mysql_server_url, tenant_connection):
+def production_tenant(request, mysql_server_url, tenant_connection):
     """``(engine, conn_id, url)``: a MariaDB tenant database of the server's utf8mb4 default collation
     (case-insensitive, PAD SPACE: case-variant lanes are one identity, case-variant receipt ids collide)."""
+    request.node._nexus_uses_mysql = True  # counted in the terminal summary
     with mysql_database(mysql_server_url, charset="utf8mb4") as url:
         engine = make_engine(url)
         try:
