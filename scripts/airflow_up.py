@@ -65,7 +65,9 @@ class DemoAirflow:
         self.tenant_db = self.state / f"tenant-{TENANT}.db"
         self.seeded: dict | None = None
         if reseed or not self.tenant_db.exists():
-            self.seeded = seed(str(self.tenant_db), TENANT)
+            # the clean demo tenant: the browser tests (tests/ui) walk its two packs by name; `make demo` runs on the
+            # production-shaped one
+            self.seeded = seed(str(self.tenant_db), TENANT, production=False)
         self.stack = AirflowStack(self.state / "home", port=port or free_port(), parallelism=4, extra_env=extra_env)
         self.old_runtime: Child | None = None
 

@@ -1,19 +1,28 @@
 """``make demo``: the main job end to end on the embedded default, as a delivery engineer runs it.
 
-1. seeds the demo tenant in a SQLite database (``scripts/demo_seed.py``);
-2. starts real Airflow (``airflow standalone`` on its own SQLite metadata DB) and
-   the old-protocol runtime, so there is live old work draining;
+1. seeds the demo tenant in a SQLite database (``scripts/demo_seed.py``): the production-shaped
+   tenant of ``nexus_sim`` (ordinary work in every status beside the projection work, hostile lanes
+   and receipt ids, 10,000 stopped registry rows, ...; ``--clean`` for the small clean one);
+2. starts real Airflow (``airflow standalone`` on its own SQLite metadata DB), the
+   old-protocol runtime, so there is live old work draining, and live traffic
+   (``nexus_sim.traffic.LiveTraffic``): ordinary work keeps arriving (and completing) during the
+   whole cutover, new receipts and the tenant's planned case-variant receipts from the release on;
 3. creates the tenant's Airflow connection and triggers ``connector_projection_cutover``
    through the REST API, prints progress, stops the old runtime once the drain
    is done (step 3 of seed 000), prints the evidence of the writer-stop
    confirmation and answers it through the same REST API the UI uses, and waits
    for the cutoffs, the new host and the fence release;
 4. runs ``field_history_eligibility`` for the same tenant through stage 3;
-5. prints a summary and stops everything it started (Airflow, the old runtime,
+5. stops the traffic and proves, on the tenant as it is then: the history digest taken while
+   fenced still verifies (ordinary rows and new range work changed after it), the live ordinary work
+   planted before the cutover is still live with its Status (nothing waited for it), every projection
+   Event above a cutoff lies in exactly one range generation (the server's join), every receipt the
+   traffic sent after the release was admitted except collisions, which stay unconfirmed;
+6. prints a summary and stops everything it started (Airflow, the old runtime,
    the new host started by the run), whatever happened.
 
 State lives in ``.run/demo`` and is recreated on every run, so a second
-``make demo`` starts from the same tenant. Exit 0 when both DAG runs succeeded.
+``make demo`` starts from the same tenant. Exit 0 when both DAG runs succeeded and every proof of step 5 holds.
 With ``--keep-up`` Airflow stays up after the run (the ``make airflow`` target
 uses ``scripts/airflow_up.py`` instead).
 """
@@ -189,7 +198,7 @@ def tenant_summary(dsn: str) -> dict[str, Any]:
     return read_tenant_state(dsn, TENANT)
 
 
-def run_demo(state_dir: pathlib.Path, *, keep_up: bool = False, production: bool = False) -> int:
+def run_demo(state_dir: pathlib.Path, *, keep_up: bool = False, production: bool = True) -> int:
     started = time.monotonic()
     if state_dir.exists():
         shutil.rmtree(state_dir)
@@ -197,14 +206,16 @@ def run_demo(state_dir: pathlib.Path, *, keep_up: bool = False, production: bool
     tenant_db = state_dir / f"tenant-{TENANT}.db"
     dsn = f"sqlite:///{tenant_db}"
 
-    say(f"1. seeding the demo tenant {TENANT!r} in {tenant_db}")
+    say(f"1. seeding the {'production-shaped' if production else 'clean'} demo tenant {TENANT!r} in {tenant_db}")
     info = seed(str(tenant_db), TENANT, production=production)
     say(f"   packs {info['packs']}: {info['events']} Events, {info['work_items']} WorkItems "
-        f"({info['live_old_work']} old projection items still in flight), {info['receipts']} unmaterialized "
-        f"receipts, {info['audit_rows']} audit field changes")
+        f"({info['live_old_work']} old projection items still in flight, {info['ordinary_work']} ordinary), "
+        f"{info['receipts']} receipts, {info['registry_rows']} registry rows, {info['audit_rows']} audit field changes "
+        f"(built in {time.monotonic() - started:.1f}s)")
 
     stack = AirflowStack(state_dir / "airflow", parallelism=4)
     old_runtime: Child | None = None
+    traffic = None
     host_pid: int | None = None
     child_env = {**os.environ, "NEXUS_TENANT_DSN": dsn, "PYTHONPATH": str(REPO)}
     try:
@@ -220,6 +231,10 @@ def run_demo(state_dir: pathlib.Path, *, keep_up: bool = False, production: bool
                                             "--namespace", TENANT], child_env, state_dir / "old-runtime.log")
         say(f"   old-protocol runtime started (pid {old_runtime.proc.pid}): ingress writer + projection worker; "
             f"old work: {drain_line(dsn)}")
+        if info["planted"] is not None:
+            traffic = start_traffic(dsn, info["planted"])
+            say(f"   live traffic started: ordinary work every {traffic.interval_s:g}s from now on; new receipts and "
+                f"{len(traffic.future)} planned case-variant receipts once the release happened")
 
         say(f"3. triggering {CUTOVER_DAG} for tenant {TENANT!r} through POST /api/v2/dags/{CUTOVER_DAG}/dagRuns")
         run = stack.trigger(CUTOVER_DAG, CUTOVER_CONF)
@@ -257,6 +272,11 @@ def run_demo(state_dir: pathlib.Path, *, keep_up: bool = False, production: bool
             say(f"   history digest {digest['hash']} ({rows}, {sum(digest['chunks'].values())} chunks) taken after the "
                 f"confirmation; " + ("verified at the end: no history row changed" if verified.get("verified")
                                     else "NOT verified"))
+        if traffic is not None:
+            r = traffic.report
+            say(f"   live traffic so far: {len(r.ordinary)} ordinary WorkItems created, {len(r.ordinary_completed)} "
+                f"completed; receipts held for {r.receipts_held} ticks, then {r.ticks_after_release} ticks after the "
+                f"release before and after the final check")
 
         fh_outcome = "not run"
         try:
@@ -284,10 +304,22 @@ def run_demo(state_dir: pathlib.Path, *, keep_up: bool = False, production: bool
         else:
             say(f"4. DAG {FIELD_HISTORY_DAG} is not in dags/: Field History step skipped")
 
+        proofs_ok = True
+        if traffic is not None:
+            say("5. stopping the live traffic; what the tenant proves now")
+            report = traffic.stop()
+            traffic = None
+            full_digest = stack.xcom(CUTOVER_DAG, run_id, "history_digest", key="digest")
+            cutoffs = (stack.xcom(CUTOVER_DAG, run_id, "final_old_writer_check") or {}).get("cutoffs") or {}
+            proofs = production_proofs(dsn, info, full_digest, cutoffs, report)
+            for ok, line in proofs:
+                say(f"   {'ok  ' if ok else 'FAIL'} {line}")
+            proofs_ok = all(ok for ok, _ in proofs)
+
         state = tenant_summary(dsn)
         print_summary(state, time.monotonic() - started)
-        ok = fh_outcome == "success"
-        if not ok:
+        ok = fh_outcome == "success" and proofs_ok
+        if fh_outcome != "success":
             say(f"   {FIELD_HISTORY_DAG} ended {fh_outcome}")
         if keep_up:
             say(f"Airflow stays up at {stack.base_url} (login admin / {stack.admin_password()}); Ctrl-C stops it")
@@ -296,13 +328,70 @@ def run_demo(state_dir: pathlib.Path, *, keep_up: bool = False, production: bool
                     time.sleep(3600)
         return 0 if ok else 1
     finally:
-        say("5. stopping everything the demo started ...")
+        say("6. stopping everything the demo started ...")
+        if traffic is not None:
+            traffic.stop()
         if old_runtime:
             old_runtime.stop()
         if host_pid:
             stop_pid_if_ours(int(host_pid), "nexus")
         stack.stop()
         say(f"   stopped (total {time.monotonic() - started:.0f}s)")
+
+
+def start_traffic(dsn: str, planted):
+    """Live traffic for the demo tenant (its own engine): ordinary work from now on, receipts from the release on."""
+    from nexus_cutover.db import make_engine
+    from nexus_sim.traffic import LiveTraffic
+
+    return LiveTraffic(make_engine(dsn), planted, receipts_after_release=True, receipts_per_tick=1, future_per_tick=1,
+                       ordinary_per_tick=1, complete_ordinary_per_tick=1, interval_s=2.0).start()
+
+
+def production_proofs(dsn: str, info: dict[str, Any], digest_json: Any, cutoffs: dict[str, int],
+                      report) -> list[tuple[bool, str]]:
+    """Step 5 of the module docstring: (holds?, what) for each proof, read from the tenant after the traffic stopped."""
+    from nexus_cutover.db import make_engine
+    from nexus_cutover.projection import steps
+    from nexus_cutover.projection.digest import HistoryDigest
+    from nexus_sim.checks import live_ordinary_work, projection_owners_after_cutoff, receipt_outcomes
+    from nexus_sim.scenario.production import FUTURE_COLLISION
+    from nexus_sim.traffic import released
+
+    planted = info["planted"]
+    engine = make_engine(dsn)
+    try:
+        proofs: list[tuple[bool, str]] = []
+        admissible = report.receipts + [(f.pack_install_id, f.source_lane, f.receipt_id) for f, outcome in
+                                        report.future_sent if outcome == "stored" and f.kind != FUTURE_COLLISION]
+        deadline = time.monotonic() + 120
+        while not all(receipt_outcomes(engine, admissible).values()) and time.monotonic() < deadline:
+            time.sleep(1)  # the new host admits what arrived last
+        outcomes = receipt_outcomes(engine, admissible)
+        collisions = receipt_outcomes(engine, [(f.pack_install_id, f.source_lane, f.receipt_id)
+                                               for f in report.collisions_stored])
+        proofs.append((bool(admissible) and all(outcomes.values()) and not any(collisions.values()),
+                       f"the new host admitted all {len(admissible)} receipts sent after the release (hostile lanes, "
+                       f"case-variant ids); {len(collisions)} collision(s) left unconfirmed for review"))
+        verification = steps.verify_history(engine, HistoryDigest.from_json(digest_json), timeout_s=120)
+        proofs.append((verification.ok, f"history digest verified again after the traffic "
+                                        f"({len(report.ordinary)} ordinary WorkItems created, "
+                                        f"{len(report.ordinary_completed)} completed): {verification.summary()}"))
+        held = live_ordinary_work(engine, info["work_item_rows"])
+        untouched = [w for w, (before, now) in held.items() if before == now]
+        proofs.append((bool(held) and len(untouched) == len(held),
+                       f"{len(untouched)} of {len(held)} live ordinary WorkItems planted before the cutover (blocked, "
+                       f"retry due next week, processing) still live with their Status: nothing waited for them"))
+        owners = projection_owners_after_cutoff(engine, cutoffs)
+        proofs.append((bool(cutoffs) and not owners["not_exactly_one"],
+                       f"{owners['checked']} projection Events above the cutoffs each in exactly one range generation "
+                       f"(the server's join); {owners['ordinary_above_cutoff']} ordinary Events above them in none"))
+        proofs.append((report.ticks_after_release > 0 and released(engine, TENANT, planted.active_packs),
+                       f"traffic reached the tenant after the release in {report.ticks_after_release} ticks"))
+        proofs.append((not report.errors, f"live traffic errors: {report.errors[:3] or 'none'}"))
+        return proofs
+    finally:
+        engine.dispose()
 
 
 def confirm_writers_stopped(task_id: str, options: list[str]) -> str | None:
@@ -366,10 +455,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--state-dir", default=str(REPO / ".run" / "demo"))
     parser.add_argument("--keep-up", action="store_true", help="leave Airflow up after the run (Ctrl-C stops it)")
-    parser.add_argument("--production", action="store_true",
-                        help="seed the production-shaped tenant of nexus_sim (issues 24, 25) instead of the demo tenant")
+    parser.add_argument("--clean", action="store_true",
+                        help="seed the small clean tenant (projection work only) instead of the production-shaped one")
     args = parser.parse_args()
-    return run_demo(pathlib.Path(args.state_dir).resolve(), keep_up=args.keep_up, production=args.production)
+    return run_demo(pathlib.Path(args.state_dir).resolve(), keep_up=args.keep_up, production=not args.clean)
 
 
 if __name__ == "__main__":

@@ -1,26 +1,25 @@
 """The demo tenant on the embedded default: a SQLite tenant database, seeded once per demo run.
 
-``python scripts/demo_seed.py <path.db> [--namespace demo]`` (re)creates the file.
+``python scripts/demo_seed.py <path.db> [--namespace demo] [--clean]`` (re)creates the file.
 
-What the tenant holds (deterministic, built with :mod:`nexus_sim.scenario`):
+By default the demo tenant is the **production-shaped tenant** of :mod:`nexus_sim.scenario.production`
+(issues 24, 25), with :data:`PRODUCTION_DEMO`'s knobs:
 
-* two active packs with several lanes of drained old-protocol history (one lane
-  entirely pre-ordinal), plus per pack a backlog of old projection work still in
-  flight: pending and due-retry generations, and processing items whose old
-  worker crashed (lease already expired, lowest WorkIds, so the old runtime
-  reclaims them first);
-* unmaterialized ingress receipts the old ingress writer admits until the fence;
-* Field History rows from old producers (NULL eligibility, with and without a
-  sequence) and from new producers (stamped TRUE/FALSE), fields with intervals,
-  two pre-cutover producer processes (Runtime API, outbox worker);
-* no live old writer: the old runtime is started by the demo itself
-  (``scripts/demo_old_runtime.py``) and registers as it starts.
+* two active packs (one id at PackInstallId's column limit) of drained old-protocol history on hostile lanes
+  (case variants, trailing spaces, non-ASCII, values at the column limit), one lane entirely pre-ordinal, plus per
+  pack a backlog of old projection work still in flight (pending, due retry, processing items whose old worker
+  crashed) for the old runtime to drain;
+* ordinary work in every status beside it (a retry due next week, blocked, processing under a lease...) and
+  ordinary Events whose WorkItem retention deleted: the cutover must neither wait for it nor refuse it;
+* unmaterialized receipts whose 15-character CRM ids differ only in case or trailing spaces, non-ASCII and long
+  payloads, an uninstalled incarnation of the first pack, a greenfield pack, 10,000 stopped registry rows;
+* Field History rows from old producers (NULL eligibility, with and without a sequence) and from new producers
+  (stamped TRUE/FALSE), fields with intervals, two pre-cutover producer processes (Runtime API, outbox worker);
+* no live old writer: the old runtime is started by the demo itself (``scripts/demo_old_runtime.py``) and
+  registers as it starts; live traffic (:class:`nexus_sim.traffic.LiveTraffic`) is started by the demo too.
 
-``--production`` (``seed(..., production=True)``) seeds the production-shaped tenant of
-:mod:`nexus_sim.scenario.production` instead (issues 24, 25): the same old work in
-flight and Field History rows, plus ordinary work in every status, retention-trimmed
-ordinary Events, hostile lanes and receipt ids, an uninstalled incarnation, a greenfield
-pack and 10,000 stopped registry rows.
+``--clean`` (``production=False``) seeds the small clean tenant of earlier versions instead (:func:`demo_scenario`:
+two packs ``pk-crm-sync`` and ``pk-billing``, projection work only), which the status-view and browser tests use.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
 from nexus_cutover.schema import apply_steps, create_legacy_schema, field_history_steps
 from nexus_sim.scenario import TenantScenario, build_production_tenant, drained_pack_history
+from nexus_sim.scenario.production import Planted
 
 PACKS = (("pk-crm-sync", 4, 1), ("pk-billing", 3, 0))
 OLD_PRODUCER_VERSION = "4.11.0"
@@ -86,26 +86,29 @@ def demo_scenario(namespace: str = "demo", *, seed: int = 7, backlog: int = 12) 
 PRODUCTION_DEMO = {"in_flight_generations": 6, "field_history": True}
 
 
-def build_tenant(engine, namespace: str = "demo", *, production: bool = False) -> TenantScenario:
-    """Write the demo tenant (or, with ``production``, the production-shaped one) into ``engine``'s empty database."""
+def build_tenant(engine, namespace: str = "demo", *, production: bool = True) -> tuple[TenantScenario, Planted | None]:
+    """Write the demo tenant (the production-shaped one unless ``production`` is False) into ``engine``'s empty
+    database; returns its rows and, for the production-shaped one, what was planted (None for the clean one)."""
     create_legacy_schema(engine)
     apply_steps(engine, field_history_steps(engine))  # seed 003 stage 1 landed (#4654): the column exists
     if production:
-        return build_production_tenant(engine, namespace=namespace, **PRODUCTION_DEMO).scenario
+        tenant = build_production_tenant(engine, namespace=namespace, **PRODUCTION_DEMO)
+        return tenant.scenario, tenant.planted
     sc = demo_scenario(namespace)
     sc.write(engine)
-    return sc
+    return sc, None
 
 
-def seed(path: str, namespace: str = "demo", *, production: bool = False) -> dict:
-    """Create the SQLite tenant at ``path`` (replacing any previous file); returns a short description."""
+def seed(path: str, namespace: str = "demo", *, production: bool = True) -> dict:
+    """Create the SQLite tenant at ``path`` (replacing any previous file); returns a short description (with
+    ``planted``, the production tenant's report, for the demo's live traffic and checks)."""
     for suffix in ("", "-wal", "-shm", "-journal"):
         if os.path.exists(path + suffix):
             os.remove(path + suffix)
     open(path, "wb").close()
     engine = make_engine(f"sqlite:///{path}")
     try:
-        sc = build_tenant(engine, namespace, production=production)
+        sc, planted = build_tenant(engine, namespace, production=production)
     finally:
         engine.dispose()
     live = sum(1 for w in sc.work_items
@@ -118,6 +121,10 @@ def seed(path: str, namespace: str = "demo", *, production: bool = False) -> dic
         "live_old_work": live,
         "receipts": len(sc.receipts),
         "audit_rows": len(sc.audit_changes),
+        "ordinary_work": sum(1 for w in sc.work_items if w["WorkClass"] == catalog.WORK_CLASS_ORDINARY),
+        "registry_rows": len(sc.processes),
+        "planted": planted,
+        "work_item_rows": sc.work_items,
     }
 
 
@@ -125,9 +132,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path")
     parser.add_argument("--namespace", default="demo")
-    parser.add_argument("--production", action="store_true", help="the production-shaped tenant (issues 24, 25)")
+    parser.add_argument("--clean", action="store_true",
+                        help="the small clean tenant (projection work only) instead of the production-shaped one")
     args = parser.parse_args()
-    print(seed(args.path, args.namespace, production=args.production))
+    info = seed(args.path, args.namespace, production=not args.clean)
+    print({k: v for k, v in info.items() if k not in ("planted", "work_item_rows")})
     return 0
 
 

@@ -648,8 +648,9 @@ def wait_for(what: str, cond, timeout_s: float, every_s: float = 2.0):
         time.sleep(every_s)
 
 
-def mariadb_tenant(server_url: str, database: str, build) -> dict[str, Any]:
-    """Create ``database`` on the server of ``server_url`` with a user of its own (random password), build the
+def mariadb_tenant(server_url: str, database: str, build, *, charset: str = "utf8mb4") -> dict[str, Any]:
+    """Create ``database`` (``charset`` and its default collation: a production tenant's, case-insensitive and PAD
+    SPACE for utf8mb4) on the server of ``server_url`` with a user of its own (random password), build the
     tenant in it with ``build(engine)``; returns the Airflow connection fields (``conn``) and the DSN (``dsn``).
     The password lives only in what is returned (the connection, a child's environment): never print it."""
     from sqlalchemy import text
@@ -663,7 +664,9 @@ def mariadb_tenant(server_url: str, database: str, build) -> dict[str, Any]:
     try:
         with admin.begin() as conn:
             conn.execute(text(f"DROP DATABASE IF EXISTS `{database}`"))
-            conn.execute(text(f"CREATE DATABASE `{database}`"))
+            if not charset.isalnum():
+                raise ValueError(f"not a character set name: {charset!r}")
+            conn.execute(text(f"CREATE DATABASE `{database}` CHARACTER SET {charset}"))
             conn.execute(text(f"CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'"))
             conn.execute(text(f"GRANT ALL ON `{database}`.* TO '{user}'@'%'"))
     finally:
@@ -680,14 +683,18 @@ def mariadb_tenant(server_url: str, database: str, build) -> dict[str, Any]:
     return {"conn": conn, "dsn": dsn}
 
 
-def build_demo_tenant(namespace: str, *, production: bool = False):
-    """The demo tenant of ``scripts/demo_seed.py`` (live old work to drain), for :func:`mariadb_tenant`;
-    with ``production``, the production-shaped one (issues 24, 25)."""
+def build_demo_tenant(namespace: str, *, production: bool = True, built: dict[str, Any] | None = None):
+    """The demo tenant of ``scripts/demo_seed.py`` for :func:`mariadb_tenant`: the production-shaped one (issues
+    24, 25; live old work to drain beside ordinary work, hostile lanes and receipt ids, 10,000 stopped registry
+    rows), or with ``production=False`` the small clean one. ``built`` (a dict) receives ``scenario`` and
+    ``planted`` (None for the clean tenant): what a test checks afterwards and what live traffic sends."""
 
     def build(engine) -> None:
         from scripts.demo_seed import build_tenant
 
-        build_tenant(engine, namespace, production=production)
+        scenario, planted = build_tenant(engine, namespace, production=production)
+        if built is not None:
+            built.update(scenario=scenario, planted=planted)
 
     return build
 

@@ -39,7 +39,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from sqlalchemy import Column, Connection, Engine, and_, func, insert, or_, select, update
+from sqlalchemy import Column, Connection, Engine, and_, case, func, insert, or_, select, update
 
 from nexus_cutover import catalog
 from nexus_cutover import tx as policy
@@ -240,7 +240,7 @@ class OldRuntimeSimulator:
                 for r in conn.execute(
                     select(WorkItem.c.WorkId)
                     .where(_old_work(self.namespace, ranged), _claimable(now, self.worker_id))
-                    .order_by(WorkItem.c.WorkId)
+                    .order_by(_reclaim_first(), WorkItem.c.WorkId)
                     .limit(self.config.work_per_step)
                 )
             ]
@@ -366,6 +366,13 @@ def _claimable(now: dt.datetime, worker_id: str):
         and_(WorkItem.c.Status == "retry", or_(WorkItem.c.NextAttemptAt.is_(None), WorkItem.c.NextAttemptAt <= now)),
         and_(WorkItem.c.Status == "processing", or_(WorkItem.c.LeaseExpiresAt < now, WorkItem.c.LeaseOwner == worker_id)),
     )
+
+
+def _reclaim_first():
+    """Claim order: items left ``processing`` (a crashed worker's expired lease, or this worker's own after a restart)
+    before new work, as an old runtime's lease reaper does; a drain that looks at the tenant meanwhile would report an
+    expired lease as stuck (contract, "Drain"), however early its WorkId."""
+    return case((WorkItem.c.Status == "processing", 0), else_=1)
 
 
 def allocate_table_id(conn: Connection, key: Column) -> int:

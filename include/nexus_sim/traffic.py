@@ -28,6 +28,12 @@ runtime. Each :meth:`~LiveTraffic.tick` (or each ``interval_s`` once
   included) and marks their Events processed: ordinary rows change after the
   release, as the contract says they may.
 
+``receipts_after_release=True`` holds the receipts (new and future ones) until the
+tenant's cutover released admission (:func:`released`: every receipt pack has its
+checkpoint and no cutover fence is in force), so that they reach the new host and
+not the old runtime, while ordinary work keeps arriving throughout the cutover, as
+it does in production; ticks that held them are counted (``receipts_held``).
+
 Invariants: every write goes through the project's transaction policy
 (:func:`nexus_cutover.tx.run`); everything drawn is deterministic for
 ``seed`` (what lands depends on timing only in how many ticks ran); the report
@@ -52,6 +58,7 @@ from nexus_cutover.catalog import Event, IngressReceipt, WorkItem
 from nexus_cutover.clock import utcnow
 from nexus_cutover.db import is_duplicate_key
 from nexus_cutover.errors import CutoverError
+from nexus_cutover.projection.fence import cutover_fence_in_force
 from nexus_cutover.protocol_row import read_protocol_row
 from nexus_cutover.runtime.tx import allocate_event_and_work_ids, allocate_ordinals, run_in_pack_transaction
 from nexus_cutover.schema import has_table
@@ -83,6 +90,10 @@ class TrafficReport:
     #: Ordinary WorkIds completed by the ordinary worker.
     ordinary_completed: list[int] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: Ticks that held their receipts (``receipts_after_release`` and admission not released yet).
+    receipts_held: int = 0
+    #: Ticks that sent receipts after the release (``receipts_after_release``), and ordinary work created then.
+    ticks_after_release: int = 0
 
     @property
     def collisions_stored(self) -> list[FutureReceipt]:
@@ -106,6 +117,7 @@ class LiveTraffic:
         interval_s: float = 0.5,
         receipt_packs: list[str] | None = None,
         ordinary_packs: list[str] | None = None,
+        receipts_after_release: bool = False,
     ):
         self.engine = engine
         self.namespace = planted.namespace
@@ -122,6 +134,8 @@ class LiveTraffic:
         self.event_kinds = list(dict.fromkeys(lp.event_kind for lp in planted.lanes))
         self.alphabet = planted.held_non_ascii
         self.future = list(planted.future_receipts)
+        self.receipts_after_release = receipts_after_release
+        self._released = False
         self._ids: set[str] = set()
         self._report = TrafficReport()
         self._lock = threading.Lock()
@@ -168,7 +182,8 @@ class LiveTraffic:
 
     def tick(self) -> None:
         """One round of receipts, future receipts, ordinary work and the ordinary worker; errors are recorded."""
-        for what, step in (("receipts", self._receipts), ("ordinary work", self._ordinary), ("ordinary worker", self._work)):
+        for what, step in (("receipts", self._gated_receipts), ("ordinary work", self._ordinary),
+                           ("ordinary worker", self._work)):
             try:
                 step()
             except (CutoverError, SQLAlchemyError) as exc:
@@ -184,6 +199,18 @@ class LiveTraffic:
             if rid.upper() not in self._ids:
                 self._ids.add(rid.upper())
                 return rid
+
+    def _gated_receipts(self) -> None:
+        if self.receipts_after_release and not self._released:
+            self._released = released(self.engine, self.namespace, self.receipt_packs)
+            if not self._released:
+                with self._lock:
+                    self._report.receipts_held += 1
+                return
+        if self.receipts_after_release:
+            with self._lock:
+                self._report.ticks_after_release += 1
+        self._receipts()
 
     def _receipts(self) -> None:
         batch: list[tuple[Key, str, FutureReceipt | None]] = []
@@ -245,6 +272,17 @@ class LiveTraffic:
                       what=f"live traffic: completing ordinary WorkItem {work_id}"):
                 with self._lock:
                     self._report.ordinary_completed.append(int(work_id))
+
+
+def released(engine: Engine, namespace: str, packs: list[str]) -> bool:
+    """Whether the cutover of ``namespace`` released admission for ``packs``: each has its checkpoint (protocol
+    row) and no cutover fence is in force (it was released, not just never armed)."""
+    with engine.connect() as conn:
+        if not has_table(conn, catalog.ConnectorProjectionProtocol.name):
+            return False
+        if any(read_protocol_row(conn, pack) is None for pack in packs):
+            return False
+    return cutover_fence_in_force(engine, namespace) is None
 
 
 def _insert_receipt(conn: Connection, pack: str, lane: str, rid: str, kind: str, body_text: str, now) -> bool:

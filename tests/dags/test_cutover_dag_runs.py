@@ -15,8 +15,13 @@ from sqlalchemy.engine import make_url
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
 from nexus_cutover.projection import drain
+from nexus_cutover.projection.digest import HistoryDigest
+from nexus_cutover.projection.steps import verify_history
 from nexus_cutover.schema import create_legacy_schema
+from nexus_sim.checks import live_ordinary_work, projection_owners_after_cutoff, receipt_outcomes
 from nexus_sim.scenario import utcnow
+from nexus_sim.scenario.production import FUTURE_COLLISION, build_production_tenant
+from nexus_sim.traffic import LiveTraffic
 from tests.dags.airflow_harness import HitlAnswerer, run_dag
 from tests.dags.cutover_support import (
     DAG_ID,
@@ -31,7 +36,7 @@ from tests.dags.cutover_support import (
     old_runtime,
     snapshot,
 )
-from tests.support import table_checksum
+from tests.support import mysql_database, table_checksum
 
 CONFIRM = "Confirm: all old writers stopped"
 DOWNSTREAM_OF_DRAIN = ("check_old_writers", "confirm_writers_stopped", "start_new_host", "resume_admission")
@@ -48,73 +53,89 @@ def asset_events(uri: str) -> list[dict]:
         return [r[0] for r in rows]
 
 
-def test_end_to_end_with_old_workers_draining_and_the_reference_host(dag, tenant, monkeypatch):
-    """Old workers drain real work in a thread; a person confirms over REST; the reference host takes over."""
-    engine, conn_id = tenant
-    sc = drained_tenant(old_writers_stopped=True)
-    now = utcnow()
-    for pack in sc.packs:
-        lane = pack.lane("lane-live")
-        lane.generation(2, status="completed")
-        lane.generation(3, status="pending")
-        lane.generation(1, status="retry", attempt=1, next_attempt_at=now + dt.timedelta(seconds=2))
-    sc.receipt("pk-a", "lane-001", "pre-cutover-1")  # a durable receipt the old runtime may admit before the fence
-    sc.write(engine)
+@pytest.fixture
+def production_tenant(request, mysql_server_url, tenant_connection):
+    """``(engine, conn_id, url)``: a MariaDB tenant database of the server's utf8mb4 default collation
+    (case-insensitive, PAD SPACE: case-variant lanes are one identity, case-variant receipt ids collide)."""
+    request.node._nexus_uses_mysql = True  # counted in the terminal summary
+    with mysql_database(mysql_server_url, charset="utf8mb4") as url:
+        engine = make_engine(url)
+        try:
+            yield engine, tenant_connection("nexus_tenant_acme_prod", url), url
+        finally:
+            engine.dispose()
+
+
+def test_end_to_end_on_the_production_tenant_with_live_traffic_and_the_reference_host(dag, production_tenant,
+                                                                                       monkeypatch):
+    """The production-shaped tenant (ordinary work in every status, hostile lanes and receipt ids, 10,000 stopped
+    registry rows, old projection work in flight): old workers drain it in a thread while ordinary work keeps
+    arriving; a person confirms over REST; the reference host (started by the run) takes over and admits the
+    receipts the traffic sends from the release on. Nothing waited for ordinary work, every pack is checkpointed,
+    the history digest verifies at the end of the run and again after more traffic."""
+    engine, conn_id, url = production_tenant
+    t0 = time.monotonic()
+    tenant = build_production_tenant(engine, namespace=NS, in_flight_generations=3)
+    built_s = time.monotonic() - t0
+    planted, sc = tenant.planted, tenant.scenario
     monkeypatch.setenv("NEXUS_HOST_HEARTBEAT_S", "0.5")
     monkeypatch.setenv("NEXUS_HOST_POLL_S", "0.2")
     conf = base_conf(conn_id, host_controller="command")
+    traffic = LiveTraffic(engine, planted, receipts_after_release=True, future_per_tick=2, interval_s=0.3)
     with old_runtime(engine, fail_attempts=1, retry_delay_s=0.3) as sim, HitlAnswerer(
         DAG_ID, {"confirm_writers_stopped": CONFIRM}
-    ) as hitl:
+    ) as hitl, traffic:
         result = run_dag(dag, conf)
+        deadline = time.monotonic() + 60
+        while traffic.report.ticks_after_release < 3 and time.monotonic() < deadline:
+            time.sleep(0.3)  # more traffic after the run, for the host to admit and the digest to survive
     host = result.xcom("start_new_host") or {}
     try:
+        assert built_s < 30, f"building the production tenant took {built_s:.1f}s"
         assert not hitl.errors, hitl.errors
         assert result.state == "success", result.task_states
         assert [code for code, _ in hitl.responses] == [200]
         body = hitl.seen[0]["body"]
         assert "old-rt/projection_worker" in body and "**stopped**" in body  # the evidence the person saw
         assert sim.live_old_work() == 0
-        drain_result = result.xcom("wait_for_drain")
-        assert drain_result["state"] == "drained"
+        assert result.xcom("wait_for_drain")["state"] == "drained"
+        report = traffic.report
+        assert not report.errors, report.errors
+        assert report.receipts_held > 0 and report.ticks_after_release >= 3  # receipts only for the new host
 
-        cutoffs = {}
-        for i, pack in enumerate(PACKS):
-            out = result.xcom("audit_and_checkpoint", map_index=i)
-            assert out["outcome"] == "written" and out["pack_install_id"] == pack
-            cutoffs[pack] = out["legacy_max_ordinal"]
-            assert cutoffs[pack] == max_ordinal(engine, pack)
+        packs = planted.active_packs
+        outs = [result.xcom("audit_and_checkpoint", map_index=i) for i in range(len(packs))]
+        assert sorted(o["pack_install_id"] for o in outs) == sorted(packs)
+        assert all(o["outcome"] == "written" for o in outs), outs
+        cutoffs = {o["pack_install_id"]: o["legacy_max_ordinal"] for o in outs}
+        for pack in packs:  # ordinary and old-runtime ordinals before the checkpoint count; traffic after it is above
+            assert planted.last_ordinal.get(pack, 0) <= cutoffs[pack] <= max_ordinal(engine, pack)
         snap = snapshot(engine)
-        assert snap["protocol_rows"] == [(p, 1, cutoffs[p]) for p in PACKS]
+        assert snap["protocol_rows"] == sorted((p, 1, cutoffs[p]) for p in packs)
         assert snap["fences"] == [("*", True, True)]
         extras = asset_events(f"nexus://{NS}/connector-projection-ranges")
         assert any(e.get("cutoffs") == cutoffs for e in extras), extras
+        assert result.xcom("final_old_writer_check")["history_digest"]["verified"] is True
 
-        # post-cutover admissions: the new host materializes new receipts above the cutoff, as range work
-        with engine.begin() as conn:
-            for i in range(3):
-                conn.execute(catalog.IngressReceipt.insert().values(
-                    PackInstallId="pk-a", SourceLane="lane-001", ReceiptId=f"post-{i}", EventKind="contact.changed",
-                    Payload="{}", ReceivedAt=utcnow()))
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with engine.connect() as conn:
-                events = conn.execute(
-                    select(catalog.Event.c.EventId, catalog.Event.c.EnqueueOrdinal).where(
-                        catalog.Event.c.ReceiptId.like("post-%"))
-                ).all()
-            if len(events) == 3:
-                break
-            time.sleep(0.3)
-        assert len(events) == 3, "the new host did not admit the post-cutover receipts"
-        assert all(ordinal > cutoffs["pk-a"] for _, ordinal in events)
-        with engine.connect() as conn:
-            starts = conn.execute(
-                select(catalog.WorkItem.c.InputStartOrdinal).where(
-                    catalog.WorkItem.c.SelectedEventId.in_([e for e, _ in events]) |
-                    catalog.WorkItem.c.InputStartOrdinal.isnot(None))
-            ).scalars().all()
-        assert starts and all(s is not None and s > cutoffs["pk-a"] for s in starts)
+        # after the release: the new host admits what the traffic sends (hostile lanes, case-variant receipt ids)
+        collisions = [(f.pack_install_id, f.source_lane, f.receipt_id) for f in report.collisions_stored]
+        admissible = report.receipts + [(f.pack_install_id, f.source_lane, f.receipt_id)
+                                        for f, outcome in report.future_sent
+                                        if outcome == "stored" and f.kind != FUTURE_COLLISION]
+        assert report.receipts and collisions, report  # a case-insensitive tenant: the planned collisions arrive
+        deadline = time.monotonic() + 90
+        while not all(receipt_outcomes(engine, admissible).values()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert all(receipt_outcomes(engine, admissible).values()), receipt_outcomes(engine, admissible)
+        assert set(receipt_outcomes(engine, collisions).values()) == {False}  # left for review, never acknowledged
+        owners = projection_owners_after_cutoff(engine, cutoffs)
+        assert owners["not_exactly_one"] == [] and owners["checked"] >= len(admissible), owners
+        assert owners["ordinary_above_cutoff"] > 0
+        held = live_ordinary_work(engine, sc.work_items)
+        assert held and all(was == now for was, now in held.values()), held  # nothing waited for ordinary work
+        verification = verify_history(engine, HistoryDigest.from_json(result.xcom("history_digest", key="digest")),
+                                      timeout_s=60)
+        assert verification.ok, verification.summary()
     finally:
         if host.get("pid"):
             os.kill(host["pid"], signal.SIGTERM)

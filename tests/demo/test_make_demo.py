@@ -21,6 +21,7 @@ import sys
 
 import pytest
 
+from nexus_sim.scenario.production import FIRST_PACK, GREENFIELD_PACK, LONG_PACK
 from scripts.demo_seed import seed
 
 pytestmark = pytest.mark.airflow  # scripts/demo.py runs a real `airflow standalone`
@@ -83,13 +84,20 @@ def test_make_demo_exits_0_with_the_summary(demo_run):
     out = proc.stdout
     assert proc.returncode == 0, f"{out[-6000:]}\n{proc.stderr[-3000:]}"
     assert "answered confirm_writers_stopped through PATCH" in out
-    assert re.search(r"cutoff pk-crm-sync\s+LegacyMaxOrdinal=\d+", out)
-    assert re.search(r"cutoff pk-billing\s+LegacyMaxOrdinal=\d+", out)
+    cutoffs = dict(re.findall(r"^cutoff (\S+)\s+LegacyMaxOrdinal=(\d+)$", out, re.M))
+    assert sorted(cutoffs) == sorted([FIRST_PACK, LONG_PACK, GREENFIELD_PACK]), out[-6000:]  # the production tenant
+    assert int(cutoffs[FIRST_PACK]) > 0 and int(cutoffs[LONG_PACK]) > 0  # the greenfield one: what the old runtime admitted
     assert re.search(r"new host:\s+\S+ \(activated\)", out)
     assert "fence:               none in force" in out
     assert re.search(r"history digest [0-9a-f]{16} \(\d+ Events, \d+ WorkItems, \d+ chunks\) taken after the "
                      r"confirmation; verified at the end: no history row changed", out), out[-6000:]
     assert "field history stage: stage 3 done" in out
+    # step 5: the proofs on the production-shaped tenant, with live traffic arriving after the release
+    proofs = re.findall(r"^\[[\d:]+\]\s+(ok  |FAIL) (.*)$", out, re.M)
+    assert len(proofs) == 6 and all(mark == "ok  " for mark, _ in proofs), proofs
+    assert any("history digest verified again after the traffic" in line for _, line in proofs), proofs
+    assert any("still live with their Status: nothing waited for them" in line for _, line in proofs), proofs
+    assert re.search(r"the new host admitted all [1-9]\d* receipts sent after the release", out), out[-6000:]
 
 
 def test_make_demo_leaves_no_process_running(demo_run):

@@ -7,7 +7,9 @@ range-protocol WorkItems, and, in one variant, ordinary work beside it. :func:`o
 ("Audit (cutover step 4)", "Ordinary work", "Projection identity and ordinals") literally, row by row, in Python,
 with the tenant's collation written out for the ASCII text drawn here (:data:`FOLD`), and nothing of the product.
 The product's :func:`~nexus_cutover.projection.audit.audit_pack` must agree exactly: the same findings naming the
-same Events and WorkItems, and the same ``LegacyMaxOrdinal``.
+same Events and WorkItems, grouped the same way (one finding per refusal and identity *as the collation equates
+identities*: rows spelled ``Lane-B`` and ``lane-b  `` of one identity are one finding, never two), and the same
+``LegacyMaxOrdinal``.
 
 Runs on SQLite (exact bytes), on MariaDB's default collation (case folded, trailing spaces ignored) and on a binary
 PAD SPACE one (trailing spaces ignored), 150 tenants each.
@@ -122,13 +124,31 @@ def _work(work_id, identity, selected, work_type, status, lane_ordinal, input_st
 # -- the contract, read literally -----------------------------------------------------------------------
 
 
+COLUMNS = ("PackInstallId", "EventKind", "RouteVersion", "FlowVersion", "WorkType", "SourceLane")
+
+
+def folded(row, fold) -> tuple:
+    """The identity of ``row`` (a dict, or a ProjectionIdentity) as the collation compares it."""
+    values = [row[c] for c in COLUMNS] if isinstance(row, dict) else list(row)
+    return tuple(fold(v) if isinstance(v, str) else v for v in values)
+
+
+def oracle_groups(tenant: dict, fold) -> dict[tuple[str, tuple], set[tuple[str, int]]]:
+    """The oracle's findings grouped as the contract names them: ``{(finding, folded identity): {(kind, id)}}``
+    (every finding drawn here is about one identity: the identity of the Event or WorkItem it names)."""
+    rows = {("event", e["EventId"]): e for e in tenant["events"]} | {("work", w["WorkId"]): w for w in tenant["work"]}
+    groups: dict[tuple[str, tuple], set[tuple[str, int]]] = defaultdict(set)
+    for finding, kind, row_id in oracle(tenant, fold)[0]:
+        groups[(finding, folded(rows[(kind, row_id)], fold))].add((kind, row_id))
+    return dict(groups)
+
+
 def oracle(tenant: dict, fold) -> tuple[set[tuple[str, str, int]], int]:
     """``({(finding, "event"|"work", id)}, LegacyMaxOrdinal)`` of the contract's audit table for the tenant's pack."""
     pack = tenant["pack"]
-    columns = ("PackInstallId", "EventKind", "RouteVersion", "FlowVersion", "WorkType", "SourceLane")
 
     def ident(row):
-        return tuple(fold(row[c]) if isinstance(row[c], str) else row[c] for c in columns)
+        return folded(row, fold)
 
     events = [e for e in tenant["events"] if e["PackInstallId"] == pack]
     inputs = [e for e in events if e["WorkType"] in PROJECTION_WORK_TYPES]
@@ -161,12 +181,17 @@ def oracle(tenant: dict, fold) -> tuple[set[tuple[str, str, int]], int]:
     return found, max((e["EnqueueOrdinal"] for e in events), default=0)
 
 
-def product(engine, pack: str) -> tuple[set[tuple[str, str, int]], int]:
+def product(engine, pack: str, fold) -> tuple[set[tuple[str, str, int]], int, list[tuple[tuple[str, tuple], set]]]:
+    """The audit's findings as rows, its ``LegacyMaxOrdinal``, and its findings as groups (one per Finding, keyed
+    by refusal and the folded identity it names; a key appearing twice is an identity split in two)."""
     report = tx.read(engine, lambda conn: audit_pack(conn, pack, NS, Deadline(60)), what="auditing")
     found = set()
+    groups = []
     for f in report.findings:
-        found |= {(f.finding, "event", e) for e in f.event_ids} | {(f.finding, "work", w) for w in f.work_ids}
-    return found, report.legacy_max_ordinal
+        rows = {("event", e) for e in f.event_ids} | {("work", w) for w in f.work_ids}
+        found |= {(f.finding, kind, row_id) for kind, row_id in rows}
+        groups.append(((f.finding, folded(f.identity, fold) if f.identity else None), rows))
+    return found, report.legacy_max_ordinal, groups
 
 
 # -- the test --------------------------------------------------------------------------------------
@@ -215,11 +240,14 @@ def _differential(audit_engine, ordinary: bool):
     def check(tenant):
         _write(engine, tenant)
         expected, expected_max = oracle(tenant, fold)
-        found, legacy_max = product(engine, tenant["pack"])
+        found, legacy_max, groups = product(engine, tenant["pack"], fold)
         assert (sorted(found), legacy_max) == (sorted(expected), expected_max), {
             "only the audit": sorted(found - expected),
             "only the contract": sorted(expected - found),
         }
+        keys = [key for key, _ in groups]
+        assert len(keys) == len(set(keys)), f"one identity reported as several findings: {sorted(map(str, keys))}"
+        assert dict(groups) == oracle_groups(tenant, fold)
 
     check()
 
@@ -249,12 +277,43 @@ def test_the_oracle_reads_the_table_row_by_row():
     }
     # 1, 2: coalesced at or below B=2; 3, 4: above B, reached by failed work (4 is lane 'A ' = 'a' folded);
     # 5: mixed 0/positive, indirect; 6: direct; 7: ordinary, never audited; 12 live; 13 native.
-    folded, legacy_max = oracle(tenant, FOLD[collations.DEFAULT])
-    assert folded == {
+    found, legacy_max = oracle(tenant, FOLD[collations.DEFAULT])
+    assert found == {
         ("beyond_completed_boundary", "event", 3), ("beyond_completed_boundary", "event", 4), ("mixed_history_indirect", "event", 5),
         ("live_work", "work", 12), ("native_work_before_checkpoint", "work", 13),
     }
     assert legacy_max == 9  # the greatest ordinal of every Event of the pack, ordinary ones included
     exact, _ = oracle(tenant, FOLD["sqlite"])
     assert ("missing_owner", "event", 4) in exact and ("beyond_completed_boundary", "event", 4) not in exact
+    # grouped: 3 (lane 'a') and 4 (lane 'A ') are one identity folded, so one finding names both; exact, two
+    lane_a = ("P", "k", 1, "1.0.0", PROJECTION, "a")
+    assert oracle_groups(tenant, FOLD[collations.DEFAULT])[("beyond_completed_boundary", ("p",) + lane_a[1:])] == {
+        ("event", 3), ("event", 4)}
+    exact_groups = oracle_groups(tenant, FOLD["sqlite"])
+    assert exact_groups[("beyond_completed_boundary", lane_a)] == {("event", 3)}
+    assert exact_groups[("missing_owner", lane_a[:5] + ("A ",))] == {("event", 4)}
     assert set(string.ascii_letters) >= {c for base in LANE_BASES + KIND_BASES for c in base if c.isalpha()}
+
+
+def test_a_completed_top_spelled_otherwise_is_the_boundary_without_a_walk_down(audit_engine, monkeypatch):
+    """Events on lane ``Lane-B``, their completed generation's WorkItem spelled ``lane-b  ``: where the collation
+    equates the spellings, the top row read once is B(I) (no walk down the identity, no finding); where it does
+    not (SQLite), the Events have no owner and are named, under their own spelling."""
+    from nexus_cutover.projection import audit
+
+    backend, engine = audit_engine
+    fold = FOLD[backend]
+    ev = {"EventId": 1, "Namespace": NS, "PackInstallId": "dp-top", "EventKind": "k", "RouteVersion": 1, "FlowVersion": "1.0.0",
+          "WorkType": PROJECTION, "SourceLane": "Lane-B", "EnqueueOrdinal": 1, "ReceiptId": "r1", "ReplayOfWorkId": None,
+          "Status": "processed", "Payload": "{}", "ReceivedAt": T0}
+    tenant = {"pack": "dp-top", "events": [ev, {**ev, "EventId": 2, "EnqueueOrdinal": 2, "ReceiptId": "r2"}],
+              "work": [_work(1, ("dp-top", "k", "lane-b  "), None, PROJECTION, "completed", 2, None, "projection")]}
+    _write(engine, tenant)
+    walks = []
+    real_walk = audit._walk_down
+    monkeypatch.setattr(audit, "_walk_down", lambda conn, ident, deadline: walks.append(ident) or real_walk(conn, ident, deadline))
+    found, _, groups = product(engine, "dp-top", fold)
+    equated = fold("Lane-B") == fold("lane-b  ")
+    assert walks == ([] if equated else [audit.identity.ProjectionIdentity("dp-top", "k", 1, "1.0.0", PROJECTION, "Lane-B")])
+    assert found == (set() if equated else {("missing_owner", "event", 1), ("missing_owner", "event", 2)})
+    assert dict(groups) == oracle_groups(tenant, fold)

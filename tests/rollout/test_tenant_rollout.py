@@ -2,16 +2,19 @@
 
 Real ``airflow standalone`` (LocalExecutor, triggerer), three SimpleAuthManager
 users: ``lead`` triggers the rollouts, ``approver`` may answer, ``admin`` watches.
-Tenants are drained (old writers stopped), half on SQLite and half on MariaDB; the
-new host is started by the ``command`` controller. Every answer goes through the
-REST API, as a person's in the UI would.
+Tenants are production-shaped (``nexus_sim.scenario.production``: ordinary work in every
+status beside drained projection history, hostile lanes and receipt ids, 10,000 stopped
+registry rows and an uninstalled incarnation; old writers stopped), half on
+SQLite and half on MariaDB (utf8mb4, case-insensitive); the MariaDB ones get live traffic during
+the rollout (ordinary work throughout, receipts from their release on). The new host is started by
+the ``command`` controller. Every answer goes through the REST API, as a person's in the UI would.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
-import random
 import time
 import uuid
 
@@ -22,11 +25,14 @@ from nexus_airflow.rollout import control_variable, run_id_for
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
 from nexus_cutover.protocol_row import read_protocol_row
-from nexus_cutover.schema import create_legacy_schema, has_table
-from nexus_sim.scenario import TenantScenario, drained_pack_history
+from nexus_cutover.schema import has_table
+from nexus_sim.checks import receipt_outcomes
+from nexus_sim.scenario import TenantScenario
+from nexus_sim.scenario.production import Planted, build_production_tenant
+from nexus_sim.traffic import LiveTraffic
 from scripts.demo import stop_pid_if_ours
 from scripts.demo_airflow import AirflowStack, ApiError
-from scripts.stack import mariadb_tenant
+from scripts.stack import mariadb_tenant, wait_for
 
 pytestmark = pytest.mark.airflow  # a real `airflow standalone` (mysql: set from mysql_server_url by tests/conftest.py)
 
@@ -55,14 +61,18 @@ class As(Stack):
             "access_token"]
 
 
-def _build(engine, namespace: str, seed: int) -> None:
-    create_legacy_schema(engine)
+#: The production tenant's knobs here: one active pack (one audit task per tenant, as the wave timings assume; the
+#: greenfield pack is left to the other end-to-end tests) beside an uninstalled incarnation, every ordinary status,
+#: hostile lanes and receipt ids, the full 10,000 stopped registry rows.
+SIZES = {"active_packs": 1, "plain_lanes": 2, "generations": 2, "greenfield_pack": False}
+
+
+def _build(engine, namespace: str, seed: int) -> Planted:
+    tenant = build_production_tenant(engine, namespace=namespace, seed=seed, **SIZES)
     sc = TenantScenario(namespace=namespace)
-    drained_pack_history(sc.pack(f"pk-{namespace}"), random.Random(seed), lanes=2, generations=2)
-    for role in catalog.OLD_WRITER_ROLES:
-        sc.process(role, process_id=f"old-{role}", stopped=True)
     sc.process(catalog.ROLE_INGRESS_WRITER, process_id="old-writer-silent", heartbeat_age_s=3600)  # silent
     sc.write(engine)
+    return tenant.planted
 
 
 @pytest.fixture(scope="module")
@@ -93,27 +103,46 @@ NO_CONNECTION = 4  # t04
 @pytest.fixture(scope="module")
 def tenants(stack, tmp_path_factory, mysql_server_url):
     """t01..silent (odd on SQLite, even on MariaDB), each with its connection; t04 has none yet. name -> DSN
-    (and ``_no_conn``: t04's connection, created by the test)."""
+    (and ``_no_conn``: t04's connection, created by the test; ``_planted``: name -> what was planted)."""
     folder = tmp_path_factory.mktemp("tenants")
-    dsns = {}
+    dsns: dict = {"_planted": {}}
     for i in range(1, TENANTS + 1):
         name = f"t{i:02d}{uuid.uuid4().hex[:4]}"
         if i % 2:
             path = folder / f"{name}.db"
             path.touch()
             engine = make_engine(f"sqlite:///{path}")
-            _build(engine, name, i)
+            dsns["_planted"][name] = _build(engine, name, i)
             engine.dispose()
             dsns[name] = f"sqlite:///{path}"
             conn = {"conn_type": "sqlite", "host": str(path)}
         else:
-            made = mariadb_tenant(mysql_server_url, f"nx_roll_{name}", lambda e, n=name, k=i: _build(e, n, k))
+            made = mariadb_tenant(mysql_server_url, f"nx_roll_{name}",
+                                  lambda e, n=name, k=i: dsns["_planted"].__setitem__(n, _build(e, n, k)))
             dsns[name], conn = made["dsn"], made["conn"]
         if i != NO_CONNECTION:
             stack.put_connection(f"nexus_tenant_{name}", **conn)
         else:
             dsns["_no_conn"] = conn
     return dsns
+
+
+@contextlib.contextmanager
+def _traffic(tenants: dict, names: list[str]):
+    """Live traffic on the MariaDB tenants of ``names`` (ordinary work now, receipts once each is released):
+    name -> (engine, LiveTraffic); stopped and disposed afterwards."""
+    running = {}
+    try:
+        for n in names:
+            if tenants[n].startswith("mysql"):
+                engine = make_engine(tenants[n])
+                running[n] = (engine, LiveTraffic(engine, tenants["_planted"][n], receipts_after_release=True,
+                                                  interval_s=2.0).start())
+        yield running
+    finally:
+        for engine, traffic in running.values():
+            traffic.stop()
+            engine.dispose()
 
 
 def _conf(**form):
@@ -157,16 +186,22 @@ def _answer(api, run_id: str, task_id: str, option: str):
     return api.answer_hitl(ROLLOUT, run_id, task_id, option)
 
 
-def _checkpointed(dsn: str, tenant: str) -> bool:
-    """Whether the tenant's pack has its checkpoint (a tenant never started has not even the new table)."""
+def _checkpointed(dsn: str, packs: list[str]) -> bool | None:
+    """True when every pack of ``packs`` has its checkpoint, False when none has (a tenant never started has not even
+    the new table), None when only some have."""
     engine = make_engine(dsn)
     try:
         with engine.connect() as conn:
             if not has_table(conn, catalog.ConnectorProjectionProtocol.name):
                 return False
-            return read_protocol_row(conn, f"pk-{tenant}") is not None
+            written = {read_protocol_row(conn, pack) is not None for pack in packs}
+            return written.pop() if len(written) == 1 else None
     finally:
         engine.dispose()
+
+
+def _packs(tenants: dict, name: str) -> list[str]:
+    return tenants["_planted"][name].active_packs
 
 
 def _heartbeat(dsn: str, process_id: str, *, stopped: bool = False) -> None:
@@ -190,67 +225,77 @@ def test_waves_with_per_wave_approval_halt_past_the_budget_and_a_rerun_skips_wha
     rejected (that wave fails alone) and its next wave runs and succeeds."""
     names = [n for n in tenants if not n.startswith("_")]
     assert len(names) == TENANTS
-    lead, approver = As(stack, "lead"), As(stack, "approver")
-    silent, unconnected = names[2], names[NO_CONNECTION - 1]  # t03: its old writer comes back; t04: no connection
-    run1 = lead.trigger(ROLLOUT, _conf(tenants=names, canary=1, wave_size=3, max_parallel=3, max_failed=0,
-                                       approval="per_wave", approvers=["approver", "lead"]))["dag_run_id"]
-    refused: list[int] = []
+    with _traffic(tenants, names) as traffic:
+        lead, approver = As(stack, "lead"), As(stack, "approver")
+        silent, unconnected = names[2], names[NO_CONNECTION - 1]  # t03: its old writer comes back; t04: no connection
+        run1 = lead.trigger(ROLLOUT, _conf(tenants=names, canary=1, wave_size=3, max_parallel=3, max_failed=0,
+                                           approval="per_wave", approvers=["approver", "lead"]))["dag_run_id"]
+        refused: list[int] = []
 
-    def first_rollout(detail):
-        task = detail["task_instance"]["task_id"]
-        assert "| tenant |" in detail["body"] and "password" not in detail["body"].lower()
-        assert {u["name"] for u in detail["assigned_users"]} == {"approver"}  # lead triggered it: not assigned
-        try:
-            _answer(lead, run1, task, WAVE_CONFIRM)
-        except ApiError as exc:
-            refused.append(exc.status)
-        if task == "wave_01.confirm":
-            assert f"`{unconnected}` | run failed" in detail["body"], detail["body"]  # no connection: ended before
-            _heartbeat(tenants[silent], "old-writer-silent")  # its old writer resumes after the evidence was shown
-        _answer(approver, run1, task, WAVE_CONFIRM)
+        def first_rollout(detail):
+            task = detail["task_instance"]["task_id"]
+            assert "| tenant |" in detail["body"] and "password" not in detail["body"].lower()
+            assert {u["name"] for u in detail["assigned_users"]} == {"approver"}  # lead triggered it: not assigned
+            try:
+                _answer(lead, run1, task, WAVE_CONFIRM)
+            except ApiError as exc:
+                refused.append(exc.status)
+            if task == "wave_01.confirm":
+                assert f"`{unconnected}` | run failed" in detail["body"], detail["body"]  # no connection: ended before
+                _heartbeat(tenants[silent], "old-writer-silent")  # its old writer resumes after the evidence was shown
+            _answer(approver, run1, task, WAVE_CONFIRM)
 
-    assert _drive(stack, run1, first_rollout) == "failed"
-    assert refused == [403, 403]  # self-approval refused by the API for both questions it was asked
-    summary = stack.xcom(ROLLOUT, run1, "summary", key="summary")
-    assert summary["halted"] == "halted after wave 1", summary
-    t = summary["tenants"]
-    assert [n for n in names if t[n]["state"] == "success"] == names[:2]
-    assert t[silent]["state"] == "failed" and t[silent]["task"] == "confirm_writers_stopped"
-    assert "old-writer-silent" in t[silent]["reason"]
-    assert t[unconnected]["state"] == "failed" and t[unconnected]["task"] == "resolve_packs"
-    assert {n: t[n]["state"] for n in names[4:]} == {n: "not run" for n in names[4:]}
-    for n in names[4:]:  # later waves untouched: no run, no checkpoint
-        assert _state(stack, CUTOVER, run_id_for(run1, n)) is None and not _checkpointed(tenants[n], n)
-    wave0 = stack.xcom(ROLLOUT, run1, "wave_00.close", key="wave")
-    assert wave0["state"] == "succeeded" and wave0["approval"]["by"] == "approver"
-    assert wave0["approval"]["answer"] == "approved"
-    for n in names[:2]:  # the approver is recorded in every tenant's run (canary and wave 1), and in the summary
-        assert stack.xcom(CUTOVER, run_id_for(run1, n), "confirm_writers_stopped")["responded_by"] == "approver"
-        assert t[n]["approved_by"] == "approver"
+        assert _drive(stack, run1, first_rollout) == "failed"
+        assert refused == [403, 403]  # self-approval refused by the API for both questions it was asked
+        summary = stack.xcom(ROLLOUT, run1, "summary", key="summary")
+        assert summary["halted"] == "halted after wave 1", summary
+        t = summary["tenants"]
+        assert [n for n in names if t[n]["state"] == "success"] == names[:2]
+        assert t[silent]["state"] == "failed" and t[silent]["task"] == "confirm_writers_stopped"
+        assert "old-writer-silent" in t[silent]["reason"]
+        assert t[unconnected]["state"] == "failed" and t[unconnected]["task"] == "resolve_packs"
+        assert {n: t[n]["state"] for n in names[4:]} == {n: "not run" for n in names[4:]}
+        for n in names[4:]:  # later waves untouched: no run, no checkpoint
+            assert _state(stack, CUTOVER, run_id_for(run1, n)) is None
+            assert _checkpointed(tenants[n], _packs(tenants, n)) is False
+        wave0 = stack.xcom(ROLLOUT, run1, "wave_00.close", key="wave")
+        assert wave0["state"] == "succeeded" and wave0["approval"]["by"] == "approver"
+        assert wave0["approval"]["answer"] == "approved"
+        for n in names[:2]:  # the approver is recorded in every tenant's run (canary and wave 1), and in the summary
+            assert stack.xcom(CUTOVER, run_id_for(run1, n), "confirm_writers_stopped")["responded_by"] == "approver"
+            assert t[n]["approved_by"] == "approver"
 
-    # the rerun: t04's connection now exists, t03's writer is stopped again
-    stack.put_connection(f"nexus_tenant_{unconnected}", **tenants["_no_conn"])
-    _heartbeat(tenants[silent], "old-writer-silent", stopped=True)
-    run2 = lead.trigger(ROLLOUT, _conf(tenants=names, canary=2, wave_size=3, max_parallel=3, max_failed=0,
-                                       approval="per_wave", approvers=["approver"], retry_failed=True))["dag_run_id"]
+        # the rerun: t04's connection now exists, t03's writer is stopped again
+        stack.put_connection(f"nexus_tenant_{unconnected}", **tenants["_no_conn"])
+        _heartbeat(tenants[silent], "old-writer-silent", stopped=True)
+        run2 = lead.trigger(ROLLOUT, _conf(tenants=names, canary=2, wave_size=3, max_parallel=3, max_failed=0,
+                                           approval="per_wave", approvers=["approver"], retry_failed=True))["dag_run_id"]
 
-    def second_rollout(detail):
-        task = detail["task_instance"]["task_id"]
-        _answer(approver, run2, task, WAVE_REJECT if task == "wave_00.confirm" else WAVE_CONFIRM)
+        def second_rollout(detail):
+            task = detail["task_instance"]["task_id"]
+            _answer(approver, run2, task, WAVE_REJECT if task == "wave_00.confirm" else WAVE_CONFIRM)
 
-    assert _drive(stack, run2, second_rollout) == "failed"  # the rejected canary's tenants did not succeed
-    plan = stack.xcom(ROLLOUT, run2, "plan", key="rollout")
-    assert sorted(plan["skipped"]) == sorted(names[:2])
-    assert all("already cut over" in why for why in plan["skipped"].values())
-    assert [w["tenants"] for w in plan["waves"]] == [[silent, unconnected], names[4:]]
-    s2 = stack.xcom(ROLLOUT, run2, "summary", key="summary")
-    assert s2["halted"] is None and s2["succeeded"] == names[4:]
-    assert stack.xcom(ROLLOUT, run2, "wave_00.close", key="wave")["state"] == "rejected"
-    for n in (silent, unconnected):
-        assert s2["tenants"][n]["state"] == "failed" and not _checkpointed(tenants[n], n)
-        assert "rejected" in s2["tenants"][n]["reason"]
-    for n in names[4:]:
-        assert _checkpointed(tenants[n], n)
+        assert _drive(stack, run2, second_rollout) == "failed"  # the rejected canary's tenants did not succeed
+        plan = stack.xcom(ROLLOUT, run2, "plan", key="rollout")
+        assert sorted(plan["skipped"]) == sorted(names[:2])
+        assert all("already cut over" in why for why in plan["skipped"].values())
+        assert [w["tenants"] for w in plan["waves"]] == [[silent, unconnected], names[4:]]
+        s2 = stack.xcom(ROLLOUT, run2, "summary", key="summary")
+        assert s2["halted"] is None and s2["succeeded"] == names[4:]
+        assert stack.xcom(ROLLOUT, run2, "wave_00.close", key="wave")["state"] == "rejected"
+        for n in (silent, unconnected):
+            assert s2["tenants"][n]["state"] == "failed" and _checkpointed(tenants[n], _packs(tenants, n)) is False
+            assert "rejected" in s2["tenants"][n]["reason"]
+        for n in names[4:]:
+            assert _checkpointed(tenants[n], _packs(tenants, n)) is True
+        for n in names[:2] + names[4:]:  # every tenant cut over: its live traffic reached the new host after the release
+            if n in traffic:
+                engine, live = traffic[n]
+                report = live.report
+                assert not report.errors and report.receipts_held > 0 and report.ticks_after_release > 0, (n, report)
+                wait_for("the receipts sent after the release admitted", lambda e=engine, r=report: all(
+                    receipt_outcomes(e, r.receipts).values()), 120)
+                assert report.ordinary and report.ordinary_completed, (n, report)  # ordinary work ran throughout
 
 
 def test_pause_holds_new_tenants_resume_starts_them_and_cancel_stops_before_the_checkpoint(stack, tmp_path):
@@ -263,14 +308,14 @@ def test_pause_holds_new_tenants_resume_starts_them_and_cancel_stops_before_the_
         path = str(tmp_path / f"{name}.db")
         open(path, "a").close()
         engine = make_engine(f"sqlite:///{path}")
-        _build(engine, name, 40 + i)
+        packs = _build(engine, name, 40 + i).active_packs
         engine.dispose()
         stack.put_connection(f"nexus_tenant_{name}", "sqlite", host=path)
-        created.append((name, f"sqlite:///{path}"))
+        created.append((name, f"sqlite:///{path}", packs))
     run_id = f"ctl-{uuid.uuid4().hex[:8]}"
     variable = control_variable(run_id)
     stack.request("POST", "/api/v2/variables", {"key": variable, "value": "pause"})
-    stack.trigger(ROLLOUT, _conf(tenants=[n for n, _ in created], canary=1, wave_size=1, approvers=["approver"]),
+    stack.trigger(ROLLOUT, _conf(tenants=[n for n, _, _ in created], canary=1, wave_size=1, approvers=["approver"]),
                   run_id=run_id)
     first = run_id_for(run_id, created[0][0])
     deadline = time.monotonic() + 300
@@ -297,7 +342,7 @@ def test_pause_holds_new_tenants_resume_starts_them_and_cancel_stops_before_the_
     assert _state(stack, ROLLOUT, run_id) == "failed"
     report = stack.xcom(CUTOVER, first, "confirm_writers_stopped", key="report")
     assert report["cancelled_by_rollout"] == run_id and "fence stays armed" in report["message"]
-    assert not _checkpointed(created[0][1], created[0][0])
+    assert _checkpointed(created[0][1], created[0][2]) is False
     summary = stack.xcom(ROLLOUT, run_id, "summary", key="summary")
     assert summary["halted"] == "cancelled after wave 0"
     assert summary["tenants"][created[1][0]]["state"] == "not run"

@@ -19,10 +19,26 @@ import time
 
 import pytest
 
+from nexus_cutover.db import make_engine
+from nexus_cutover.projection.digest import HistoryDigest
+from nexus_cutover.projection.steps import verify_history
+from nexus_sim.checks import live_ordinary_work, projection_owners_after_cutoff, receipt_outcomes
+from nexus_sim.scenario.production import FUTURE_COLLISION
+from nexus_sim.traffic import LiveTraffic
 from scripts.demo import Child, stop_pid_if_ours
 from scripts.demo_airflow import BIN
 
-from .support import CUTOVER_DAG, Run, checkpoints, count_lines, cutover_conf, new_tenant, trigger_logs
+from .support import (
+    CUTOVER_DAG,
+    Run,
+    build_demo_tenant,
+    checkpoints,
+    count_lines,
+    cutover_conf,
+    new_tenant,
+    trigger_logs,
+    wait_for,
+)
 
 pytestmark = pytest.mark.airflow  # a real distributed Airflow (mysql: set from mysql_server_url by tests/conftest.py)
 
@@ -48,7 +64,14 @@ def _assert_verified_end(run: Run) -> dict:
 
 
 def test_cutover_end_to_end_on_the_stack(stack, mysql_server_url):
-    t = new_tenant(stack, mysql_server_url, "e2e", demo=True)
+    """The production-shaped demo tenant (utf8mb4, case-insensitive: ordinary work in every status, hostile lanes
+    and receipt ids, 10,000 stopped registry rows, old work in flight) with live traffic throughout: ordinary work
+    from the start, receipts from the release on."""
+    built: dict = {}
+    t = new_tenant(stack, mysql_server_url, "e2e", build=lambda ns: build_demo_tenant(ns, built=built))
+    planted = built["planted"]
+    engine = make_engine(t["dsn"])
+    traffic = LiveTraffic(engine, planted, receipts_after_release=True, future_per_tick=2, interval_s=1.0).start()
     old = Child("old runtime", [sys.executable, str(REPO / "scripts" / "demo_old_runtime.py"), "--namespace", t["tenant"],
                                 "--stop-after-fenced-drain"], {**stack.env, "NEXUS_TENANT_DSN": t["dsn"]},
                 stack.logs / f"old-runtime-{t['tenant']}.log")
@@ -66,7 +89,28 @@ def test_cutover_end_to_end_on_the_stack(stack, mysql_server_url):
         final = _assert_verified_end(run)
         cps = checkpoints(t["dsn"])
         assert {p: v[0] for p, v in cps.items()} == final["cutoffs"] and all(len(v) == 1 for v in cps.values()), cps
+        assert sorted(cps) == sorted(planted.active_packs)
+
+        wait_for("traffic after the release", lambda: traffic.report.ticks_after_release >= 3, 60)
+        report = traffic.stop()
+        assert not report.errors and report.receipts_held > 0, report
+        collisions = [(f.pack_install_id, f.source_lane, f.receipt_id) for f in report.collisions_stored]
+        admissible = report.receipts + [(f.pack_install_id, f.source_lane, f.receipt_id)
+                                        for f, outcome in report.future_sent
+                                        if outcome == "stored" and f.kind != FUTURE_COLLISION]
+        wait_for("every receipt sent after the release admitted by the new host",
+                 lambda: all(receipt_outcomes(engine, admissible).values()), 120)
+        assert collisions and set(receipt_outcomes(engine, collisions).values()) == {False}
+        owners = projection_owners_after_cutoff(engine, final["cutoffs"])
+        assert owners["not_exactly_one"] == [] and owners["checked"] >= len(admissible), owners
+        held = live_ordinary_work(engine, built["scenario"].work_items)
+        assert held and all(was == now for was, now in held.values()), held  # nothing waited for ordinary work
+        digest = HistoryDigest.from_json(run.stack.xcom(CUTOVER_DAG, run.run_id, "history_digest", key="digest"))
+        verification = verify_history(engine, digest, timeout_s=120)
+        assert verification.ok, verification.summary()  # again, after more ordinary work and range work
     finally:
+        traffic.stop()
+        engine.dispose()
         old.stop()
         _stop_host(run)
 

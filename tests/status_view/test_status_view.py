@@ -69,7 +69,7 @@ def stack(tmp_path_factory):
 
 def _demo_tenant_fenced(tmp_path) -> tuple[str, int]:
     path = tmp_path / "tenant-demo.db"
-    info = seed(str(path), "demo")
+    info = seed(str(path), "demo", production=False)  # the clean tenant: the row below names its two packs
     engine = make_engine(f"sqlite:///{path}")
     try:
         apply_steps(engine, projection_steps(engine))

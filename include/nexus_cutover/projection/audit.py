@@ -53,7 +53,7 @@ Nothing here writes; timestamps decide nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,31 +195,32 @@ class _WorkReach:
 def audit_pack(
     conn: Connection, pack_install_id: str, namespace: str, deadline: Deadline, *, batch_size: int = DEFAULT_BATCH
 ) -> AuditReport:
-    """Every finding of the contract's audit table for ``pack_install_id`` (no writes)."""
-    findings: dict[tuple[str, ProjectionIdentity | None], Finding] = {}
+    """Every finding of the contract's audit table for ``pack_install_id`` (no writes).
 
-    def add(kind: str, ident: ProjectionIdentity | None, *, event_id: int | None = None, work_id: int | None = None):
-        f = findings.setdefault((kind, ident), Finding(kind, ident))
-        if event_id is not None:
-            f.event_ids.append(event_id)
-        if work_id is not None:
-            f.work_ids.append(work_id)
-
+    Findings are one per refusal class and identity *as the server equates identities*
+    (:func:`~nexus_cutover.identity.identity_keys`): rows spelled ``Lane-A`` and ``lane-a`` on a case-folding
+    collation, or ``a`` and ``a `` on a PAD SPACE one, are one identity and one finding, named by the spelling
+    the server's GROUP BY of the pack's Events returns (else the first row's).
+    """
     deadline.check("auditing live work")
-    for ident, work_id in _live_projection_work(conn, pack_install_id, namespace):
-        add(LIVE_WORK, ident, work_id=work_id)
-    for work_id, event_id in _live_direct_work_of_other_classes(conn, pack_install_id, namespace):
-        add(LIVE_WORK, None, work_id=work_id, event_id=event_id)
-
+    live = list(_live_projection_work(conn, pack_install_id, namespace))
+    other_live = list(_live_direct_work_of_other_classes(conn, pack_install_id, namespace))
     deadline.check("looking for range-protocol WorkItems")
-    for ident, work_id in _native_work(conn, pack_install_id):
-        add(NATIVE_WORK_BEFORE_CHECKPOINT, ident, work_id=work_id)
-
+    native = list(_native_work(conn, pack_install_id))
     deadline.check("aggregating Events per identity")
     every_identity = _event_ordinals_by_identity(conn, pack_install_id)
     legacy_max = max((max_ordinal for _, _, max_ordinal in every_identity), default=0)  # ordinary Events count here
     projection = identity.projection_identities(conn, Event, [ident for ident, _, _ in every_identity])
     event_identities = [row for row in every_identity if row[0] in projection]
+    findings = _Findings(conn, [ident for ident, _, _ in every_identity] + [i for i, _ in live] + [i for i, _ in native])
+
+    for ident, work_id in live:
+        findings.add(LIVE_WORK, ident, work_id=work_id)
+    for work_id, event_id in other_live:
+        findings.add(LIVE_WORK, None, work_id=work_id, event_id=event_id)
+    for ident, work_id in native:
+        findings.add(NATIVE_WORK_BEFORE_CHECKPOINT, ident, work_id=work_id)
+
     reach = _work_reach_by_identity(conn, pack_install_id, [ident for ident, _, _ in event_identities], deadline)
     identities = 0
     probed = 0
@@ -238,18 +239,53 @@ def audit_pack(
         for event_id, ordinal in _indirect_events(conn, ident, above, deadline, batch_size):
             probed += 1
             if mixed:
-                add(MIXED_HISTORY_INDIRECT, ident, event_id=event_id)
+                findings.add(MIXED_HISTORY_INDIRECT, ident, event_id=event_id)
             elif r.terminal_reach is not None and r.terminal_reach >= ordinal:
-                add(BEYOND_COMPLETED_BOUNDARY, ident, event_id=event_id)
+                findings.add(BEYOND_COMPLETED_BOUNDARY, ident, event_id=event_id)
             elif r.any_reach is not None and r.any_reach >= ordinal:
                 pass  # reached only by live work, which is already a live_work finding
             else:
-                add(MISSING_OWNER, ident, event_id=event_id)
+                findings.add(MISSING_OWNER, ident, event_id=event_id)
         if identities % 100 == 0:
             log.info("audit of %s: %d identities checked, %d inputs probed", pack_install_id, identities, probed)
 
-    ordered = sorted(findings.values(), key=lambda f: (REFUSALS.index(f.finding), f.identity or ()))
-    return AuditReport(pack_install_id, ordered, legacy_max, identities, probed)
+    return AuditReport(pack_install_id, findings.ordered(), legacy_max, identities, probed)
+
+
+class _Findings:
+    """Findings keyed by (refusal, the server's key of the identity); each names its identity by one spelling.
+
+    ``spellings`` (the pack's Event identities first) are keyed up front, so the spelling a finding is named by is
+    the first of ``spellings`` the server equates with it, whichever row's spelling the finding met first.
+    """
+
+    def __init__(self, conn: Connection, spellings: list[ProjectionIdentity]):
+        self.conn = conn
+        self.keys = identity.identity_keys(conn, spellings)
+        self.named: dict[Hashable, ProjectionIdentity] = {}
+        for ident in spellings:
+            self.named.setdefault(self.keys[ident], ident)
+        self.by_key: dict[tuple[str, Hashable], Finding] = {}
+
+    def add(self, kind: str, ident: ProjectionIdentity | None, *, event_id: int | None = None,
+            work_id: int | None = None) -> None:
+        key = None if ident is None else self._key(ident)
+        f = self.by_key.get((kind, key))
+        if f is None:
+            f = self.by_key[(kind, key)] = Finding(kind, None if key is None else self.named[key])
+        if event_id is not None:
+            f.event_ids.append(event_id)
+        if work_id is not None:
+            f.work_ids.append(work_id)
+
+    def _key(self, ident: ProjectionIdentity) -> Hashable:
+        if ident not in self.keys:  # a spelling not met up front (none today): asked of the server now
+            self.keys.update(identity.identity_keys(self.conn, [ident]))
+            self.named.setdefault(self.keys[ident], ident)
+        return self.keys[ident]
+
+    def ordered(self) -> list[Finding]:
+        return sorted(self.by_key.values(), key=lambda f: (REFUSALS.index(f.finding), f.identity or ()))
 
 
 # -- the bounded queries ------------------------------------------------------
@@ -353,19 +389,27 @@ def top_work_statement(pack_install_id: str):
 def _work_reach_by_identity(
     conn: Connection, pack_install_id: str, idents: list[ProjectionIdentity], deadline: Deadline
 ) -> dict[ProjectionIdentity, _WorkReach]:
-    """B(I), the terminal reach and the total reach of each of ``idents``, from the top of its WorkItem range."""
+    """B(I), the terminal reach and the total reach of each of ``idents``, from the top of its WorkItem range.
+
+    A top row belongs to the identity the server equates it with (:func:`~nexus_cutover.identity.identity_keys`),
+    whatever its spelling: a completed top spelled ``lane-a`` is the boundary of the Events' ``Lane-A`` on a
+    case-folding collation, read once, not walked down for.
+    """
     deadline.check("reading the top WorkItem of each identity")
-    completed_at_top: dict[ProjectionIdentity, int] = {}
-    for row in conn.execute(top_work_statement(pack_install_id)):
-        if row.WorkClass == catalog.WORK_CLASS_PROJECTION and row.Status == catalog.WORK_COMPLETED:
-            completed_at_top[identity.of_row(row)] = int(row.LaneOrdinal)
+    completed_tops: list[tuple[ProjectionIdentity, int]] = [
+        (identity.of_row(row), int(row.LaneOrdinal))
+        for row in conn.execute(top_work_statement(pack_install_id))
+        if row.WorkClass == catalog.WORK_CLASS_PROJECTION and row.Status == catalog.WORK_COMPLETED
+    ]
+    keys = identity.identity_keys(conn, [ident for ident, _ in completed_tops] + list(idents))
+    completed_at_top = {keys[ident]: lane_ordinal for ident, lane_ordinal in completed_tops}
     reach: dict[ProjectionIdentity, _WorkReach] = {}
     walked = 0
     for ident in idents:
-        top = completed_at_top.get(ident)
+        top = completed_at_top.get(keys[ident])
         if top is not None:  # the greatest row of the identity is completed projection work: it is every reach
             reach[ident] = _WorkReach(top, top, top)
-        else:  # no WorkItem, or the top is live, failed, cancelled or of another class (or matched another spelling)
+        else:  # no WorkItem, or the top is live, failed, cancelled or of another class
             reach[ident] = _walk_down(conn, ident, deadline)
             walked += 1
     if walked:
