@@ -234,16 +234,20 @@ class ResumeAdmissionOperator(BaseOperator):
 
 
 def dry_run_verdict(ti) -> str:
-    """What the real run would do, from the dry run's own looks: proceed, or wait for what."""
-    waits = []
-    drain = ti.xcom_pull(task_ids="wait_for_drain") or {}
-    if drain.get("state") == "draining":
-        waits.append(f"the drain ({drain.get('remaining')} old projection WorkItems remaining)")
-    writers = ti.xcom_pull(task_ids="check_old_writers") or {}
-    if writers.get("live"):
-        waits.append(f"{len(writers['live'])} live old writer(s) to be stopped ({', '.join(writers['live'])})")
-    waits.append("a person's writer-stop confirmation")
-    return "wait for " + "; ".join(waits) + ", then proceed"
+    """What the real run would do, from the dry run's own looks: each declared step's verdict on its result, combined
+    as ``nexus-cutover plan`` combines them (proceed, wait for what, or stop and why)."""
+    from nexus_cutover.projection.transition import CUTOVER
+
+    verdicts = []
+    for step in CUTOVER:
+        if step.name != ti.task_id:
+            verdicts += [(step.name, step.verdict(result)) for result in _results(ti.xcom_pull(task_ids=step.name))]
+    return CUTOVER.overall(verdicts)
+
+
+def _results(pulled) -> list[dict[str, Any]]:
+    """A task's XCom results as a list: a mapped task's one per map index, one pack's the dict itself."""
+    return [r for r in ([pulled] if isinstance(pulled, dict) else list(pulled or [])) if isinstance(r, dict)]
 
 
 class FinalOldWriterCheckOperator(BaseOperator):
@@ -254,11 +258,8 @@ class FinalOldWriterCheckOperator(BaseOperator):
 
         p = params_of(context)
         ti = context["ti"]
-        cutoffs = {}
-        pulled = ti.xcom_pull(task_ids="audit_and_checkpoint")  # every map index; one pack gives the dict itself
-        for result in [pulled] if isinstance(pulled, dict) else list(pulled or []):
-            if result:
-                cutoffs[result["pack_install_id"]] = result.get("legacy_max_ordinal")
+        cutoffs = {r["pack_install_id"]: r.get("legacy_max_ordinal")
+                   for r in _results(ti.xcom_pull(task_ids="audit_and_checkpoint"))}
         if p.dry_run:
             verdict = dry_run_verdict(ti)
             self.log.info("VERDICT: the real run would %s", verdict)
