@@ -1,9 +1,11 @@
-"""The connector projection range cutover, step by step (seed 000, "Existing-data cutover"): the script.
+"""The connector projection range cutover, step by step (seed 000, "Existing-data cutover"): the functions.
 
-One function per step, in the order the delivery owner runs them. The DAG's
-operators, the sensors' pollers and ``nexus-cutover`` call exactly these
-functions; the modules behind them read (drain, writers, audit) or write
-(schema, fence, checkpoint) and this file says in which order and why.
+One function per step. The order is declared once, in
+:data:`nexus_cutover.projection.transition.CUTOVER` (which also says each
+step's kind, verdict, dry run and next action); the DAG's operators, the
+sensors' pollers and ``nexus-cutover`` call exactly these functions; the
+modules behind them read (drain, writers, audit) or write (schema, fence,
+checkpoint). In the declared order, and why:
 
 1. :func:`resolve_packs`, :func:`held_by_another` (a tenant another holder holds
    is refused before anything is written), :func:`apply_schema`,
