@@ -92,14 +92,14 @@ CUTOVER = Transition("connector_projection_cutover", (
              dry_run="the same read; a tenant another holder holds stops here too",
              next_action="fix the form or the connection; trigger again. A tenant another run or command holds: the "
              "message names the holder and how to take it over (`adopt`)"),
+        Step("apply_schema", Kind.WRITES, f"{STEPS}:apply_schema",
+             dry_run="the DDL it would run, one PLAN line per missing object",
+             next_action="land the v2 handoff first, then clear the task"),
         Step("arm_fence", Kind.WRITES, f"{STEPS}:arm_fence", verdict=fence_verdict,
              dry_run="whether it would arm, reuse or adopt the fence; refusals as in the real run",
              next_action="active overrides: have L2 revoke them, then clear. Several cutover fences: have L2 release "
              "all but the one of the cutover in progress, then clear. A held tenant: the message names the holder "
              "and how to take it over"),
-        Step("apply_schema", Kind.WRITES, f"{STEPS}:apply_schema",
-             dry_run="the DDL it would run, one PLAN line per missing object",
-             next_action="land the v2 handoff first, then clear the task"),
     )),
     Stage(2, "Old projection work drains", group_id="step_2_drain", steps=(
         Step("wait_for_drain", Kind.WAITS, f"{STEPS}:drain", verdict=drain_verdict,
