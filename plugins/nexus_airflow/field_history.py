@@ -202,29 +202,12 @@ class Stage2ProducersOperator(_GateOperator):
 
 class Stage2MaterializeOperator(_GateOperator):
     def run_gate(self, engine, p, context):
+        from nexus_airflow.faults import materialize_batch_pause
         from nexus_cutover.db import Deadline
         from nexus_cutover.field_history.gates import stage_2_materialize
 
         return stage_2_materialize(engine, batch_size=p.batch_size, deadline=Deadline(p.materialize_timeout),
-                                   between_read_and_write=_batch_pause_seam())
-
-
-def _batch_pause_seam():
-    """Test-only (the stack tests): with ``NEXUS_AIRFLOW_PAUSE_DIR`` set, the k-th batch of this call holds inside
-    its transaction, after its read and before its writes, at the pause point ``stage_2_materialize.batch_<k>``
-    (a retried attempt of a batch keeps its k). Unset (production), no seam is passed."""
-    import os
-
-    from nexus_airflow.faults import PAUSE_DIR_ENV, pause_point
-
-    if not os.environ.get(PAUSE_DIR_ENV):
-        return None
-    numbers: dict = {}
-
-    def seam(_conn, lo, _hi) -> None:
-        pause_point(f"stage_2_materialize.batch_{numbers.setdefault(lo, len(numbers) + 1)}")
-
-    return seam
+                                   between_read_and_write=materialize_batch_pause())
 
 
 class Stage3Operator(_GateOperator):
