@@ -48,7 +48,7 @@ def _fence(engine: Engine, ns: str) -> dict[str, Any]:
     last one (the run a person wants to read about: the one that holds the tenant or last changed it)."""
     from .projection.fence import fences_in_force, last_released_cutover_fence
 
-    with engine.connect() as conn:
+    with tx.reading(engine, "reading the admission fences") as conn:
         fences = fences_in_force(conn, ns, utcnow())
         cutover = [f for f in fences if is_cutover_fence(f["Scope"], f["ExpiresAt"])]
         last = None if cutover else last_released_cutover_fence(conn, ns)
@@ -85,7 +85,7 @@ def _packs(engine: Engine, ns: str) -> list[dict[str, Any]]:
     from .schema import has_table
 
     out = []
-    with engine.connect() as conn:
+    with tx.reading(engine, "reading the packs and their checkpoints") as conn:
         table = has_table(conn, catalog.ConnectorProjectionProtocol.name)
         for pack in active_packs(conn, ns):
             row = read_protocol_row(conn, pack) if table else None
@@ -116,7 +116,7 @@ def _receipts(engine: Engine, ns: str) -> dict[str, Any]:
     from .runtime.activation import active_packs
 
     t = catalog.IngressReceipt
-    with engine.connect() as conn:
+    with tx.reading(engine, "reading the ingress receipts") as conn:
         packs = active_packs(conn, ns)
         total = materialized = 0
         for pack in packs:

@@ -276,11 +276,12 @@ class FinalOldWriterCheckOperator(BaseOperator):
         return extra
 
     def _no_old_writer_since_release(self, context, engine, p, fence_id) -> dt.datetime:
+        from nexus_cutover import tx
         from nexus_cutover.clock import utcnow
         from nexus_cutover.projection import steps
         from nexus_cutover.projection.fence import fence_row
 
-        with engine.connect() as conn:
+        with tx.reading(engine, "reading the released fence") as conn:
             fence = fence_row(conn, int(fence_id)) if fence_id is not None else None
         if fence_id is None and (context["ti"].xcom_pull(task_ids="arm_fence") or {}).get("outcome") == "not_needed":
             released_at = utcnow()  # no release to date: look at live ones

@@ -29,6 +29,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from .. import tx
 from ..clock import utcnow
 from ..db import DSN_ENV_TENANT, dsn_from_env, make_engine, mask_dsn
 from ..errors import BadInput, LockTimeout, Refused
@@ -192,7 +193,7 @@ def _released_at(c: Command) -> dt.datetime:
 
     if c.args.since:
         return dt.datetime.fromisoformat(c.args.since).replace(tzinfo=None)
-    with c.engine.connect() as conn:
+    with tx.reading(c.engine, "reading the last released cutover fence") as conn:
         fence = last_released_cutover_fence(conn, c.args.namespace)
     if fence is None:
         raise BadInput(f"namespace {c.args.namespace!r} has no released cutover fence: give -since, or release it first")
@@ -260,17 +261,16 @@ def cmd_verify(c: Command) -> tuple[int, dict[str, Any]]:
 def _has_release(c: Command) -> bool:
     from ..projection.fence import last_released_cutover_fence
 
-    with c.engine.connect() as conn:
+    with tx.reading(c.engine, "reading the last released cutover fence") as conn:
         return last_released_cutover_fence(conn, c.args.namespace) is not None
 
 
 def cmd_status(c: Command) -> tuple[int, dict[str, Any]]:
-    from ..db import translate_errors
     from ..tenant_status import read_tenant_state
 
     # The view shows an unreadable section as such; the command first refuses a session unfit for any command
     # (db.session_problem, exit 2) rather than print it into every section and exit 0.
-    with translate_errors("connecting to the tenant database"), c.engine.connect():
+    with tx.reading(c.engine, "connecting to the tenant database"):
         pass
     state = read_tenant_state(c.engine, c.args.namespace)
     c.say(f"tenant {state['tenant']}: {state['phase']}")
@@ -572,7 +572,7 @@ def _run_final_check(c: Command, out: dict[str, Any]) -> Verdict:
     """No old writer ran after the release, and no history row changed since the digest."""
     from ..projection.fence import fence_row
 
-    with c.engine.connect() as conn:
+    with tx.reading(c.engine, "reading the released fence") as conn:
         released_at = dt.datetime.fromisoformat(fence_row(conn, int(out["fence"]["fence_id"]))["ReleasedAt"])
     out["old_writers_after_release"] = steps.verify_no_old_writer(c.engine, c.args.namespace, released_at=released_at)
     if out["old_writers_after_release"]:

@@ -53,7 +53,7 @@ from sqlalchemy import Connection, Engine, insert, select, update
 from .. import catalog, tx
 from ..catalog import AdmissionFence, AdmissionFenceOverride, ConnectorProjectionProtocol
 from ..clock import utcnow
-from ..db import Deadline, connection_of
+from ..db import Deadline
 from ..errors import BadInput, Refused
 from ..fencing import fence_in_force, is_cutover_fence, override_active
 from ..locks import lifecycle_lock_names
@@ -283,7 +283,7 @@ def held_by_another(
     written; :func:`arm_fence` decides again under the lock, where it acts.
     """
     decide = _Holders(holder[:128], holder_state, adopt, take_over)
-    with connection_of(bind) as conn:
+    with tx.reading(bind, f"reading the fences of namespace {namespace!r}") as conn:
         existing = the_cutover_fence(namespace, fences_in_force(conn, namespace, utcnow()))
     if existing is not None:
         decide(namespace, existing)
@@ -469,5 +469,5 @@ def _release(
 
 def cutover_fence_in_force(bind: Engine | Connection, namespace: str) -> dict[str, Any] | None:
     """The namespace's non-expiring ``*`` fence in force, if any; :class:`SeveralCutoverFences` when there are more."""
-    with connection_of(bind) as conn:
+    with tx.reading(bind, f"reading the fences of namespace {namespace!r}") as conn:
         return the_cutover_fence(namespace, fences_in_force(conn, namespace, utcnow()))

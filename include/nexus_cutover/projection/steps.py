@@ -38,7 +38,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from .. import schema
+from .. import schema, tx
 from ..clock import utcnow
 from ..db import Deadline
 from ..errors import Refused
@@ -284,7 +284,7 @@ def cutover_standing(engine: Engine, namespace: str) -> dict[str, Any]:
     from ..protocol_row import read_protocol_row
     from ..runtime.activation import active_packs
 
-    with engine.connect() as conn:
+    with tx.reading(engine, f"reading where namespace {namespace!r} stands") as conn:
         packs = active_packs(conn, namespace)
         table = schema.has_table(conn, ConnectorProjectionProtocol.name)
         done = [p for p in packs if table and read_protocol_row(conn, p) is not None]
