@@ -187,13 +187,19 @@ def read_tenant_state(bind: Engine | str, tenant: str) -> dict[str, Any]:
 
 def phase(state: dict[str, Any]) -> str:
     """One word for the list: where the cutover stands. ``stop``: a pack holds old-protocol work above its cutoff,
-    or several cutover fences are in force; either needs a person's decision, nothing goes on by itself."""
+    or several cutover fences are in force; either needs a person's decision, nothing goes on by itself.
+    ``cut over``: the one definition (:func:`nexus_cutover.standing.is_cut_over`), as the rollout and ``plan``
+    read it; the new host's health is its own section."""
+    from .standing import is_cut_over
+
     packs = state.get("packs") or []
     all_cut = bool(packs) and all(p["checkpoint"] for p in packs)
     fence = state.get("fence", {})
-    if any(p.get("old_work_above_cutoff") for p in packs) or fence.get("cutover_fences", 0) > 1:
+    above = [p for p in packs if p.get("old_work_above_cutoff")]
+    if above or fence.get("cutover_fences", 0) > 1:
         return "stop"
-    if all_cut and not fence.get("armed") and state.get("host", {}).get("ready"):
+    if "error" not in fence and is_cut_over(packs=len(packs), checkpointed=sum(1 for p in packs if p["checkpoint"]),
+                                            cutover_fences=fence.get("cutover_fences", 0), above_cutoff=len(above)):
         return "cut over"
     if all_cut:
         return "checkpointed"

@@ -34,6 +34,7 @@ from typing import Any
 from airflow.providers.standard.operators.hitl import HITLOperator
 from airflow.sdk import BaseOperator
 
+from nexus_airflow import results
 from nexus_airflow import rollout as ro
 from nexus_airflow.params import ROLLOUT_FIELDS, SHARED_FIELDS, resolve
 
@@ -351,11 +352,10 @@ class WaveConfirmOperator(HITLOperator):
             return {"tenant": tenant, "status": f"run {run_state}"}
         states = ti.get_task_states(dag_id=ro.CUTOVER_DAG, task_ids=["confirm_writers_stopped"], run_ids=[rid])
         confirm = _state_word((states.get(rid) or {}).get("confirm_writers_stopped"))
-        ev = ti.xcom_pull(dag_id=ro.CUTOVER_DAG, run_id=rid, task_ids="confirm_writers_stopped", key="evidence",
-                          map_indexes=-1)
+        ev = results.evidence_shown(ti, run_id=rid)
         if confirm != "up_for_reschedule" or not ev:
             return {"tenant": tenant, "status": "not ready"}
-        drain = ti.xcom_pull(dag_id=ro.CUTOVER_DAG, run_id=rid, task_ids="wait_for_drain", map_indexes=-1) or {}
+        drain = results.drain(ti, run_id=rid)
         return {"tenant": tenant, "status": "ready", "checked_at": ev["checked_at"], "evidence": ev,
                 "drain": drain.get("state") or "-"}
 
@@ -425,8 +425,8 @@ def tenant_outcome(ti, trigger: dict[str, Any]) -> dict[str, Any]:
         return {"run_id": rid, "state": "not triggered", "failed_tasks": [], "reason": "the run was never created"}
     state = _state_word(ti.get_dagrun_state(dag_id=ro.CUTOVER_DAG, run_id=rid))
     out: dict[str, Any] = {"run_id": rid, "state": state, "failed_tasks": []}
-    confirmed = ti.xcom_pull(dag_id=ro.CUTOVER_DAG, run_id=rid, task_ids="confirm_writers_stopped", map_indexes=-1)
-    if isinstance(confirmed, dict) and confirmed.get("responded_by"):
+    confirmed = results.confirmation(ti, run_id=rid)
+    if confirmed and confirmed.get("responded_by"):
         out["approved_by"] = confirmed["responded_by"]  # who confirmed this tenant's writer stop
     if state != "success":
         states = ti.get_task_states(dag_id=ro.CUTOVER_DAG, run_ids=[rid]).get(rid, {})
@@ -435,8 +435,8 @@ def tenant_outcome(ti, trigger: dict[str, Any]) -> dict[str, Any]:
         if failed:
             task, _, index = failed[0].rpartition("_")
             task, index = (task, int(index)) if index.isdigit() else (failed[0], -1)  # a mapped task: <id>_<index>
-            report = ti.xcom_pull(dag_id=ro.CUTOVER_DAG, run_id=rid, task_ids=task, key="report", map_indexes=index)
-            out["reason"] = (report.get("message") if isinstance(report, dict) else None) or "see the task's log"
+            report = results.stop_report(ti, task, run_id=rid, map_index=index)
+            out["reason"] = (report or {}).get("message") or "see the task's log"
     return out
 
 

@@ -320,17 +320,22 @@ def _plan_schema(c: Command, out: dict[str, Any], n: int) -> list[Verdict]:
 
 def _plan_fence(c: Command, out: dict[str, Any], n: int) -> list[Verdict]:
     """The fence's dry run; and what no step can proceed past: old-protocol work above a pack's cutoff."""
+    from ..projection.fence import OldWorkAboveCutoff
+
+    above_refused = False
     try:
         fence = _arm(c, out["packs"], dry_run=True).as_json()
         found = [CUTOVER["arm_fence"].verdict(fence)]
     except Refused as exc:
-        fence, found = {"refused": str(exc)}, [Verdict(Outcome.STOP, str(exc))]
+        fence, found, above_refused = {"refused": str(exc)}, [Verdict(Outcome.STOP, str(exc))], isinstance(
+            exc, OldWorkAboveCutoff)
     out["fence"] = fence
     c.say(f"{n}. fence: {fence.get('outcome', fence.get('refused'))}")
     out["old_work_above_cutoff"] = steps.cutover_standing(c.engine, c.args.namespace)["old_work_above_cutoff"]
     for above in out["old_work_above_cutoff"]:  # a reviewed recovery decision, never "cut over"
         c.say(f"{n}. STOP: {above['text']}")
-        found.append(Verdict(Outcome.STOP, above["text"]))
+        if not above_refused:  # the fence's refusal already named it
+            found.append(Verdict(Outcome.STOP, above["text"]))
     return found
 
 

@@ -76,13 +76,15 @@ def final_verdict(result: dict[str, Any]) -> Verdict:
     """No old writer after the release and no history row changed since the digest; anything else stops."""
     seen = result.get("old_writers_after_release") or []
     if seen:
-        return Verdict(Outcome.STOP, f"{len(seen)} old-protocol writer(s) ran after the fence release: "
+        at = f" at {result['released_at']}" if result.get("released_at") else ""
+        return Verdict(Outcome.STOP, f"{len(seen)} old-protocol writer(s) ran after the fence release{at}: "
                        + ", ".join(p["process_id"] for p in seen)
                        + ". Do not restart an old writer after this point: stop them now and review what they admitted.")
     history = result.get("history") or {}
     if history and not history.get("ok"):
         return Verdict(Outcome.STOP, f"{history.get('summary', 'the history digest does not verify')}. The cutover "
-                       "must never change a history row: review the rows named.")
+                       "must never change a history row: stop whatever changed them and review the rows named "
+                       "(report.history) against the tenant's backup.")
     return PROCEED
 
 
@@ -99,7 +101,8 @@ CUTOVER = Transition("connector_projection_cutover", (
              dry_run="whether it would arm, reuse or adopt the fence; refusals as in the real run",
              next_action="active overrides: have L2 revoke them, then clear. Several cutover fences: have L2 release "
              "all but the one of the cutover in progress, then clear. A held tenant: the message names the holder "
-             "and how to take it over"),
+             "and how to take it over. Old work above a cutoff: a separately reviewed recovery decision (Rollback "
+             "stance)"),
     )),
     Stage(2, "Old projection work drains", group_id="step_2_drain", steps=(
         Step("wait_for_drain", Kind.WAITS, f"{STEPS}:drain", verdict=drain_verdict,
