@@ -40,22 +40,22 @@ def drain_verdict(report: dict[str, Any]) -> Verdict:
     return Verdict(Outcome.WAIT, f"the drain ({report['remaining']} old projection WorkItems remaining)")
 
 
+def _proceed_unless(found: list[str], outcome: Outcome, reason: str) -> Verdict:
+    """Proceed when nothing was ``found``; else ``outcome`` with ``reason`` (``{n}`` and ``{names}`` filled in)."""
+    return PROCEED if not found else Verdict(outcome, reason.format(n=len(found), names=", ".join(found)))
+
+
 def writers_verdict(evidence: dict[str, Any]) -> Verdict:
     """No live old writer: proceed. Else wait for them to be stopped (a person confirms afterwards either way)."""
-    live = list(evidence.get("live") or [])
-    if not live:
-        return PROCEED
-    return Verdict(Outcome.WAIT, f"{len(live)} live old writer(s) to be stopped ({', '.join(live)}), "
-                                 "then a person's confirmation")
+    return _proceed_unless(list(evidence.get("live") or []), Outcome.WAIT,
+                           "{n} live old writer(s) to be stopped ({names}), then a person's confirmation")
 
 
 def confirmation_verdict(recheck: dict[str, Any]) -> Verdict:
     """The confirmation holds only if no old writer came back since the evidence the person saw."""
-    came_back = list(recheck.get("came_back") or [])
-    if not came_back:
-        return PROCEED
-    return Verdict(Outcome.STOP, f"cutover not performed: old writer(s) {', '.join(came_back)} came back after the "
-                                 "evidence was taken. Nothing was confirmed; the fence stays armed.")
+    return _proceed_unless(list(recheck.get("came_back") or []), Outcome.STOP,
+                           "cutover not performed: old writer(s) {names} came back after the evidence was taken. "
+                           "Nothing was confirmed; the fence stays armed.")
 
 
 def checkpoint_verdict(result: dict[str, Any]) -> Verdict:
@@ -133,7 +133,7 @@ CUTOVER = Transition("connector_projection_cutover", (
              "clear and rerun"),
     )),
     Stage(5, "New host, admission resumes, the proofs", group_id="step_5_release", steps=(
-        Step("start_new_host", Kind.ASKS, "nexus_cutover.projection.steps:readiness",
+        Step("start_new_host", Kind.ASKS, f"{STEPS}:readiness",
              dry_run="how it would start the host, and the new hosts live now",
              next_action="fix the host, clear the task"),
         Step("verify_readiness", Kind.WAITS, f"{STEPS}:readiness", verdict=readiness_verdict, dry_run_judged=False,
