@@ -117,18 +117,22 @@ def _drain_once(c: Command, deadline: dt.datetime):
 def cmd_drain(c: Command) -> tuple[int, dict[str, Any]]:
     """One look (exit 0 drained, 3 stuck, 4 not yet), or with --wait the sensor's wait (0 drained, 3 stuck, 4 timeout)."""
     deadline = _now() + dt.timedelta(seconds=c.args.drain_timeout)
-    report = _drain_once(c, deadline)
-    c.say(report.counts_text())
-    while c.args.wait and report.state == "draining":
-        time.sleep(c.args.poll_interval)
+
+    def look():
         report = _drain_once(c, deadline)
         c.say(report.counts_text())
-    if report.state == "drained":
+        return report, CUTOVER["wait_for_drain"].verdict(report.as_json())
+
+    report, verdict = look()
+    while c.args.wait and verdict.outcome is Outcome.WAIT:
+        time.sleep(c.args.poll_interval)
+        report, verdict = look()
+    if verdict.proceeds:
         return EXIT_OK, report.as_json()
     c.say(report.report_text())
-    if report.state == "stuck" and report.timed_out:
+    if verdict.outcome is Outcome.STOP and verdict.timed_out:
         raise TimedOut("the drain did not finish within -drain-timeout; nothing was changed", report.as_json())
-    if report.state == "stuck":
+    if verdict.outcome is Outcome.STOP:
         raise Stopped("the drain of old projection work cannot finish on its own: stopped and reported "
                       "(no WorkItem was changed)", report.as_json())
     raise TimedOut(f"not drained yet: {report.counts_text()} (use --wait to wait)", report.as_json())
@@ -137,7 +141,7 @@ def cmd_drain(c: Command) -> tuple[int, dict[str, Any]]:
 def cmd_writers(c: Command) -> tuple[int, dict[str, Any]]:
     ev = steps.writer_evidence(c.engine, c.args.namespace, stale_heartbeat=c.stale)
     c.say(ev.as_markdown())
-    if ev.live:
+    if not CUTOVER["check_old_writers"].verdict(ev.as_json()).proceeds:
         raise Stopped(f"{len(ev.live)} old-protocol writer(s) still live: "
                       + ", ".join(p["process_id"] for p in ev.live) + "; stop them (keep the fence)", ev.as_json())
     return EXIT_OK, ev.as_json()
@@ -167,7 +171,7 @@ def cmd_activate_pack(c: Command) -> tuple[int, dict[str, Any]]:
 def cmd_readiness(c: Command) -> tuple[int, dict[str, Any]]:
     r = steps.readiness(c.engine, c.args.namespace, stale_heartbeat=c.stale)
     c.say("ready: " + ", ".join(h["process_id"] for h in r.ready_hosts) if r.ready else "not ready: " + "; ".join(r.reasons))
-    return (EXIT_OK if r.ready else EXIT_REFUSED), r.as_json()
+    return (EXIT_OK if CUTOVER["verify_readiness"].verdict(r.as_json()).proceeds else EXIT_REFUSED), r.as_json()
 
 
 def _held_fence_id(c: Command) -> int:
