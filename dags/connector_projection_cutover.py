@@ -1,14 +1,19 @@
 """Connector projection range cutover: the five-step transition of seed 000, one run per tenant.
 
-This file only declares the flow. Every database access and every heavy import
-happens inside the operators (``plugins/nexus_airflow``) at run time.
+The steps and their order are declared once, in
+``nexus_cutover.projection.transition.CUTOVER`` (``nexus-cutover run`` and ``plan``
+follow the same list): this file names, per step, the operator that runs it and
+the task doc a UI user reads; :func:`nexus_airflow.declared.build` creates the
+tasks in the declared order, in one TaskGroup per declared stage. Every database
+access and every heavy import happens inside the operators at run time.
 """
 
 from __future__ import annotations
 
-from airflow.sdk import DAG, AssetAlias, TaskGroup, TriggerRule
+from airflow.sdk import DAG, AssetAlias, TriggerRule
 
 from nexus_airflow.base import never_retry_stops
+from nexus_airflow.declared import CUTOVER, build, steps_md, task
 from nexus_airflow.hitl import ConfirmWritersStoppedOperator, StartNewHostOperator
 from nexus_airflow.notify import CutoverNotifier
 from nexus_airflow.operators import (
@@ -24,20 +29,15 @@ from nexus_airflow.operators import (
 from nexus_airflow.params import cutover_params
 from nexus_airflow.sensors import TenantWaitSensor
 
-DAG_DOC = """
+DAG_DOC = f"""
 # Connector projection range cutover (per tenant)
 
 Moves one tenant (namespace) from the old coverage-inference projection runtime
-to durable input ranges, in the order of seed 000 "Existing-data cutover":
+to durable input ranges, in the order of seed 000 "Existing-data cutover" (the steps below, each with
+what it does to the database). The last step emits the Asset event
+`nexus://<tenant>/connector-projection-ranges`.
 
-1. **apply_schema** (additive DDL) and **arm_fence** (one non-expiring `*` admission fence);
-2. **wait_for_drain** until no old projection WorkItem is pending/blocked/retry/processing;
-3. **check_old_writers** + **confirm_writers_stopped** (a person confirms; the fence stays armed), then
-   **history_digest** (chunk checksums of every history Event/WorkItem row: the proof's "before");
-4. **audit_and_checkpoint**, one per pack: the audit and the one-time `LegacyMaxOrdinal`;
-5. **start_new_host**, **verify_readiness**, **resume_admission** (release the fence), and
-   **final_old_writer_check** (no old writer after the release, the history digest verified: no history
-   row changed), which emits the Asset event `nexus://<tenant>/connector-projection-ranges`.
+{steps_md(CUTOVER)}
 
 Trigger with at least `tenant`; the DB is the Airflow connection `conn_id`
 (default `nexus_tenant_<tenant>`). `dry_run` runs every check and logs the
@@ -49,6 +49,96 @@ status, never revokes a fence override and has no way to skip a refusal.
 names (usually with the old runtime, or a separately reviewed decision) and
 clear that task. The fence stays armed until resume_admission.
 """
+
+#: Per declared step (its name is the task id): the operator and the task doc shown in the UI.
+TASKS = {
+    "resolve_packs": task(
+        ResolvePacksOperator,
+        doc_md="Reads the tenant's active packs (or checks `pack_install_ids`). Writes nothing. "
+        "**Stops** on an unknown/inactive/foreign pack or a namespace without active packs: fix the form.",
+    ),
+    "apply_schema": task(
+        ApplySchemaOperator,
+        doc_md="Additive DDL only: `_System_WorkItem.InputStartOrdinal` and `_System_ConnectorProjectionProtocol`, "
+        "each skipped when present. **Refuses** when the v2 prerequisite `ReplayOfWorkId` is missing (it is "
+        "never manufactured): land the WorkItem-only v2 handoff first, then clear.",
+    ),
+    "arm_fence": task(
+        ArmFenceOperator,
+        doc_md="Arms one non-expiring namespace-wide `*` admission fence held by this run (`ArmedBy`), reuses it on "
+        "rerun, or adopts the one a failed/finished run left. **Stops** at once, writing nothing, while another "
+        "unfinished run holds the tenant (named in XCom `report`), and while any fence override is active (listed; "
+        "it revokes nothing): have L2 revoke them, then clear. Keep the old workers and dependency resolvers running.",
+    ),
+    "wait_for_drain": task(
+        TenantWaitSensor,
+        wait="drain",
+        doc_md="Deferrable: waits until no old projection WorkItem is pending, blocked, retry or processing, "
+        "logging the remaining counts and trend each poll. **Stops and reports** (XCom `report`, log) as soon "
+        "as the drain provably cannot finish within `drain_timeout` -- retry not due before the deadline, "
+        "blocked on an external dependency while no live old dependency_resolver heartbeats (with one, blocked "
+        "items are progressing), "
+        "expired lease, no live old worker -- or at the timeout, reporting everything still remaining. It never "
+        "changes a WorkItem. Resolve the blockers with the old runtime, then clear.",
+    ),
+    "check_old_writers": task(
+        TenantWaitSensor,
+        wait="old_writers",
+        doc_md="Now stop every old ingress_writer, receipt_materializer, projection_worker and dependency_resolver "
+        "(keep the fence). Waits until `_System_ProcessRegistry` shows each one stopped or silent beyond "
+        "`stale_heartbeat`; the evidence is in XCom. **Stops** at `writers_stop_timeout`.",
+    ),
+    "confirm_writers_stopped": task(
+        ConfirmWritersStoppedOperator,
+        doc_md="Human in the loop: shows the process evidence (and when it was taken) and asks the engineer to "
+        "confirm that no old writer will resume. The registry is read again when the answer arrives: a writer that "
+        "is live, or started or heartbeated since the evidence, fails the run. No default: **Reject or no answer** "
+        "ends the run FAILED, cutover not performed, fence still armed, no checkpoint written.",
+    ),
+    "history_digest": task(
+        HistoryDigestOperator,
+        doc_md="Read only: the digest of every history `_System_Event` / `_System_WorkItem` row of the tenant "
+        "(chunks by primary key, each checksum computed in the server), taken now that no old writer can change "
+        "them. Summary (hash, rows, chunks) in the log and XCom; `final_old_writer_check` verifies it at the end. "
+        "**Stops** at `digest_timeout` or on a missing column (named): it wrote nothing, clear it.",
+    ),
+    "audit_and_checkpoint": task(
+        AuditCheckpointOperator,
+        doc_md="One per pack: the Controlplane lifecycle entrypoint (same as `connector-projection-cutover`) with "
+        "a bounded `checkpoint_timeout`. Under the namespace/pack locks it verifies the fence is in force with no "
+        "active override, audits retained responsibility and "
+        "writes only `LegacyMaxOrdinal`; an existing checkpoint is returned unchanged. **Refusals** fail with "
+        "every finding in the log and XCom `report`: they need a separately reviewed recovery decision.",
+    ),
+    "start_new_host": task(
+        StartNewHostOperator,
+        doc_md="Starts the matching new host per `host_controller`: `manual` asks you (HITL) to start it, "
+        "`command` runs the Variable `nexus_host_command` (default: the reference `nexus-host`), `http` POSTs "
+        "to the deployer connection. Skips when a new host already runs. **Abort** fails the run; the fence "
+        "stays armed.",
+    ),
+    "verify_readiness": task(
+        TenantWaitSensor,
+        wait="readiness",
+        doc_md="Deferrable: waits for a registered ProjectionProtocol=1 integration_host with ActivatedAt and a "
+        "fresh heartbeat, and no live old writer. **Stops** at `readiness_timeout`: check the host log, clear.",
+    ),
+    "resume_admission": task(
+        ResumeAdmissionOperator,
+        doc_md="Re-checks readiness, then releases the fence this run holds (sets ReleasedAt): admission "
+        "resumes through L2 and the new host. Already released: no-op success; held by another run: stops.",
+    ),
+    "final_old_writer_check": task(
+        FinalOldWriterCheckOperator,
+        outlets=[AssetAlias(ASSET_ALIAS)],
+        trigger_rule=TriggerRule.ALL_SUCCESS,
+        doc_md="Reports any old-protocol writer seen after the fence release (**do not restart an old writer "
+        "after this point**), then verifies the history digest: any history row changed, missing or extra since "
+        "`history_digest` fails the task, named by key with the columns that differ (rows admitted above the "
+        "cutoffs and range work may change). On success emits the Asset event "
+        "nexus://<tenant>/connector-projection-ranges with the per-pack cutoffs and the verified digest as extra.",
+    ),
+}
 
 with DAG(
     dag_id="connector_projection_cutover",
@@ -62,113 +152,4 @@ with DAG(
     tags=["nexus", "cutover", "connector-projection"],
     render_template_as_native_obj=False,
 ) as dag:
-    with TaskGroup("step_1_fence", prefix_group_id=False, tooltip="1. Additive schema and the admission fence"):
-        resolve_packs = ResolvePacksOperator(
-            task_id="resolve_packs",
-            doc_md="Reads the tenant's active packs (or checks `pack_install_ids`). Writes nothing. "
-            "**Stops** on an unknown/inactive/foreign pack or a namespace without active packs: fix the form.",
-        )
-        apply_schema = ApplySchemaOperator(
-            task_id="apply_schema",
-            doc_md="Additive DDL only: `_System_WorkItem.InputStartOrdinal` and `_System_ConnectorProjectionProtocol`, "
-            "each skipped when present. **Refuses** when the v2 prerequisite `ReplayOfWorkId` is missing (it is "
-            "never manufactured): land the WorkItem-only v2 handoff first, then clear.",
-        )
-        arm_fence = ArmFenceOperator(
-            task_id="arm_fence",
-            doc_md="Arms one non-expiring namespace-wide `*` admission fence held by this run (`ArmedBy`), reuses it on "
-            "rerun, or adopts the one a failed/finished run left. **Stops** at once, writing nothing, while another "
-            "unfinished run holds the tenant (named in XCom `report`), and while any fence override is active (listed; "
-            "it revokes nothing): have L2 revoke them, then clear. Keep the old workers and dependency resolvers running.",
-        )
-
-    with TaskGroup("step_2_drain", prefix_group_id=False, tooltip="2. Old projection work drains"):
-        wait_for_drain = TenantWaitSensor(
-            task_id="wait_for_drain",
-            wait="drain",
-            doc_md="Deferrable: waits until no old projection WorkItem is pending, blocked, retry or processing, "
-            "logging the remaining counts and trend each poll. **Stops and reports** (XCom `report`, log) as soon "
-            "as the drain provably cannot finish within `drain_timeout` -- retry not due before the deadline, "
-            "blocked on an external dependency while no live old dependency_resolver heartbeats (with one, blocked "
-            "items are progressing), "
-            "expired lease, no live old worker -- or at the timeout, reporting everything still remaining. It never "
-            "changes a WorkItem. Resolve the blockers with the old runtime, then clear.",
-        )
-
-    with TaskGroup("step_3_old_writers", prefix_group_id=False, tooltip="3. Old writers stopped, confirmed; the history digest"):
-        check_old_writers = TenantWaitSensor(
-            task_id="check_old_writers",
-            wait="old_writers",
-            doc_md="Now stop every old ingress_writer, receipt_materializer, projection_worker and dependency_resolver "
-            "(keep the fence). Waits until `_System_ProcessRegistry` shows each one stopped or silent beyond "
-            "`stale_heartbeat`; the evidence is in XCom. **Stops** at `writers_stop_timeout`.",
-        )
-        confirm_writers_stopped = ConfirmWritersStoppedOperator(
-            task_id="confirm_writers_stopped",
-            doc_md="Human in the loop: shows the process evidence (and when it was taken) and asks the engineer to "
-            "confirm that no old writer will resume. The registry is read again when the answer arrives: a writer that "
-            "is live, or started or heartbeated since the evidence, fails the run. No default: **Reject or no answer** "
-            "ends the run FAILED, cutover not performed, fence still armed, no checkpoint written.",
-        )
-        history_digest = HistoryDigestOperator(
-            task_id="history_digest",
-            doc_md="Read only: the digest of every history `_System_Event` / `_System_WorkItem` row of the tenant "
-            "(chunks by primary key, each checksum computed in the server), taken now that no old writer can change "
-            "them. Summary (hash, rows, chunks) in the log and XCom; `final_old_writer_check` verifies it at the end. "
-            "**Stops** at `digest_timeout` or on a missing column (named): it wrote nothing, clear it.",
-        )
-
-    with TaskGroup("step_4_checkpoint", prefix_group_id=False, tooltip="4. Audit and one-time checkpoint, per pack"):
-        audit_and_checkpoint = AuditCheckpointOperator.partial(
-            task_id="audit_and_checkpoint",
-            doc_md="One per pack: the Controlplane lifecycle entrypoint (same as `connector-projection-cutover`) with "
-            "a bounded `checkpoint_timeout`. Under the namespace/pack locks it verifies the fence is in force with no "
-            "active override, audits retained responsibility and "
-            "writes only `LegacyMaxOrdinal`; an existing checkpoint is returned unchanged. **Refusals** fail with "
-            "every finding in the log and XCom `report`: they need a separately reviewed recovery decision.",
-        ).expand(pack_install_id=resolve_packs.output)
-
-    with TaskGroup("step_5_release", prefix_group_id=False, tooltip="5. New host, admission resumes, the proofs"):
-        start_new_host = StartNewHostOperator(
-            task_id="start_new_host",
-            doc_md="Starts the matching new host per `host_controller`: `manual` asks you (HITL) to start it, "
-            "`command` runs the Variable `nexus_host_command` (default: the reference `nexus-host`), `http` POSTs "
-            "to the deployer connection. Skips when a new host already runs. **Abort** fails the run; the fence "
-            "stays armed.",
-        )
-        verify_readiness = TenantWaitSensor(
-            task_id="verify_readiness",
-            wait="readiness",
-            doc_md="Deferrable: waits for a registered ProjectionProtocol=1 integration_host with ActivatedAt and a "
-            "fresh heartbeat, and no live old writer. **Stops** at `readiness_timeout`: check the host log, clear.",
-        )
-        resume_admission = ResumeAdmissionOperator(
-            task_id="resume_admission",
-            doc_md="Re-checks readiness, then releases the fence this run holds (sets ReleasedAt): admission "
-            "resumes through L2 and the new host. Already released: no-op success; held by another run: stops.",
-        )
-        final_old_writer_check = FinalOldWriterCheckOperator(
-            task_id="final_old_writer_check",
-            outlets=[AssetAlias(ASSET_ALIAS)],
-            trigger_rule=TriggerRule.ALL_SUCCESS,
-            doc_md="Reports any old-protocol writer seen after the fence release (**do not restart an old writer "
-            "after this point**), then verifies the history digest: any history row changed, missing or extra since "
-            "`history_digest` fails the task, named by key with the columns that differ (rows admitted above the "
-            "cutoffs and range work may change). On success emits the Asset event "
-            "nexus://<tenant>/connector-projection-ranges with the per-pack cutoffs and the verified digest as extra.",
-        )
-
-    (
-        resolve_packs
-        >> apply_schema
-        >> arm_fence
-        >> wait_for_drain
-        >> check_old_writers
-        >> confirm_writers_stopped
-        >> history_digest
-        >> audit_and_checkpoint
-        >> start_new_host
-        >> verify_readiness
-        >> resume_admission
-        >> final_old_writer_check
-    )
+    build(CUTOVER, TASKS)

@@ -1,7 +1,10 @@
 """Field History eligibility: the three stage gates of seed 003, one run per tenant.
 
-This file only declares the flow; every database access happens inside the
-operators (``plugins/nexus_airflow/field_history.py``) at run time.
+The steps and their order are declared once, in
+``nexus_cutover.field_history.transition.FIELD_HISTORY`` (the
+``field-history-eligibility`` stage commands follow the same list): this file
+names, per step, the operator and the task doc a UI user reads. Every database
+access happens inside the operators (``plugins/nexus_airflow/field_history.py``) at run time.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 from airflow.sdk import DAG
 
 from nexus_airflow.base import never_retry_stops
+from nexus_airflow.declared import FIELD_HISTORY, build, task
 from nexus_airflow.field_history import (
     OutboxDrainSensor,
     Stage1Operator,
@@ -45,6 +49,42 @@ It never UPDATEs or DELETEs an Event, WorkItem, outbox or process row, never ove
 eligibility value, and has no way to skip a refusal.
 """
 
+#: Per declared step (its name is the task id): the operator and the task doc shown in the UI.
+TASKS = {
+    "stage_1": task(
+        Stage1Operator,
+        doc_md="Adds the nullable `_System_AuditFieldChange.FieldHistoryEligible` if absent (idempotent) and checks "
+        "that every deployed `runtime_api` and `audit_outbox_worker` runs at least `stage1_release`. **Stops** "
+        "listing the lagging processes: upgrade them (or mark gone ones stopped), then clear.",
+    ),
+    "stage_2_producers": task(
+        Stage2ProducersOperator,
+        doc_md="Every deployed `runtime_api` and `service_manager` runs at least `producer_release`, and no row "
+        "with a stable FieldId written by such a producer is NULL. **Stops** listing lagging processes or example "
+        "unstamped rows (a producer is not stamping): fix the producer, then clear. Writes nothing.",
+    ),
+    "stage_2_drain_outbox": task(
+        OutboxDrainSensor,
+        doc_md="Deferrable: waits until no outbox row older than `producer_release` is pending or processing, "
+        "logging the remaining count each poll. **Stops and reports** failed pre-cutover rows, open rows without "
+        "a live `audit_outbox_worker`, or `drain_timeout`. It never changes an outbox row.",
+    ),
+    "stage_2_materialize": task(
+        Stage2MaterializeOperator,
+        doc_md="Sets NULL rows with a FieldId and a HistorySequence to TRUE where an interval proves eligibility "
+        "and FALSE where none does, in keyset batches of `batch_size`, each its own transaction, never "
+        "overwriting a stamped value. Resumable: a failure or timeout keeps committed batches; clear to finish.",
+    ),
+    "stage_3": task(
+        Stage3Operator,
+        doc_md="**Refuses with the counts** unless every deployed producer runs `producer_release` and no pre-cutover "
+        "outbox work is left. Then turns `FieldHistorySequenceReservationEnabled` off (and leaves it off), waits for "
+        "in-flight mutations and their outbox rows to settle (within `switch_timeout`), and in one locked transaction "
+        "compares the readers over the whole table: only when no eligible NULL row exists does it set "
+        "`FieldHistoryReadMode = boolean_only`. Reports what machinery is now removable.",
+    ),
+}
+
 with DAG(
     dag_id="field_history_eligibility",
     description="Per-tenant Field History eligibility stage gates (seed 003)",
@@ -56,37 +96,4 @@ with DAG(
     default_args={"retries": 0, "retry_policy": never_retry_stops(), "on_failure_callback": [CutoverNotifier()]},
     tags=["nexus", "field-history"],
 ) as dag:
-    stage_1 = Stage1Operator(
-        task_id="stage_1",
-        doc_md="Adds the nullable `_System_AuditFieldChange.FieldHistoryEligible` if absent (idempotent) and checks "
-        "that every deployed `runtime_api` and `audit_outbox_worker` runs at least `stage1_release`. **Stops** "
-        "listing the lagging processes: upgrade them (or mark gone ones stopped), then clear.",
-    )
-    stage_2_producers = Stage2ProducersOperator(
-        task_id="stage_2_producers",
-        doc_md="Every deployed `runtime_api` and `service_manager` runs at least `producer_release`, and no row "
-        "with a stable FieldId written by such a producer is NULL. **Stops** listing lagging processes or example "
-        "unstamped rows (a producer is not stamping): fix the producer, then clear. Writes nothing.",
-    )
-    stage_2_drain_outbox = OutboxDrainSensor(
-        task_id="stage_2_drain_outbox",
-        doc_md="Deferrable: waits until no outbox row older than `producer_release` is pending or processing, "
-        "logging the remaining count each poll. **Stops and reports** failed pre-cutover rows, open rows without "
-        "a live `audit_outbox_worker`, or `drain_timeout`. It never changes an outbox row.",
-    )
-    stage_2_materialize = Stage2MaterializeOperator(
-        task_id="stage_2_materialize",
-        doc_md="Sets NULL rows with a FieldId and a HistorySequence to TRUE where an interval proves eligibility "
-        "and FALSE where none does, in keyset batches of `batch_size`, each its own transaction, never "
-        "overwriting a stamped value. Resumable: a failure or timeout keeps committed batches; clear to finish.",
-    )
-    stage_3 = Stage3Operator(
-        task_id="stage_3",
-        doc_md="**Refuses with the counts** unless every deployed producer runs `producer_release` and no pre-cutover "
-        "outbox work is left. Then turns `FieldHistorySequenceReservationEnabled` off (and leaves it off), waits for "
-        "in-flight mutations and their outbox rows to settle (within `switch_timeout`), and in one locked transaction "
-        "compares the readers over the whole table: only when no eligible NULL row exists does it set "
-        "`FieldHistoryReadMode = boolean_only`. Reports what machinery is now removable.",
-    )
-
-    stage_1 >> stage_2_producers >> stage_2_drain_outbox >> stage_2_materialize >> stage_3
+    build(FIELD_HISTORY, TASKS)

@@ -2,8 +2,10 @@
 
 It reuses the per-tenant DAG ``connector_projection_cutover`` (one run per tenant,
 run id ``rollout__<rollout run id>__<tenant>``): the cutover's tasks are never
-copied here. The tasks live in ``nexus_airflow.rollout_tasks`` (the invariants are
-its docstring); this file declares the flow: ``plan`` >> wave 0 (the canary) >>
+copied here. The tasks live in ``nexus_airflow``, one job per module (the invariants
+are their docstrings): ``rollout_plan`` (the plan), ``rollout_lanes`` (a wave's lanes),
+``rollout_confirm`` (the wave question, its text ``rollout_render``) and
+``rollout_tasks`` (the waves' and the rollout's outcomes); this file declares the flow: ``plan`` >> wave 0 (the canary) >>
 wave 1 >> ... >> ``summary``, each wave ``open`` >> (``cutover`` per lane,
 ``confirm``) >> ``close``. The DAG declares ``MAX_WAVES`` wave groups; those past
 the plan's last wave are skipped by ``plan``, at once.
@@ -18,7 +20,8 @@ from airflow.sdk import DAG, TaskGroup, TriggerRule, task
 from nexus_airflow.base import never_retry_stops
 from nexus_airflow.params import MAX_PARALLEL_CAP, ROLLOUT_FIELDS, params_of_fields
 from nexus_airflow.rollout import MAX_WAVES, PLAN_KEY, ROLLOUT_DAG, wave_group
-from nexus_airflow.rollout_tasks import WaveConfirmOperator, WaveLaneOperator
+from nexus_airflow.rollout_confirm import WaveConfirmOperator
+from nexus_airflow.rollout_lanes import WaveLaneOperator
 
 CUTOVER_DAG = "connector_projection_cutover"
 
@@ -57,7 +60,7 @@ def plan(params: dict[str, Any] | None = None, run_id: str | None = None, dag_ru
 
     from nexus_airflow.base import stopped
     from nexus_airflow.rollout import unused_wave_tasks
-    from nexus_airflow.rollout_tasks import build_plan
+    from nexus_airflow.rollout_plan import build_plan
 
     log = logging.getLogger("nexus.rollout")
     try:
@@ -78,7 +81,7 @@ def plan(params: dict[str, Any] | None = None, run_id: str | None = None, dag_ru
 def open_wave(wave: int, params: dict[str, Any] | None = None, run_id: str | None = None, ti=None) -> list[dict[str, Any]]:
     import logging
 
-    from nexus_airflow.rollout_tasks import open_wave as _open
+    from nexus_airflow.rollout_lanes import open_wave as _open
 
     return _open(wave, run_id, params, ti, logging.getLogger("nexus.rollout"))
 

@@ -302,20 +302,6 @@ def classify(exc: sa_exc.DBAPIError, what: str) -> CutoverError:
 
 
 @contextlib.contextmanager
-def connection_of(bind: Engine | Connection) -> Iterator[Connection]:
-    """``bind`` itself when it is a Connection; else one new connection of the Engine for the block, closed after it.
-
-    What the read-only looks taking ``Engine | Connection`` share: with an
-    Engine, every statement of one look runs on one connection.
-    """
-    if isinstance(bind, Engine):
-        with bind.connect() as conn:
-            yield conn
-    else:
-        yield bind
-
-
-@contextlib.contextmanager
 def translate_errors(what: str) -> Iterator[None]:
     """Re-raise driver errors inside the block as contract errors."""
     try:

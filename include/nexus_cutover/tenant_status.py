@@ -48,7 +48,7 @@ def _fence(engine: Engine, ns: str) -> dict[str, Any]:
     last one (the run a person wants to read about: the one that holds the tenant or last changed it)."""
     from .projection.fence import fences_in_force, last_released_cutover_fence
 
-    with engine.connect() as conn:
+    with tx.reading(engine, "reading the admission fences") as conn:
         fences = fences_in_force(conn, ns, utcnow())
         cutover = [f for f in fences if is_cutover_fence(f["Scope"], f["ExpiresAt"])]
         last = None if cutover else last_released_cutover_fence(conn, ns)
@@ -85,7 +85,7 @@ def _packs(engine: Engine, ns: str) -> list[dict[str, Any]]:
     from .schema import has_table
 
     out = []
-    with engine.connect() as conn:
+    with tx.reading(engine, "reading the packs and their checkpoints") as conn:
         table = has_table(conn, catalog.ConnectorProjectionProtocol.name)
         for pack in active_packs(conn, ns):
             row = read_protocol_row(conn, pack) if table else None
@@ -116,7 +116,7 @@ def _receipts(engine: Engine, ns: str) -> dict[str, Any]:
     from .runtime.activation import active_packs
 
     t = catalog.IngressReceipt
-    with engine.connect() as conn:
+    with tx.reading(engine, "reading the ingress receipts") as conn:
         packs = active_packs(conn, ns)
         total = materialized = 0
         for pack in packs:
@@ -187,13 +187,19 @@ def read_tenant_state(bind: Engine | str, tenant: str) -> dict[str, Any]:
 
 def phase(state: dict[str, Any]) -> str:
     """One word for the list: where the cutover stands. ``stop``: a pack holds old-protocol work above its cutoff,
-    or several cutover fences are in force; either needs a person's decision, nothing goes on by itself."""
+    or several cutover fences are in force; either needs a person's decision, nothing goes on by itself.
+    ``cut over``: the one definition (:func:`nexus_cutover.standing.is_cut_over`), as the rollout and ``plan``
+    read it; the new host's health is its own section."""
+    from .standing import is_cut_over
+
     packs = state.get("packs") or []
     all_cut = bool(packs) and all(p["checkpoint"] for p in packs)
     fence = state.get("fence", {})
-    if any(p.get("old_work_above_cutoff") for p in packs) or fence.get("cutover_fences", 0) > 1:
+    above = [p for p in packs if p.get("old_work_above_cutoff")]
+    if above or fence.get("cutover_fences", 0) > 1:
         return "stop"
-    if all_cut and not fence.get("armed") and state.get("host", {}).get("ready"):
+    if "error" not in fence and is_cut_over(packs=len(packs), checkpointed=sum(1 for p in packs if p["checkpoint"]),
+                                            cutover_fences=fence.get("cutover_fences", 0), above_cutoff=len(above)):
         return "cut over"
     if all_cut:
         return "checkpointed"

@@ -1,8 +1,9 @@
 """The one transaction policy: how every transaction of the project is opened, locked, bounded and retried.
 
 Every write path (lifecycle steps, the range runtime, Field History) runs its
-transaction through :func:`run`; multi-statement reports read through
-:func:`read`. Nothing else opens a locked transaction or loops on a conflict.
+transaction through :func:`run`; every read goes through :func:`reading` (or
+:func:`read`, the same path for a function): one read-only transaction, driver
+errors translated. Nothing else opens a locked transaction or loops on a conflict.
 
 Rules:
 
@@ -265,16 +266,32 @@ def read(engine: Engine, body: Callable[[Connection], T], *, what: str, deadline
 
     With a ``deadline``, lock waits and each statement's run time are bounded by it.
     """
+    with reading(engine, what, deadline=deadline) as conn:
+        return body(conn)
+
+
+@contextlib.contextmanager
+def reading(bind: Engine | Connection, what: str, *, deadline: Deadline | None = None) -> Iterator[Connection]:
+    """The read path: a connection for the block's reads, in one read-only transaction rolled back at its end, with
+    every driver error (the connect included) raised as a contract error naming ``what`` (exit 1 with a message,
+    never a traceback). With a Connection (a caller's transaction, e.g. under its locks): that connection, its
+    errors translated the same way. With a ``deadline``, lock waits and each statement's run time are bounded by it.
+    """
+    if isinstance(bind, Connection):
+        try:
+            yield bind
+        except sa_exc.DBAPIError as exc:
+            raise classify(exc, what) from exc
+        return
     if deadline is not None:
         deadline.check(what)
-    conn = _connect(engine, what)
+    conn = _connect(bind, what)
     try:
         with bounded_session(conn, deadline, statements=True) if deadline is not None else contextlib.nullcontext():
             try:
                 with conn.begin() as transaction:
-                    result = body(conn)
+                    yield conn
                     transaction.rollback()
-                    return result
             except sa_exc.DBAPIError as exc:
                 raise classify(exc, what) from exc
     finally:

@@ -1,4 +1,13 @@
-"""Fault-injection points for the rerun tests (inactive unless ``NEXUS_AIRFLOW_FAULT`` names one).
+"""The one test seam of the Airflow plugins: every way a test reaches inside a task is here, inactive by default.
+
+* :func:`fault_point` / :func:`pause_point`: fault injection and pauses (below);
+* :func:`materialize_batch_pause`: the pause inside one stage-2 materialization batch's transaction;
+* :func:`poll_floor_s`: the floor of every poll interval, lowered by the in-process test harness.
+
+The domain's own seams are parameters its tests pass (``on_created``, ``on_chunk``, ``between_check_and_act``,
+``between_read_and_write``): a production caller passes none, except through the functions here.
+
+Fault-injection points for the rerun tests (inactive unless ``NEXUS_AIRFLOW_FAULT`` names one).
 
 Each task calls :func:`fault_point` right after its first write (or mid-way
 where it writes nothing). Setting ``NEXUS_AIRFLOW_FAULT=<point>`` in the task's
@@ -18,6 +27,7 @@ import os
 
 FAULT_ENV = "NEXUS_AIRFLOW_FAULT"
 PAUSE_DIR_ENV = "NEXUS_AIRFLOW_PAUSE_DIR"
+POLL_FLOOR_ENV = "NEXUS_MIN_POLL_INTERVAL_S"
 PAUSE_MAX_S = 600.0
 
 
@@ -46,3 +56,23 @@ def pause_point(name: str) -> None:
     deadline = time.monotonic() + PAUSE_MAX_S
     while os.path.exists(gate) and time.monotonic() < deadline:
         time.sleep(0.5)
+
+
+def materialize_batch_pause():
+    """With ``NEXUS_AIRFLOW_PAUSE_DIR`` set (the stack tests), the k-th batch of one materialization call holds
+    inside its transaction, after its read and before its writes, at the pause point ``stage_2_materialize.batch_<k>``
+    (a retried attempt of a batch keeps its k). Unset (production): None, no seam is passed."""
+    if not os.environ.get(PAUSE_DIR_ENV):
+        return None
+    numbers: dict = {}
+
+    def seam(_conn, lo, _hi) -> None:
+        pause_point(f"stage_2_materialize.batch_{numbers.setdefault(lo, len(numbers) + 1)}")
+
+    return seam
+
+
+def poll_floor_s() -> int:
+    """The runbook's floor for poll intervals, 10 s (apache/airflow#71172: very short pokes can be marked failed);
+    the in-process test harness lowers it with ``NEXUS_MIN_POLL_INTERVAL_S`` (tests/conftest.py)."""
+    return int(os.environ.get(POLL_FLOOR_ENV, "10"))

@@ -144,10 +144,15 @@ class FieldHistoryParams:
         return self.producer_release
 
 
-def _skip_unless_requested(context, stage: int) -> FieldHistoryParams:
+def _skip_unless_requested(context, step: str) -> FieldHistoryParams:
+    """The run's params; skips ``step`` (and with it everything downstream) when its declared stage is above
+    ``target_stage``."""
     from airflow.sdk.exceptions import AirflowSkipException
 
+    from nexus_cutover.field_history.transition import stage_number
+
     p = FieldHistoryParams.from_context(context)
+    stage = stage_number(step)
     if p.target_stage < stage:
         raise AirflowSkipException(f"target_stage={p.target_stage}: stage {stage} not requested")
     return p
@@ -156,18 +161,19 @@ def _skip_unless_requested(context, stage: int) -> FieldHistoryParams:
 class _GateOperator(BaseOperator):
     """Runs one gate of :mod:`nexus_cutover.field_history.gates`; see the module invariants."""
 
-    stage = 0
     ui_color = "#e8f0fe"
 
     def run_gate(self, engine, p: FieldHistoryParams, context):
         raise NotImplementedError
 
     def execute(self, context) -> dict[str, Any]:
-        p = _skip_unless_requested(context, self.stage)
+        from nexus_cutover.field_history.transition import FIELD_HISTORY
+
+        p = _skip_unless_requested(context, self.task_id)
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
             report = self.run_gate(engine, p, context)
         text = report.render()
-        if not report.passed:
+        if not FIELD_HISTORY[self.task_id].verdict(report.as_dict()).proceeds:
             stop(context, self.log, f"{self.task_id}: {report.summary}", report.as_dict())
         self.log.info("%s", text)
         return report.as_dict()
@@ -175,8 +181,6 @@ class _GateOperator(BaseOperator):
 
 class Stage1Operator(_GateOperator):
     """Stage 1, the run's first task: it refuses a bad form (unknown keys, a missing producer_release) first."""
-
-    stage = 1
 
     def execute(self, context) -> dict[str, Any]:
         with domain_errors(context, self.log):
@@ -190,8 +194,6 @@ class Stage1Operator(_GateOperator):
 
 
 class Stage2ProducersOperator(_GateOperator):
-    stage = 2
-
     def run_gate(self, engine, p, context):
         from nexus_cutover.field_history.gates import stage_2_producers
 
@@ -199,38 +201,17 @@ class Stage2ProducersOperator(_GateOperator):
 
 
 class Stage2MaterializeOperator(_GateOperator):
-    stage = 2
-
     def run_gate(self, engine, p, context):
+        from nexus_airflow.faults import materialize_batch_pause
         from nexus_cutover.db import Deadline
         from nexus_cutover.field_history.gates import stage_2_materialize
 
         return stage_2_materialize(engine, batch_size=p.batch_size, deadline=Deadline(p.materialize_timeout),
-                                   between_read_and_write=_batch_pause_seam())
-
-
-def _batch_pause_seam():
-    """Test-only (the stack tests): with ``NEXUS_AIRFLOW_PAUSE_DIR`` set, the k-th batch of this call holds inside
-    its transaction, after its read and before its writes, at the pause point ``stage_2_materialize.batch_<k>``
-    (a retried attempt of a batch keeps its k). Unset (production), no seam is passed."""
-    import os
-
-    from nexus_airflow.faults import PAUSE_DIR_ENV, pause_point
-
-    if not os.environ.get(PAUSE_DIR_ENV):
-        return None
-    numbers: dict = {}
-
-    def seam(_conn, lo, _hi) -> None:
-        pause_point(f"stage_2_materialize.batch_{numbers.setdefault(lo, len(numbers) + 1)}")
-
-    return seam
+                                   between_read_and_write=materialize_batch_pause())
 
 
 class Stage3Operator(_GateOperator):
     """Stage 3: its report (XCom ``return_value``, or ``report`` when it refuses) carries the whole-table read comparison."""
-
-    stage = 3
 
     def run_gate(self, engine, p, context):
         from nexus_cutover.field_history.gates import stage_3
@@ -265,6 +246,8 @@ class OutboxDrainPoller(_EnginePoller):
 
     def poll(self) -> dict[str, Any]:
         from nexus_cutover.field_history.gates import outbox_drain_state
+        from nexus_cutover.field_history.transition import outbox_verdict
+        from nexus_cutover.transition import Outcome
 
         state = outbox_drain_state(
             self.engine,
@@ -278,9 +261,10 @@ class OutboxDrainPoller(_EnginePoller):
         progress = f"{state.remaining} pre-cutover outbox row(s) open {state.open_rows}"
         if self.initial:
             progress += f", {self.initial - state.remaining} of {self.initial} delivered since start"
-        if state.drained:
+        verdict = outbox_verdict(report)
+        if verdict.proceeds:
             return {"state": "drained", "message": "pre-cutover outbox work drained", "report": report}
-        if state.stuck_reasons:
+        if verdict.outcome is Outcome.STOP:
             return {"state": "stuck", "message": progress + "; stuck: " + "; ".join(state.stuck_reasons), "report": report}
         if self.expired():
             return {"state": "timed_out", "message": progress + "; drain_timeout reached", "report": report}
@@ -298,7 +282,7 @@ class OutboxDrainSensor(StatusPollSensor):
     poller_path = "nexus_airflow.field_history.OutboxDrainPoller"
 
     def execute(self, context) -> Any:
-        _skip_unless_requested(context, 2)
+        _skip_unless_requested(context, self.task_id)
         return super().execute(context)
 
     def interval(self, context) -> float:

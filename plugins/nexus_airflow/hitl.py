@@ -31,9 +31,11 @@ from typing import Any
 
 from airflow.providers.standard.operators.hitl import HITLOperator
 
+from nexus_airflow import results
 from nexus_airflow.base import domain_errors, params_of, plan, stop, tenant_engine
 from nexus_airflow.faults import fault_point
 from nexus_airflow.notify import notify_needs_confirmation
+from nexus_cutover.projection.transition import CUTOVER
 
 NOT_PERFORMED = "cutover not performed"
 
@@ -158,12 +160,13 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
     def state_now(self, context) -> str:
         """The tenant's fence and checkpoints as the database shows them when the run stops."""
         try:
+            from nexus_cutover import tx
             from nexus_cutover.projection.fence import cutover_fence_in_force
             from nexus_cutover.protocol_row import read_protocol_row
 
             p = params_of(context)
-            packs = list(context["ti"].xcom_pull(task_ids="resolve_packs") or [])
-            with tenant_engine(p.conn_id, self.log) as engine, engine.connect() as conn:
+            packs = results.packs(context["ti"])
+            with tenant_engine(p.conn_id, self.log) as engine, tx.reading(engine, "reading the tenant's state") as conn:
                 fence = cutover_fence_in_force(conn, p.tenant)
                 done = [pack for pack in packs if read_protocol_row(conn, pack) is not None]
         except Exception as exc:  # noqa: BLE001 - the stop message must not fail on a state read
@@ -189,8 +192,9 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
         p = params_of(context)
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
             ev = steps.writer_evidence(engine, p.tenant, stale_heartbeat=dt.timedelta(seconds=p.stale_heartbeat))
-        context["ti"].xcom_push(key="evidence", value=ev.as_json())
-        if (context["ti"].xcom_pull(task_ids="arm_fence") or {}).get("outcome") == "not_needed":
+        context["ti"].xcom_push(key=results.EVIDENCE_KEY, value=ev.as_json())
+        armed = results.fence(context["ti"])
+        if armed is not None and armed.not_needed:
             self.log.info("nothing to confirm: every pack of %s is already checkpointed and no cutover fence is in force "
                           "(arm_fence found nothing to do); evidence:\n%s", p.tenant, ev.as_markdown())
             return {"outcome": "nothing_to_confirm", "evidence": ev.as_json()}
@@ -260,7 +264,7 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
 
         stop_if_cancelled(context, self.log, "the writer-stop confirmation (answered after the cancel)")
         p = params_of(context)
-        shown = context["ti"].xcom_pull(task_ids=self.task_id, key="evidence") or {}
+        shown = results.evidence_shown(context["ti"]) or {}
         if shown_at:  # the wave's question showed the evidence of an earlier poll: that is what was confirmed
             shown = {"checked_at": shown_at}
         if not shown.get("checked_at"):
@@ -270,8 +274,8 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
             check = steps.recheck_writers(engine, p.tenant, evidence_taken_at=dt.datetime.fromisoformat(shown["checked_at"]),
                                           stale_heartbeat=dt.timedelta(seconds=p.stale_heartbeat))
         recheck = check.as_json()
-        context["ti"].xcom_push(key="recheck", value=recheck)
-        if not check.holds:
+        context["ti"].xcom_push(key=results.RECHECK_KEY, value=recheck)
+        if not CUTOVER["confirm_writers_stopped"].verdict(recheck).proceeds:
             stop(context, self.log,
                  f"{NOT_PERFORMED}: {answer['responded_by']} confirmed evidence taken {check.evidence_age_s:g} s earlier, "
                  f"but old writer(s) {', '.join(check.came_back)} are live or heartbeated since it was taken. Nothing was "
@@ -331,4 +335,4 @@ class StartNewHostOperator(_StrictHITL):
 
     @staticmethod
     def _packs(context) -> list[str]:
-        return list(context["ti"].xcom_pull(task_ids="resolve_packs") or [])
+        return results.packs(context["ti"])

@@ -25,8 +25,10 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from nexus_airflow import results
 from nexus_airflow.base import DAG_TAKE_OVER, domain_errors, holder_state, params_of, plan, run_holder, stop, tenant_engine
 from nexus_airflow.faults import fault_point
+from nexus_cutover.projection.transition import CUTOVER
 
 ASSET_ALIAS = "nexus-connector-projection-ranges"
 
@@ -98,14 +100,13 @@ class ArmFenceOperator(BaseOperator):
 
     def execute(self, context) -> dict[str, Any]:
         from nexus_cutover.projection import steps
-        from nexus_cutover.projection.fence import ActiveOverrides, FenceHeld, SeveralCutoverFences
+        from nexus_cutover.projection.fence import ActiveOverrides, FenceHeld, OldWorkAboveCutoff, SeveralCutoverFences
 
         p = params_of(context)
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
             try:
-                packs = context["ti"].xcom_pull(task_ids="resolve_packs") or []
-                result = steps.arm_fence(engine, p.tenant, holder=_who(context), packs=packs, timeout_s=p.checkpoint_timeout,
-                                         holder_state=holder_state(context, self.log), adopt=p.adopt,
+                result = steps.arm_fence(engine, p.tenant, holder=_who(context), packs=results.packs(context["ti"]),
+                                         timeout_s=p.checkpoint_timeout, holder_state=holder_state(context, self.log), adopt=p.adopt,
                                          take_over=DAG_TAKE_OVER, dry_run=p.dry_run)
             except ActiveOverrides as exc:
                 stop(context, self.log, str(exc), {"active_overrides": exc.overrides})
@@ -113,6 +114,8 @@ class ArmFenceOperator(BaseOperator):
                 stop(context, self.log, str(exc), {"held_by": exc.holder, "fence": exc.fence})
             except SeveralCutoverFences as exc:
                 stop(context, self.log, str(exc), {"cutover_fences": exc.fences})
+            except OldWorkAboveCutoff as exc:
+                stop(context, self.log, str(exc), {"old_work_above_cutoff": exc.above})
         out = result.as_json()
         if p.dry_run:
             what = {"would_arm": "arm a new non-expiring '*' fence",
@@ -120,7 +123,7 @@ class ArmFenceOperator(BaseOperator):
                 result.outcome, f"reuse fence {result.fence_id}")
             out["plan"] = plan(self.log, [f"_System_AdmissionFence: {what} on namespace {p.tenant!r}"])
             return out
-        if result.outcome == "not_needed":
+        if result.not_needed:
             self.log.info("every pack of %s is already cut over and no cutover fence is in force: not fencing again "
                           "(last released cutover fence: %s)", p.tenant, result.fence_id)
             return out
@@ -130,9 +133,6 @@ class ArmFenceOperator(BaseOperator):
             self.log.warning("other fences in force (left as they are): %s", result.other_fences_in_force)
         fault_point("arm_fence.after_write")
         return out
-
-
-DIGEST_KEY = "digest"  # XCom key of the full digest (chunks); return_value holds its summary
 
 
 class HistoryDigestOperator(BaseOperator):
@@ -159,7 +159,7 @@ class HistoryDigestOperator(BaseOperator):
             digest = steps.history_digest(engine, p.tenant, timeout_s=p.digest_timeout,
                                           on_chunk=lambda _table, _chunk: fault_point("history_digest.mid_way"))
         self.log.info("%s; taken in %.1fs%s", digest.summary_text(), digest.seconds, " (dry run)" if p.dry_run else "")
-        context["ti"].xcom_push(key=DIGEST_KEY, value=digest.as_json())
+        context["ti"].xcom_push(key=results.DIGEST_KEY, value=digest.as_json())
         return digest.summary()
 
 
@@ -184,12 +184,13 @@ class AuditCheckpointOperator(BaseOperator):
                 return {"pack_install_id": self.pack_install_id, "outcome": "not_audited", "missing_schema": missing,
                         "plan": plan(self.log, [f"audit pack {self.pack_install_id} and write its checkpoint once "
                                                 f"apply_schema has created {', '.join(missing)}"])}
-            planned = (context["ti"].xcom_pull(task_ids="arm_fence") or {}).get("outcome") in ("would_arm", "would_adopt")
+            armed = results.fence(context["ti"])
             result = steps.checkpoint(engine, self.pack_install_id, timeout_s=p.checkpoint_timeout,
-                                      written_by=_who(context), dry_run=p.dry_run, fence_planned=p.dry_run and planned)
+                                      written_by=_who(context), dry_run=p.dry_run,
+                                      fence_planned=p.dry_run and armed is not None and armed.planned)
         out = result.as_json()
-        if result.outcome == "refused":
-            context["ti"].xcom_push(key="findings", value=out["findings"])
+        if not CUTOVER["audit_and_checkpoint"].verdict(out).proceeds:
+            context["ti"].xcom_push(key=results.FINDINGS_KEY, value=out["findings"])
             stop(context, self.log,
                  f"{result.summary()}. Old missing or ambiguous responsibility needs a separately reviewed recovery "
                  "decision; the cutoff is never used to hide it. The fence stays armed.", out)
@@ -210,8 +211,8 @@ class ResumeAdmissionOperator(BaseOperator):
         from nexus_cutover.projection import steps
 
         p = params_of(context)
-        armed = context["ti"].xcom_pull(task_ids="arm_fence") or {}
-        fence_id = armed.get("fence_id")
+        armed = results.fence(context["ti"])
+        fence_id = armed.fence_id if armed else None
         stale = dt.timedelta(seconds=p.stale_heartbeat)
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
             if p.dry_run:
@@ -219,7 +220,7 @@ class ResumeAdmissionOperator(BaseOperator):
                 return {"dry_run": True, "plan": plan(self.log, [
                     f"_System_AdmissionFence: set ReleasedAt on fence {fence_id or '(armed by arm_fence)'}"
                     f" once ready (now: {'ready' if ready.ready else '; '.join(ready.reasons)})"])}
-            if armed.get("outcome") == "not_needed":  # the last cutover fence was released by the run that held it
+            if armed and armed.not_needed:  # the last cutover fence was released by the run that held it
                 self.log.info("the tenant was already cut over and no cutover fence is in force: nothing to release "
                               "(last released cutover fence: %s)", fence_id)
                 return {"namespace": p.tenant, "outcome": "already_released" if fence_id else "nothing_to_release",
@@ -234,16 +235,13 @@ class ResumeAdmissionOperator(BaseOperator):
 
 
 def dry_run_verdict(ti) -> str:
-    """What the real run would do, from the dry run's own looks: proceed, or wait for what."""
-    waits = []
-    drain = ti.xcom_pull(task_ids="wait_for_drain") or {}
-    if drain.get("state") == "draining":
-        waits.append(f"the drain ({drain.get('remaining')} old projection WorkItems remaining)")
-    writers = ti.xcom_pull(task_ids="check_old_writers") or {}
-    if writers.get("live"):
-        waits.append(f"{len(writers['live'])} live old writer(s) to be stopped ({', '.join(writers['live'])})")
-    waits.append("a person's writer-stop confirmation")
-    return "wait for " + "; ".join(waits) + ", then proceed"
+    """What the real run would do, from the dry run's own looks: each declared step's verdict on its result, combined
+    as ``nexus-cutover plan`` combines them (proceed, wait for what, or stop and why)."""
+    verdicts = []
+    for step in CUTOVER:
+        if step.name != ti.task_id:
+            verdicts += [(step.name, step.verdict(result)) for result in results.each(results.pulled(ti, step.name))]
+    return CUTOVER.overall(verdicts)
 
 
 class FinalOldWriterCheckOperator(BaseOperator):
@@ -254,16 +252,13 @@ class FinalOldWriterCheckOperator(BaseOperator):
 
         p = params_of(context)
         ti = context["ti"]
-        cutoffs = {}
-        pulled = ti.xcom_pull(task_ids="audit_and_checkpoint")  # every map index; one pack gives the dict itself
-        for result in [pulled] if isinstance(pulled, dict) else list(pulled or []):
-            if result:
-                cutoffs[result["pack_install_id"]] = result.get("legacy_max_ordinal")
+        cutoffs = results.checkpoints(ti)
         if p.dry_run:
             verdict = dry_run_verdict(ti)
             self.log.info("VERDICT: the real run would %s", verdict)
             return {"dry_run": True, "plan": plan(self.log, []), "cutoffs": cutoffs, "verdict": verdict}
-        fence_id = (ti.xcom_pull(task_ids="arm_fence") or {}).get("fence_id")
+        armed = results.fence(ti)
+        fence_id = armed.fence_id if armed else None
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
             released_at = self._no_old_writer_since_release(context, engine, p, fence_id)
             history = self._history_unchanged(context, engine, p)
@@ -275,43 +270,41 @@ class FinalOldWriterCheckOperator(BaseOperator):
         return extra
 
     def _no_old_writer_since_release(self, context, engine, p, fence_id) -> dt.datetime:
+        from nexus_cutover import tx
         from nexus_cutover.clock import utcnow
         from nexus_cutover.projection import steps
         from nexus_cutover.projection.fence import fence_row
 
-        with engine.connect() as conn:
+        with tx.reading(engine, "reading the released fence") as conn:
             fence = fence_row(conn, int(fence_id)) if fence_id is not None else None
-        if fence_id is None and (context["ti"].xcom_pull(task_ids="arm_fence") or {}).get("outcome") == "not_needed":
+        armed = results.fence(context["ti"])
+        if fence_id is None and armed is not None and armed.not_needed:
             released_at = utcnow()  # no release to date: look at live ones
         elif not fence or not fence.get("ReleasedAt"):
             stop(context, self.log, f"fence {fence_id} is not released: clear resume_admission")
         else:
             released_at = dt.datetime.fromisoformat(fence["ReleasedAt"])
-        seen = steps.verify_no_old_writer(engine, p.tenant, released_at=released_at)
-        if seen:
-            stop(context, self.log,
-                 f"{len(seen)} old-protocol writer(s) ran after the fence release at {released_at.isoformat()}: "
-                 + ", ".join(x["process_id"] for x in seen)
-                 + ". Do not restart an old writer after this point: stop them now and review what they admitted.",
-                 {"old_writers_after_release": seen})
+        seen = {"old_writers_after_release": steps.verify_no_old_writer(engine, p.tenant, released_at=released_at),
+                "released_at": released_at.isoformat()}
+        verdict = CUTOVER["final_old_writer_check"].verdict(seen)
+        if not verdict.proceeds:
+            stop(context, self.log, verdict.reason, seen)
         return released_at
 
     def _history_unchanged(self, context, engine, p) -> dict[str, Any]:
         """The digest of ``history_digest`` verified against the rows now; stops naming every difference."""
         from nexus_cutover.projection import steps
-        from nexus_cutover.projection.digest import HistoryDigest
 
-        raw = context["ti"].xcom_pull(task_ids="history_digest", key=DIGEST_KEY)
-        if raw is None:
+        expected = results.digest(context["ti"])
+        if expected is None:
             stop(context, self.log, "this run has no history digest in XCom (history_digest did not run, or its XCom "
                  "was cleared): the run cannot prove that history is unchanged. Clearing history_digest takes a new "
                  "digest, which proves only from then on")
-        verification = steps.verify_history(engine, HistoryDigest.from_json(raw), timeout_s=p.digest_timeout)
-        if not verification.ok:
-            stop(context, self.log,
-                 f"{verification.summary()}. The cutover must never change a history row: stop whatever changed "
-                 "them and review the rows named (XCom report.history) against the tenant's backup.",
-                 {"message": verification.summary(), "history": verification.as_json()})
+        verification = steps.verify_history(engine, expected, timeout_s=p.digest_timeout)
+        history = {**verification.as_json(), "summary": verification.summary()}
+        verdict = CUTOVER["final_old_writer_check"].verdict({"history": history})
+        if not verdict.proceeds:
+            stop(context, self.log, verdict.reason, {"message": verification.summary(), "history": history})
         self.log.info("%s", verification.summary())
         return {"hash": verification.expected.short_hash, "rows": verification.rows_now, "verified": True,
                 "chunks": verification.expected.chunk_count, "seconds": round(verification.seconds, 3)}

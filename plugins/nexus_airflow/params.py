@@ -28,18 +28,18 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from nexus_airflow.faults import poll_floor_s
 
 TENANT_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 CONN_ID_PATTERN = r"^$|^[A-Za-z0-9_.-]{1,200}$"
 PACK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
 HOST_CONTROLLERS = ("manual", "command", "http")
-#: The runbook's floor for poll intervals (apache/airflow#71172: very short pokes can be marked failed).
-#: The test harness lowers it (``NEXUS_MIN_POLL_INTERVAL_S``) for in-process runs only.
-MIN_POLL_INTERVAL_S = int(os.environ.get("NEXUS_MIN_POLL_INTERVAL_S", "10"))
+#: The floor for poll intervals (:func:`nexus_airflow.faults.poll_floor_s`: 10 s, lowered by the test harness only).
+MIN_POLL_INTERVAL_S = poll_floor_s()
 
 _REQUIRED = object()
 

@@ -59,6 +59,20 @@ def eta_text(remaining: int | None, rate: float | None) -> str:
     return f"{rate:.1f} items/min, ETA ~{eta} min"
 
 
+def declared_state(step: str, result: dict[str, Any], done: str, *, expired: bool = False) -> str:
+    """The poll's ``state`` from the step's declared verdict on ``result`` (its JSON form): ``done`` when it
+    proceeds, ``stuck`` when it stops, ``timed_out`` past the deadline, else waiting."""
+    from nexus_cutover.projection.transition import CUTOVER
+    from nexus_cutover.transition import Outcome
+
+    verdict = CUTOVER[step].verdict(result)
+    if verdict.proceeds:
+        return done
+    if verdict.outcome is Outcome.STOP:
+        return "stuck"
+    return "timed_out" if expired else WAITING
+
+
 def deadline_in(seconds: float) -> str:
     return (_utcnow() + dt.timedelta(seconds=seconds)).isoformat()
 
@@ -119,7 +133,8 @@ class DrainPoller(_EnginePoller):
         if self.initial is None:
             self.initial = remaining
         self.previous = remaining
-        state = {"drained": "drained", "stuck": "stuck", "draining": WAITING}[report.state]
+        as_json = report.as_json()
+        state = declared_state("wait_for_drain", as_json, "drained")
         message = report.counts_text() + (f"; {', '.join(trend)}" if trend else "")
         if report.live_old_workers:
             message += f"; live old projection_workers: {len(report.live_old_workers)}"
@@ -128,7 +143,7 @@ class DrainPoller(_EnginePoller):
         message += f"; {eta_text(remaining, rate)}"
         return {"state": state, "message": message, "remaining": remaining, "rate_per_min": rate,
                 "eta_min": eta_minutes(remaining, rate),
-                "report": report.as_json(), "report_text": report.report_text()}
+                "report": as_json, "report_text": report.report_text()}
 
 
 class OldWritersPoller(_EnginePoller):
@@ -139,10 +154,10 @@ class OldWritersPoller(_EnginePoller):
 
         ev = steps.writer_evidence(self.engine, self.namespace, stale_heartbeat=self.stale)
         live = [p["process_id"] for p in ev.live]
-        if not live:
-            state, message = "stopped", f"every old-protocol writer of {self.namespace!r} is stopped or silent"
+        state = declared_state("check_old_writers", ev.as_json(), "stopped", expired=self.expired())
+        if state == "stopped":
+            message = f"every old-protocol writer of {self.namespace!r} is stopped or silent"
         else:
-            state = "timed_out" if self.expired() else WAITING
             message = f"{len(live)} old-protocol writer(s) still live: {', '.join(live[:20])}; stop them (keep the fence)"
         return {"state": state, "message": message, "report": ev.as_json(), "report_text": ev.as_markdown()}
 
@@ -154,9 +169,9 @@ class ReadinessPoller(_EnginePoller):
         from nexus_cutover.projection import steps
 
         r = steps.readiness(self.engine, self.namespace, stale_heartbeat=self.stale)
-        if r.ready:
-            state, message = "ready", f"ready: activated integration_host(s) {', '.join(h['process_id'] for h in r.ready_hosts)}"
+        state = declared_state("verify_readiness", r.as_json(), "ready", expired=self.expired())
+        if state == "ready":
+            message = f"ready: activated integration_host(s) {', '.join(h['process_id'] for h in r.ready_hosts)}"
         else:
-            state = "timed_out" if self.expired() else WAITING
             message = "not ready: " + "; ".join(r.reasons)
         return {"state": state, "message": message, "report": r.as_json(), "report_text": message}

@@ -124,3 +124,36 @@ def control_state(raw: str | None) -> str:
     """The control a stored Variable value means: ``pause``, ``cancel``, else ``run``."""
     value = str(raw or "").strip().lower()
     return value if value in ("pause", "cancel") else "run"
+
+
+# --- what every rollout task shares --------------------------------------------------------------------------
+
+#: How often a waiting wave task looks again (s): the shared ``poll_interval`` when the rollout sets one.
+WAIT_S = 30
+
+
+def state_word(state) -> str:
+    """A DagRun/TaskInstance state as one lowercase word (an enum, its repr or its value)."""
+    return str(getattr(state, "value", state)).rsplit(".", 1)[-1].lower()
+
+
+def wait_s(params: dict) -> int:
+    return int((params.get("cutover_conf") or {}).get("poll_interval") or WAIT_S)
+
+
+def later(seconds: int):
+    """Reschedule the task in ``seconds`` (no slot held meanwhile)."""
+    import datetime as dt
+
+    from airflow.sdk.exceptions import AirflowRescheduleException
+
+    return AirflowRescheduleException(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds))  # Airflow: aware
+
+
+def fail(message: str):
+    """The rollout stops here: the reason as the log's last lines, no retry, no traceback."""
+    import logging
+
+    from nexus_airflow.base import stopped
+
+    return stopped(logging.getLogger("nexus.rollout"), message)

@@ -8,13 +8,15 @@ import textwrap
 
 import pytest
 
+from nexus_cutover.field_history.transition import FIELD_HISTORY
+from nexus_cutover.projection.transition import CUTOVER
 from tests.dags.airflow_harness import DAGS_FOLDER, PLUGINS_FOLDER, load_dag
 
 DAG_ID = "connector_projection_cutover"
-ORDER = [
-    "resolve_packs", "apply_schema", "arm_fence", "wait_for_drain", "check_old_writers", "confirm_writers_stopped",
-    "history_digest", "audit_and_checkpoint", "start_new_host", "verify_readiness", "resume_admission", "final_old_writer_check",
-]
+ORDER = CUTOVER.names
+#: What the DAG file may import of the domain at parse time: the declarations (standard library only), no more.
+DECLARATIONS = ["nexus_cutover", "nexus_cutover.field_history", "nexus_cutover.field_history.transition",
+                "nexus_cutover.projection", "nexus_cutover.projection.transition", "nexus_cutover.transition"]
 
 
 @pytest.fixture(scope="module")
@@ -22,10 +24,22 @@ def dag(airflow_db):
     return load_dag(DAG_ID)
 
 
+def declared_order_holds(dag, transition) -> None:
+    """The DAG's tasks are exactly the declared steps, each the only upstream of the next, in the declared stage's
+    TaskGroup (when it names one): the DAG cannot run them in another order than the declaration's."""
+    order = transition.names
+    assert set(dag.task_ids) == set(order)
+    for upstream, downstream in zip(order, order[1:], strict=False):
+        mapped_over = {transition[downstream].per_pack_of} - {None}  # a per-pack step also reads its packs' step
+        assert dag.get_task(downstream).upstream_task_ids - mapped_over == {upstream}, (upstream, downstream)
+    assert not dag.get_task(order[0]).upstream_task_ids and not dag.get_task(order[-1]).downstream_task_ids
+    for step in transition:
+        group = dag.get_task(step.name).task_group
+        assert (group.group_id if group and group.group_id else None) == transition.stage_of(step.name).group_id
+
+
 def test_tasks_in_order_with_docs(dag):
-    assert set(dag.task_ids) == set(ORDER)
-    for upstream, downstream in zip(ORDER, ORDER[1:], strict=False):
-        assert downstream in dag.get_task(upstream).downstream_task_ids, (upstream, downstream)
+    declared_order_holds(dag, CUTOVER)
     assert dag.doc_md and "dry_run" in dag.doc_md
     for task in dag.tasks:
         assert task.doc_md and len(task.doc_md) > 60, task.task_id
@@ -45,12 +59,14 @@ def test_parse_does_no_database_work_and_imports_no_domain_code():
         import airflow.sdk
         from airflow.sdk import DAG  # the SDK import itself (~2-4 s) is not the DAG file's cost
         import runpy
+        before = set(sys.modules)
         t = time.perf_counter()
         ns = runpy.run_path({str(DAGS_FOLDER / "connector_projection_cutover.py")!r})
         elapsed = time.perf_counter() - t
         print(json.dumps({{"elapsed": elapsed, "tasks": len(ns["dag"].task_ids),
                           "domain": sorted(m for m in sys.modules if m.startswith("nexus_cutover")),
-                          "pymysql": "pymysql" in sys.modules}}))
+                          "pymysql": "pymysql" in sys.modules,
+                          "sqlalchemy_by_dag": sorted(m for m in set(sys.modules) - before if m.startswith("sqlalchemy"))}}))
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
@@ -59,8 +75,9 @@ def test_parse_does_no_database_work_and_imports_no_domain_code():
     result = json.loads(out.stdout.strip().splitlines()[-1])
     print(f"DAG file parse time beyond airflow.sdk: {result['elapsed'] * 1000:.0f} ms")
     assert result["tasks"] == len(ORDER)
-    assert result["domain"] == [], "the DAG file must not import nexus_cutover at parse time"
+    assert result["domain"] == sorted(DECLARATIONS), "the DAG file may import only the declarations at parse time"
     assert result["pymysql"] is False, "no database driver may be loaded at parse time"
+    assert result["sqlalchemy_by_dag"] == [], "the DAG file (its declarations) must not load SQLAlchemy"
 
 
 @pytest.mark.parametrize(
@@ -151,3 +168,7 @@ def test_the_cutover_form_shows_up_front_only_what_one_tenant_needs(dag):
     sections = [dag.params.get_param(n).schema.get("section") for n in dag.params if n not in up_front]
     assert set(sections) <= set(SECTIONS) and sorted(set(sections), key=SECTIONS.index) == list(dict.fromkeys(sections))
     assert {n for n in dag.params if dag.params.get_param(n).schema.get("section") == ROLLOUT_ONLY} == {"approval", "rollout"}
+
+
+def test_the_field_history_dag_follows_its_declaration(airflow_db):
+    declared_order_holds(load_dag("field_history_eligibility"), FIELD_HISTORY)

@@ -258,7 +258,8 @@ def test_dry_run_checks_everything_and_writes_nothing(dag, tenant):
     assert any("ALTER TABLE" in line for line in result.xcom("apply_schema")["plan"])
     assert result.xcom("arm_fence")["outcome"] == "would_arm"
     verdict = result.xcom("final_old_writer_check")["verdict"]
-    assert verdict.startswith("wait for the drain (1 old projection WorkItems remaining); 1 live old writer(s)"), verdict
+    # the same verdict `nexus-cutover plan` gives: each declared step's verdict on its dry run's result
+    assert verdict.startswith("wait: the drain (1 old projection WorkItems remaining); 1 live old writer(s)"), verdict
     assert result.xcom("wait_for_drain")["state"] == "draining"  # one look, no wait
     assert result.xcom("audit_and_checkpoint", map_index=0)["outcome"] == "not_audited"
     assert result.xcom("confirm_writers_stopped")["dry_run"] is True

@@ -13,16 +13,18 @@ from sqlalchemy import select
 
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
+from nexus_cutover.field_history.transition import FIELD_HISTORY
 from nexus_cutover.schema import create_legacy_schema
 from nexus_sim import outbox_worker
 from nexus_sim.producers import AuditTarget, FieldDiff, record_legacy_audit_field_changes
 from nexus_sim.scenario import TenantScenario
 from tests.dags.airflow_harness import DAGS_FOLDER, PLUGINS_FOLDER, load_dag, run_dag
+from tests.dags.test_cutover_dag_integrity import DECLARATIONS
 from tests.field_history.helpers import audit_table, compat_set, mixed_history
 from tests.support import history_checksum
 
 DAG_ID = "field_history_eligibility"
-ORDER = ["stage_1", "stage_2_producers", "stage_2_drain_outbox", "stage_2_materialize", "stage_3"]
+ORDER = FIELD_HISTORY.names  # tests/dags/test_cutover_dag_integrity.py: the DAG follows the declaration
 STAGE1, CUTOVER = "4.12.0", "4.13.0"
 FINAL = {"FieldHistoryReadMode": "boolean_only", "FieldHistorySequenceReservationEnabled": "false"}
 
@@ -113,15 +115,19 @@ def test_parse_does_no_database_work_and_imports_no_domain_code():
         import json, os, runpy, sys
         os.environ["AIRFLOW_CONN_NEXUS_TENANT_ACME"] = "mysql://u:p@192.0.2.1:1/nowhere"
         sys.path[:0] = [{str(PLUGINS_FOLDER)!r}]
+        import airflow.sdk
+        before = set(sys.modules)
         ns = runpy.run_path({str(DAGS_FOLDER / "field_history_eligibility.py")!r})
         print(json.dumps({{"tasks": len(ns["dag"].task_ids),
                           "domain": sorted(m for m in sys.modules if m.startswith("nexus_cutover")),
-                          "pymysql": "pymysql" in sys.modules}}))
+                          "pymysql": "pymysql" in sys.modules,
+                          "sqlalchemy_by_dag": sorted(m for m in set(sys.modules) - before if m.startswith("sqlalchemy"))}}))
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result == {"tasks": len(ORDER), "domain": [], "pymysql": False}
+    # the declarations only (standard library), no database driver, no SQLAlchemy
+    assert result == {"tasks": len(ORDER), "domain": sorted(DECLARATIONS), "pymysql": False, "sqlalchemy_by_dag": []}
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from sqlalchemy import func, select, update
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
 from nexus_cutover.projection.fence import arm_fence
+from nexus_cutover.projection.transition import CUTOVER
 from nexus_sim.old_runtime import OldRuntimeSimulator
 from nexus_sim.scenario import TenantScenario, drained_pack_history
 from tests.support import make_cutover_ready
@@ -82,6 +83,7 @@ def test_run_end_to_end_with_the_old_runtime_draining_then_the_reference_host(te
     old.join(timeout=30)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert out["outcome"] == "cut_over" and out["confirmation"]["came_back"] == []
+    assert out["steps"] == CUTOVER.names  # run follows the one declaration, every step in its order
     assert out["history"]["ok"] and out["history"]["hash"] == out["history_digest"]["hash"]
     with engine.connect() as conn:
         history_rows = conn.execute(select(func.count()).select_from(catalog.WorkItem)).scalar()
@@ -98,6 +100,7 @@ def test_run_end_to_end_with_the_old_runtime_draining_then_the_reference_host(te
     again = cli(url, "run", "-namespace", NS, *FAST, "-json")  # complete: nothing to do, no confirmation asked
     assert again.returncode == 0, again.stderr
     assert as_json(again)["outcome"] == "nothing_to_do"
+    assert as_json(again)["steps"] == CUTOVER.names[: CUTOVER.names.index("arm_fence") + 1]  # its verdict: done
 
 
 def tenant_digest_path(url: str) -> str:
@@ -141,7 +144,7 @@ def test_each_step_on_its_own_with_its_exit_codes(tenant):
     engine, url = tenant
     plan = cli(url, "plan", "-namespace", NS, *FAST, "-json")
     assert plan.returncode == 0, plan.stderr
-    assert as_json(plan)["verdict"] == "proceed"
+    assert as_json(plan)["verdict"] == "proceed" and as_json(plan)["steps"] == CUTOVER.names
     assert "VERDICT" not in plan.stdout  # -json: one object only
     text = cli(url, "plan", "-namespace", NS, *FAST)
     assert text.stdout.strip().splitlines()[-1] == "VERDICT: the run would proceed"

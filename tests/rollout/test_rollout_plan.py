@@ -7,7 +7,7 @@ import re
 import pytest
 
 from nexus_airflow.rollout import MAX_WAVES, failure_budget, plan_waves, run_id_for
-from nexus_airflow.rollout_tasks import wave_body
+from nexus_airflow.rollout_render import wave_body
 
 
 def test_the_canary_count_comes_first_then_waves_of_the_given_size_in_order():

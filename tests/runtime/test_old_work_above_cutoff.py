@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from sqlalchemy import func, select, text, update
 
 from nexus_cutover import catalog
@@ -116,6 +117,37 @@ def test_the_standing_the_status_view_and_plan_show_it_as_a_stop(range_engine, t
     status = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.steps", "status", "-namespace", NS], env=env,
                             capture_output=True, text=True, timeout=120)
     assert status.returncode == 0 and "tenant acme: stop" in status.stdout and "STOP: pack 'pk-1'" in status.stdout
+
+
+def test_one_meaning_of_cut_over_a_rerun_stops_at_the_fence_instead_of_finding_nothing_to_do(range_engine):
+    """The fence decides "cut over" as the standing, the status view and plan do: every pack checkpointed and no
+    fence in force is not enough while old work lies above a cutoff; the run stops there, arming nothing."""
+    from nexus_cutover.projection.fence import OldWorkAboveCutoff
+
+    _cutoff, old_work = rolled_back_after_the_checkpoint(range_engine)
+    fences_before = count(range_engine, catalog.AdmissionFence)
+    for dry_run in (True, False):
+        with pytest.raises(OldWorkAboveCutoff) as err:
+            arm_fence(range_engine, NS, armed_by="eng-2", timeout_s=30, packs=[PACK], dry_run=dry_run)
+        assert err.value.above[0]["work_ids"] == old_work and "is not cut over" in str(err.value)
+    assert count(range_engine, catalog.AdmissionFence) == fences_before  # nothing armed
+
+
+def test_one_meaning_of_cut_over_a_silent_host_after_the_release_does_not_undo_it(range_engine):
+    """Cut over (checkpointed, released, nothing above a cutoff) whatever the new host does afterwards: the standing
+    the rollout skips on, the status view's phase and the fence's not_needed agree."""
+    sc = TenantScenario(namespace=NS)
+    sc.pack(PACK).lane(LANE).generation(1)
+    sc.write(range_engine)
+    armed = arm_fence(range_engine, NS, armed_by="eng", timeout_s=30)
+    assert run_checkpoint(range_engine, PACK, timeout_s=30, written_by="eng").outcome == WRITTEN
+    with range_engine.begin() as conn:  # released; no new host heartbeats now
+        conn.execute(update(catalog.AdmissionFence).where(catalog.AdmissionFence.c.FenceId == armed.fence_id)
+                     .values(ReleasedAt=dt.datetime(2026, 12, 1), ReleasedBy="eng"))
+    assert steps.cutover_standing(range_engine, NS)["cut_over"] is True
+    state = read_tenant_state(range_engine, NS)
+    assert state["phase"] == "cut over" and not state["host"].get("ready")
+    assert arm_fence(range_engine, NS, armed_by="eng-2", timeout_s=30, packs=[PACK]).outcome == "not_needed"
 
 
 def test_range_work_the_new_host_admits_above_the_cutoff_is_not_old_work(range_engine):

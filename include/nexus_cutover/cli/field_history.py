@@ -87,36 +87,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _run_gate(args, engine) -> tuple[int, dict]:
-    """One stage gate, as the DAG runs it: (exit code, the report(s))."""
+def _gate_runners(args, engine) -> dict:
+    """Per declared step of the stage commands: how the command line calls its gate (the DAG's operators call the same)."""
     from ..field_history import gates
 
-    if args.command == "stage1":
-        reports = [gates.stage_1(engine, stage1_release=args.stage1_release, namespace=args.namespace)]
-    elif args.command == "stage3":
-        reports = [
-            gates.stage_3(
-                engine,
-                producer_release=args.producer_release,
-                updated_by=f"{PROGRAM}:cli",
-                namespace=args.namespace,
-                deadline=Deadline(args.timeout),
-            )
-        ]
-    else:
-        reports = [gates.stage_2_producers(engine, producer_release=args.producer_release, namespace=args.namespace)]
-        if reports[-1].passed:
-            drain = gates.outbox_drain_state(engine, producer_release=args.producer_release, namespace=args.namespace)
-            if not drain.drained:
-                code = 3 if drain.stuck_reasons else 4
-                return code, {
-                    "passed": False,
-                    "reports": [r.as_dict() for r in reports],
-                    "outbox": drain.as_dict(),
-                    "summary": "; ".join(drain.stuck_reasons)
-                    or f"{drain.remaining} pre-cutover outbox row(s) still being delivered: rerun once the outbox worker drained them",
-                }
-            reports.append(gates.stage_2_materialize(engine, batch_size=args.batch_size, deadline=Deadline(args.timeout)))
+    return {
+        "stage_1": lambda: gates.stage_1(engine, stage1_release=args.stage1_release, namespace=args.namespace),
+        "stage_2_producers": lambda: gates.stage_2_producers(engine, producer_release=args.producer_release,
+                                                             namespace=args.namespace),
+        "stage_2_drain_outbox": lambda: gates.outbox_drain_state(engine, producer_release=args.producer_release,
+                                                                 namespace=args.namespace),
+        "stage_2_materialize": lambda: gates.stage_2_materialize(engine, batch_size=args.batch_size,
+                                                                 deadline=Deadline(args.timeout)),
+        "stage_3": lambda: gates.stage_3(engine, producer_release=args.producer_release, updated_by=f"{PROGRAM}:cli",
+                                         namespace=args.namespace, deadline=Deadline(args.timeout)),
+    }
+
+
+def _run_gate(args, engine) -> tuple[int, dict]:
+    """The declared steps of one stage, in order, as the DAG runs them (the outbox drain looked at once, not
+    waited for): (exit code, the report(s)). The first step that does not proceed ends the stage."""
+    from ..field_history.gates import DrainState
+    from ..field_history.transition import steps_of_stage
+    from ..transition import Outcome
+
+    runners, reports = _gate_runners(args, engine), []
+    for step in steps_of_stage(int(args.command.removeprefix("stage"))):
+        result = runners[step.name]()
+        verdict = step.verdict(result.as_dict())
+        if isinstance(result, DrainState):
+            if not verdict.proceeds:
+                return (3 if verdict.outcome is Outcome.STOP else 4), {
+                    "passed": False, "reports": [r.as_dict() for r in reports], "outbox": result.as_dict(),
+                    "summary": verdict.reason}
+            continue
+        reports.append(result)
+        if not verdict.proceeds:
+            break
     passed = all(r.passed for r in reports)
     return (0 if passed else 3), {
         "passed": passed,

@@ -29,12 +29,15 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from .. import tx
 from ..clock import utcnow
 from ..db import DSN_ENV_TENANT, dsn_from_env, make_engine, mask_dsn
 from ..errors import BadInput, LockTimeout, Refused
 from ..liveness import DEFAULT_STALE_HEARTBEAT_S
 from ..projection import steps
 from ..projection.digest import DEFAULT_CHUNK_ROWS
+from ..projection.transition import CUTOVER
+from ..transition import PROCEED, Outcome, Verdict
 from .common import configure_logging, default_holder, duration_arg, flag, print_json, run_command
 
 PROGRAM = "nexus-cutover"
@@ -69,7 +72,8 @@ class Command:
         self.args = args
         self.engine = engine
         self.stale = dt.timedelta(seconds=args.stale_heartbeat)
-        self.digest = None  # the history digest `run` takes at step 3 and verifies at step 5
+        self.digest = None  # the history digest `run` takes at history_digest and verifies at final_old_writer_check
+        self.evidence = None  # the old-writer evidence `run` shows the person at confirm_writers_stopped
 
     def say(self, text: str) -> None:
         if not self.args.json:
@@ -113,18 +117,22 @@ def _drain_once(c: Command, deadline: dt.datetime):
 def cmd_drain(c: Command) -> tuple[int, dict[str, Any]]:
     """One look (exit 0 drained, 3 stuck, 4 not yet), or with --wait the sensor's wait (0 drained, 3 stuck, 4 timeout)."""
     deadline = _now() + dt.timedelta(seconds=c.args.drain_timeout)
-    report = _drain_once(c, deadline)
-    c.say(report.counts_text())
-    while c.args.wait and report.state == "draining":
-        time.sleep(c.args.poll_interval)
+
+    def look():
         report = _drain_once(c, deadline)
         c.say(report.counts_text())
-    if report.state == "drained":
+        return report, CUTOVER["wait_for_drain"].verdict(report.as_json())
+
+    report, verdict = look()
+    while c.args.wait and verdict.outcome is Outcome.WAIT:
+        time.sleep(c.args.poll_interval)
+        report, verdict = look()
+    if verdict.proceeds:
         return EXIT_OK, report.as_json()
     c.say(report.report_text())
-    if report.state == "stuck" and report.timed_out:
+    if verdict.outcome is Outcome.STOP and verdict.timed_out:
         raise TimedOut("the drain did not finish within -drain-timeout; nothing was changed", report.as_json())
-    if report.state == "stuck":
+    if verdict.outcome is Outcome.STOP:
         raise Stopped("the drain of old projection work cannot finish on its own: stopped and reported "
                       "(no WorkItem was changed)", report.as_json())
     raise TimedOut(f"not drained yet: {report.counts_text()} (use --wait to wait)", report.as_json())
@@ -133,7 +141,7 @@ def cmd_drain(c: Command) -> tuple[int, dict[str, Any]]:
 def cmd_writers(c: Command) -> tuple[int, dict[str, Any]]:
     ev = steps.writer_evidence(c.engine, c.args.namespace, stale_heartbeat=c.stale)
     c.say(ev.as_markdown())
-    if ev.live:
+    if not CUTOVER["check_old_writers"].verdict(ev.as_json()).proceeds:
         raise Stopped(f"{len(ev.live)} old-protocol writer(s) still live: "
                       + ", ".join(p["process_id"] for p in ev.live) + "; stop them (keep the fence)", ev.as_json())
     return EXIT_OK, ev.as_json()
@@ -163,7 +171,7 @@ def cmd_activate_pack(c: Command) -> tuple[int, dict[str, Any]]:
 def cmd_readiness(c: Command) -> tuple[int, dict[str, Any]]:
     r = steps.readiness(c.engine, c.args.namespace, stale_heartbeat=c.stale)
     c.say("ready: " + ", ".join(h["process_id"] for h in r.ready_hosts) if r.ready else "not ready: " + "; ".join(r.reasons))
-    return (EXIT_OK if r.ready else EXIT_REFUSED), r.as_json()
+    return (EXIT_OK if CUTOVER["verify_readiness"].verdict(r.as_json()).proceeds else EXIT_REFUSED), r.as_json()
 
 
 def _held_fence_id(c: Command) -> int:
@@ -189,7 +197,7 @@ def _released_at(c: Command) -> dt.datetime:
 
     if c.args.since:
         return dt.datetime.fromisoformat(c.args.since).replace(tzinfo=None)
-    with c.engine.connect() as conn:
+    with tx.reading(c.engine, "reading the last released cutover fence") as conn:
         fence = last_released_cutover_fence(conn, c.args.namespace)
     if fence is None:
         raise BadInput(f"namespace {c.args.namespace!r} has no released cutover fence: give -since, or release it first")
@@ -257,17 +265,16 @@ def cmd_verify(c: Command) -> tuple[int, dict[str, Any]]:
 def _has_release(c: Command) -> bool:
     from ..projection.fence import last_released_cutover_fence
 
-    with c.engine.connect() as conn:
+    with tx.reading(c.engine, "reading the last released cutover fence") as conn:
         return last_released_cutover_fence(conn, c.args.namespace) is not None
 
 
 def cmd_status(c: Command) -> tuple[int, dict[str, Any]]:
-    from ..db import translate_errors
     from ..tenant_status import read_tenant_state
 
     # The view shows an unreadable section as such; the command first refuses a session unfit for any command
     # (db.session_problem, exit 2) rather than print it into every section and exit 0.
-    with translate_errors("connecting to the tenant database"), c.engine.connect():
+    with tx.reading(c.engine, "connecting to the tenant database"):
         pass
     state = read_tenant_state(c.engine, c.args.namespace)
     c.say(f"tenant {state['tenant']}: {state['phase']}")
@@ -289,68 +296,115 @@ def cmd_status(c: Command) -> tuple[int, dict[str, Any]]:
 
 
 def cmd_plan(c: Command) -> tuple[int, dict[str, Any]]:
-    """Every step's dry run, in order, and a verdict: proceed, wait (and for what) or stop (and why)."""
-    from ..schema import missing_projection_schema
-
-    ns = c.args.namespace
-    out: dict[str, Any] = {"namespace": ns}
-    stops: list[str] = []
-    waits: list[str] = []
-    packs = steps.resolve_packs(c.engine, ns, c.args.pack_install_id or ())
-    out["packs"] = packs
-    c.say(f"1. packs: {', '.join(packs)}")
-    schema_result = steps.apply_schema(c.engine, dry_run=True)
-    out["schema"] = schema_result.as_json()
-    c.say("1. schema: " + (f"would create {', '.join(schema_result.missing)} (the DDL: -json, schema.plan)"
-                           if schema_result.missing else "complete"))
-    fence = _plan_step(lambda: _arm(c, packs, dry_run=True).as_json(), stops)
-    out["fence"] = fence
-    c.say(f"1. fence: {fence.get('outcome', fence.get('refused'))}")
-    report = steps.drain(c.engine, ns, deadline=_now() + dt.timedelta(seconds=c.args.drain_timeout), stale_heartbeat=c.stale)
-    out["drain"] = report.as_json()
-    c.say(f"2. drain: {report.state}: {report.counts_text()}")
-    if report.state == "stuck":
-        stops.append("the drain is stuck: " + "; ".join(f"{k} {v}" for k, v in report.blocker_totals.items() if v))
-    elif report.state == "draining":
-        waits.append(f"the drain ({report.remaining} old projection WorkItems remaining)")
-    ev = steps.writer_evidence(c.engine, ns, stale_heartbeat=c.stale)
-    out["writers"] = ev.as_json()
-    c.say(f"3. writers: {len(ev.live)} live old writer(s)" + (f": {', '.join(p['process_id'] for p in ev.live)}" if ev.live else ""))
-    if ev.live:
-        waits.append(f"{len(ev.live)} live old writer(s) to be stopped, then a person's confirmation")
-    out["checkpoints"] = []
-    missing = missing_projection_schema(c.engine)
-    for pack in packs:
-        if missing:
-            out["checkpoints"].append({"pack_install_id": pack, "outcome": "not_audited", "missing_schema": missing})
-            c.say(f"4. checkpoint {pack}: audited once apply-schema created {', '.join(missing)}")
-            continue
-        result = steps.checkpoint(c.engine, pack, timeout_s=c.args.timeout, written_by=c.args.holder, dry_run=True,
-                                  fence_planned=fence.get("outcome") in ("would_arm", "would_adopt"))
-        out["checkpoints"].append(result.as_json())
-        c.say(f"4. checkpoint {result.summary()}")
-        if result.outcome == "refused" and report.state == "drained":
-            stops.append(f"pack {pack} is refused by the audit: " + ", ".join(f.finding for f in result.findings))
-    standing = steps.cutover_standing(c.engine, ns)
-    out["old_work_above_cutoff"] = standing["old_work_above_cutoff"]
-    for above in standing["old_work_above_cutoff"]:  # what no step can proceed past: a reviewed recovery decision
-        c.say(f"4. STOP: {above['text']}")
-        stops.append(above["text"])
-    r = steps.readiness(c.engine, ns, stale_heartbeat=c.stale)
-    out["readiness"] = r.as_json()
-    c.say("5. new host: " + ("ready" if r.ready else "; ".join(r.reasons)))
-    verdict = ("stop: " + "; ".join(stops)) if stops else ("wait: " + "; ".join(waits)) if waits else "proceed"
+    """Every declared step's dry run, in the declared order, and the verdict: proceed, wait (for what) or stop (why)."""
+    out: dict[str, Any] = {"namespace": c.args.namespace, "steps": []}
+    verdicts: list[tuple[str, Verdict]] = []
+    for step in CUTOVER:
+        out["steps"].append(step.name)
+        verdicts += [(step.name, v) for v in PLAN[step.name](c, out, CUTOVER.stage_of(step.name).number)]
+    verdict = CUTOVER.overall(verdicts)
     out["verdict"] = verdict
     c.say(f"VERDICT: the run would {verdict}")
-    return (EXIT_REFUSED if stops else EXIT_OK), out
+    return (EXIT_REFUSED if verdict.startswith("stop") else EXIT_OK), out
 
 
-def _plan_step(fn: Callable[[], dict[str, Any]], stops: list[str]) -> dict[str, Any]:
+def _plan_packs(c: Command, out: dict[str, Any], n: int) -> list[Verdict]:
+    out["packs"] = steps.resolve_packs(c.engine, c.args.namespace, c.args.pack_install_id or ())
+    c.say(f"{n}. packs: {', '.join(out['packs'])}")
+    return []
+
+
+def _plan_schema(c: Command, out: dict[str, Any], n: int) -> list[Verdict]:
+    result = steps.apply_schema(c.engine, dry_run=True)
+    out["schema"] = result.as_json()
+    c.say(f"{n}. schema: " + (f"would create {', '.join(result.missing)} (the DDL: -json, schema.plan)"
+                              if result.missing else "complete"))
+    return []
+
+
+def _plan_fence(c: Command, out: dict[str, Any], n: int) -> list[Verdict]:
+    """The fence's dry run; and what no step can proceed past: old-protocol work above a pack's cutoff."""
+    from ..projection.fence import OldWorkAboveCutoff
+
+    above_refused = False
     try:
-        return fn()
+        fence = _arm(c, out["packs"], dry_run=True).as_json()
+        found = [CUTOVER["arm_fence"].verdict(fence)]
     except Refused as exc:
-        stops.append(str(exc))
-        return {"refused": str(exc)}
+        fence, found, above_refused = {"refused": str(exc)}, [Verdict(Outcome.STOP, str(exc))], isinstance(
+            exc, OldWorkAboveCutoff)
+    out["fence"] = fence
+    c.say(f"{n}. fence: {fence.get('outcome', fence.get('refused'))}")
+    out["old_work_above_cutoff"] = steps.cutover_standing(c.engine, c.args.namespace)["old_work_above_cutoff"]
+    for above in out["old_work_above_cutoff"]:  # a reviewed recovery decision, never "cut over"
+        c.say(f"{n}. STOP: {above['text']}")
+        if not above_refused:  # the fence's refusal already named it
+            found.append(Verdict(Outcome.STOP, above["text"]))
+    return found
+
+
+def _plan_drain(c: Command, out: dict[str, Any], n: int) -> list[Verdict]:
+    report = _drain_once(c, _now() + dt.timedelta(seconds=c.args.drain_timeout))
+    out["drain"] = report.as_json()
+    c.say(f"{n}. drain: {report.state}: {report.counts_text()}")
+    return [CUTOVER["wait_for_drain"].verdict(out["drain"])]
+
+
+def _plan_writers(c: Command, out: dict[str, Any], n: int) -> list[Verdict]:
+    ev = steps.writer_evidence(c.engine, c.args.namespace, stale_heartbeat=c.stale)
+    out["writers"] = ev.as_json()
+    live = out["writers"]["live"]
+    c.say(f"{n}. writers: {len(live)} live old writer(s)" + (f": {', '.join(live)}" if live else ""))
+    return [CUTOVER["check_old_writers"].verdict(out["writers"])]
+
+
+def _plan_checkpoints(c: Command, out: dict[str, Any], n: int) -> list[Verdict]:
+    from ..schema import missing_projection_schema
+
+    out["checkpoints"], found = [], []
+    missing = missing_projection_schema(c.engine)
+    planned = out.get("fence", {}).get("outcome") in ("would_arm", "would_adopt")
+    for pack in out["packs"]:
+        if missing:
+            out["checkpoints"].append({"pack_install_id": pack, "outcome": "not_audited", "missing_schema": missing})
+            c.say(f"{n}. checkpoint {pack}: audited once apply-schema created {', '.join(missing)}")
+            continue
+        result = steps.checkpoint(c.engine, pack, timeout_s=c.args.timeout, written_by=c.args.holder, dry_run=True,
+                                  fence_planned=planned)
+        out["checkpoints"].append(result.as_json())
+        c.say(f"{n}. checkpoint {result.summary()}")
+        found.append(CUTOVER["audit_and_checkpoint"].verdict(out["checkpoints"][-1]))
+    return found
+
+
+def _plan_readiness(c: Command, out: dict[str, Any], n: int) -> list[Verdict]:
+    r = steps.readiness(c.engine, c.args.namespace, stale_heartbeat=c.stale)
+    out["readiness"] = r.as_json()
+    c.say(f"{n}. new host: " + ("ready" if r.ready else "; ".join(r.reasons)))
+    return [CUTOVER["verify_readiness"].verdict(out["readiness"])]
+
+
+def _plan_nothing(c: Command, out: dict[str, Any], n: int) -> list[Verdict]:
+    """A step whose dry run plan does not look at: it asks a person, or acts on what the earlier steps did."""
+    return []
+
+
+#: Per declared step, what ``plan`` looks at (its dry run), in the declaration's order: (command, out, stage) ->
+#: the step's verdicts.
+PLAN: dict[str, Callable[[Command, dict[str, Any], int], list[Verdict]]] = {
+    "resolve_packs": _plan_packs,
+    "apply_schema": _plan_schema,
+    "arm_fence": _plan_fence,
+    "wait_for_drain": _plan_drain,
+    "check_old_writers": _plan_writers,
+    "confirm_writers_stopped": _plan_nothing,
+    "history_digest": _plan_nothing,
+    "audit_and_checkpoint": _plan_checkpoints,
+    "start_new_host": _plan_nothing,
+    "verify_readiness": _plan_readiness,
+    "resume_admission": _plan_nothing,
+    "final_old_writer_check": _plan_nothing,
+}
 
 
 def _now() -> dt.datetime:
@@ -360,17 +414,21 @@ def _now() -> dt.datetime:
 # -- run ------------------------------------------------------------------------------------
 
 
-def _wait(what: str, look: Callable[[], tuple[bool, str, dict[str, Any]]], timeout_s: float, poll_s: float, c: Command):
-    """Poll ``look()`` -> (done, line, report) until done; TimedOut after ``timeout_s``."""
+def _wait(c: Command, step: str, look: Callable[[], tuple[dict[str, Any], str]], timeout_s: float) -> Verdict:
+    """Look until the step's declared verdict is no longer ``wait`` (a stop at ``timeout_s``): that verdict.
+
+    ``look()`` returns the step's result (its JSON form, what the verdict reads) and one progress line.
+    """
     started = time.monotonic()
     while True:
-        done, line, report = look()
+        result, line = look()
         c.say(f"  {line}")
-        if done:
-            return report
+        verdict = CUTOVER[step].verdict(result)
+        if verdict.outcome is not Outcome.WAIT:
+            return verdict
         if time.monotonic() - started >= timeout_s:
-            raise TimedOut(f"{what} did not happen within {timeout_s:g}s: {line}", report)
-        time.sleep(poll_s)
+            return Verdict(Outcome.STOP, f"{step} did not pass within {timeout_s:g}s: {line}", timed_out=True)
+        time.sleep(c.args.poll_interval)
 
 
 def _confirm(c: Command, ev) -> str:
@@ -390,17 +448,25 @@ def _confirm(c: Command, ev) -> str:
 
 
 def cmd_run(c: Command) -> tuple[int, dict[str, Any]]:
-    """The five steps in order, in one process, stopping where the DAG stops."""
-    out: dict[str, Any] = {"namespace": c.args.namespace, "holder": c.args.holder}
-    armed = _run_step_1(c, out)
-    if armed.outcome == "not_needed":
-        c.say("every pack is already checkpointed and no cutover fence is in force: nothing to do")
-        out["outcome"] = "nothing_to_do"
-        return EXIT_OK, out
-    _run_step_2(c, out)
-    _run_step_3(c, out)
-    _run_step_4(c, out)
-    _run_step_5(c, out, int(armed.fence_id))
+    """The declared steps in the declared order, in one process, stopping where the DAG stops (each step's
+    declared verdict decides: proceed, stop with the step's next action, or done when nothing is left to do)."""
+    from ..projection.next_actions import next_action
+
+    out: dict[str, Any] = {"namespace": c.args.namespace, "holder": c.args.holder, "steps": []}
+    stage = None
+    for step in CUTOVER:
+        if CUTOVER.stage_of(step.name) is not stage:
+            stage = CUTOVER.stage_of(step.name)
+            c.say(f"step {stage.number}: {stage.title.lower()}")
+        out["steps"].append(step.name)
+        verdict = RUN[step.name](c, out)
+        if verdict.outcome is Outcome.DONE:
+            c.say(verdict.reason)
+            out["outcome"] = "nothing_to_do"
+            return EXIT_OK, out
+        if verdict.outcome is not Outcome.PROCEED:
+            message = f"{step.name}: {verdict.reason.rstrip('.')}. Next: {next_action(step.name)}."
+            raise (TimedOut if verdict.timed_out else Stopped)(message, out)
     out["outcome"] = "cut_over"
     c.say(f"cutover complete for {c.args.namespace}: "
           + ", ".join(f"{r['pack_install_id']}={r['legacy_max_ordinal']}" for r in out["checkpoints"])
@@ -408,104 +474,140 @@ def cmd_run(c: Command) -> tuple[int, dict[str, Any]]:
     return EXIT_OK, out
 
 
-def _run_step_1(c: Command, out: dict[str, Any]):
-    """Packs, additive schema, the fence held by ``-holder``."""
-    packs = steps.resolve_packs(c.engine, c.args.namespace, c.args.pack_install_id or ())
-    out["packs"] = packs
-    c.say(f"step 1: packs {', '.join(packs)}")
-    # one cutover per tenant: a tenant another holder holds is refused before the schema step writes anything
+def _run_packs(c: Command, out: dict[str, Any]) -> Verdict:
+    """The packs; a tenant another holder holds is refused here, before the schema step writes anything."""
+    out["packs"] = steps.resolve_packs(c.engine, c.args.namespace, c.args.pack_install_id or ())
+    c.say(f"  packs {', '.join(out['packs'])}")
     steps.held_by_another(c.engine, c.args.namespace, holder=c.args.holder, adopt=c.args.adopt, take_over=CLI_TAKE_OVER)
+    return PROCEED
+
+
+def _run_schema(c: Command, out: dict[str, Any]) -> Verdict:
     out["schema"] = steps.apply_schema(c.engine, on_created=lambda label: c.say(f"  {label}: created")).as_json()
-    armed = _arm(c, packs)
+    return PROCEED
+
+
+def _run_fence(c: Command, out: dict[str, Any]) -> Verdict:
+    armed = _arm(c, out["packs"])
     out["fence"] = armed.as_json()
     c.say(f"  fence {armed.fence_id}: {armed.outcome}")
-    return armed
+    return CUTOVER["arm_fence"].verdict(out["fence"])
 
 
-def _run_step_2(c: Command, out: dict[str, Any]) -> None:
-    """Wait for the drain; a stuck drain stops with its report (exit 3), the deadline with exit 4."""
-    c.say("step 2: waiting for old projection work to drain (keep the old workers and resolvers running)")
+def _run_drain(c: Command, out: dict[str, Any]) -> Verdict:
+    """Wait for the drain (keep the old workers and resolvers running); never changes a WorkItem."""
     deadline = _now() + dt.timedelta(seconds=c.args.drain_timeout)
 
-    def drained():
+    def look() -> tuple[dict[str, Any], str]:
         report = _drain_once(c, deadline)
+        out["drain"] = report.as_json()
         if report.state == "stuck":
             c.say(report.report_text())
-            raise (TimedOut if report.timed_out else Stopped)(
-                "the drain cannot finish on its own: stopped and reported (no WorkItem was changed; the fence stays armed)",
-                report.as_json())
-        return report.drained, report.counts_text(), report.as_json()
+        return out["drain"], report.counts_text()
 
-    out["drain"] = _wait("the drain", drained, c.args.drain_timeout, c.args.poll_interval, c)
+    return _wait(c, "wait_for_drain", look, c.args.drain_timeout)
 
 
-def _run_step_3(c: Command, out: dict[str, Any]) -> None:
-    """Wait until every old writer stopped, take the person's confirmation, re-check the registry."""
-    c.say("step 3: stop every old writer, receipt materializer and worker now (keep the fence)")
+def _run_writers(c: Command, out: dict[str, Any]) -> Verdict:
+    """Stop every old writer, receipt materializer and worker now (keep the fence): wait until none is live."""
 
-    def stopped():
-        ev = steps.writer_evidence(c.engine, c.args.namespace, stale_heartbeat=c.stale)
-        live = [p["process_id"] for p in ev.live]
-        return not live, (f"{len(live)} old writer(s) still live: {', '.join(live)}" if live else "every old writer stopped"), ev
+    def look() -> tuple[dict[str, Any], str]:
+        c.evidence = steps.writer_evidence(c.engine, c.args.namespace, stale_heartbeat=c.stale)
+        live = [p["process_id"] for p in c.evidence.live]
+        return c.evidence.as_json(), (f"{len(live)} old writer(s) still live: {', '.join(live)}" if live
+                                      else "every old writer stopped")
 
-    evidence = _wait("every old writer stopping", stopped, c.args.writers_stop_timeout, c.args.poll_interval, c)
-    confirmed_by = _confirm(c, evidence)
-    check = steps.recheck_writers(c.engine, c.args.namespace, evidence_taken_at=evidence.checked_at, stale_heartbeat=c.stale)
+    return _wait(c, "check_old_writers", look, c.args.writers_stop_timeout)
+
+
+def _run_confirm(c: Command, out: dict[str, Any]) -> Verdict:
+    """The person's confirmation, then the registry read again against the evidence they were shown."""
+    confirmed_by = _confirm(c, c.evidence)
+    check = steps.recheck_writers(c.engine, c.args.namespace, evidence_taken_at=c.evidence.checked_at,
+                                  stale_heartbeat=c.stale)
     out["confirmation"] = {"confirmed_by": confirmed_by, **check.as_json()}
-    if not check.holds:
-        raise Stopped(f"cutover not performed: old writer(s) {', '.join(check.came_back)} came back after the evidence "
-                      "was taken. Nothing was confirmed; the fence stays armed.", out["confirmation"])
+    return CUTOVER["confirm_writers_stopped"].verdict(out["confirmation"])
+
+
+def _run_digest(c: Command, out: dict[str, Any]) -> Verdict:
     c.digest = steps.history_digest(c.engine, c.args.namespace, timeout_s=c.args.timeout, chunk_rows=c.args.chunk_rows)
     out["history_digest"] = c.digest.summary()
     c.say(f"  {c.digest.summary_text()}")
     if c.args.digest_out:
         _save_digest(c.digest, c.args.digest_out)
         c.say(f"  saved to {c.args.digest_out}")
+    return PROCEED
 
 
-def _run_step_4(c: Command, out: dict[str, Any]) -> None:
-    """Audit and checkpoint each pack; a refusal stops (exit 3) with every finding."""
-    c.say("step 4: audit and checkpoint, per pack")
+def _run_checkpoints(c: Command, out: dict[str, Any]) -> Verdict:
+    """Audit and checkpoint each pack; the first refusal stops with every finding."""
     out["checkpoints"] = []
     for pack in out["packs"]:
         result = steps.checkpoint(c.engine, pack, timeout_s=c.args.timeout, written_by=c.args.holder)
         out["checkpoints"].append(result.as_json())
-        code, _ = _checkpoint_outcome(c, result)
-        if code != EXIT_OK:
-            raise Stopped(f"{result.summary()}. Old missing or ambiguous responsibility needs a separately reviewed "
-                          "recovery decision; the fence stays armed.", out)
+        _checkpoint_outcome(c, result)
+        verdict = CUTOVER["audit_and_checkpoint"].verdict(out["checkpoints"][-1])
+        if not verdict.proceeds:
+            return verdict
+    return PROCEED
 
 
-def _run_step_5(c: Command, out: dict[str, Any], fence_id: int) -> None:
-    """Start the host (with ``-host-command``), wait for readiness, release the fence, verify no old writer ran."""
-    from ..projection.fence import fence_row
-
-    c.say("step 5: start the new host" + (f" ({c.args.host_command})" if c.args.host_command else " now") +
-          ", then readiness, then the fence is released")
+def _run_host(c: Command, out: dict[str, Any]) -> Verdict:
+    """Start the host with ``-host-command``; without one the person starts it now."""
+    c.say("  start the new host" + (f" ({c.args.host_command})" if c.args.host_command else " now"))
     if c.args.host_command:
         out["host_pid"] = _start_host(c.args.host_command)
+    return PROCEED
 
-    def ready():
+
+def _run_readiness(c: Command, out: dict[str, Any]) -> Verdict:
+    def look() -> tuple[dict[str, Any], str]:
         r = steps.readiness(c.engine, c.args.namespace, stale_heartbeat=c.stale)
-        return r.ready, ("ready" if r.ready else "not ready: " + "; ".join(r.reasons)), r.as_json()
+        out["readiness"] = r.as_json()
+        return out["readiness"], ("ready" if r.ready else "not ready: " + "; ".join(r.reasons))
 
-    out["readiness"] = _wait("the new host's readiness", ready, c.args.readiness_timeout, c.args.poll_interval, c)
-    released = steps.release_fence(c.engine, c.args.namespace, fence_id, holder=c.args.holder, stale_heartbeat=c.stale,
-                                   timeout_s=c.args.timeout)
+    return _wait(c, "verify_readiness", look, c.args.readiness_timeout)
+
+
+def _run_release(c: Command, out: dict[str, Any]) -> Verdict:
+    released = steps.release_fence(c.engine, c.args.namespace, int(out["fence"]["fence_id"]), holder=c.args.holder,
+                                   stale_heartbeat=c.stale, timeout_s=c.args.timeout)
     out["release"] = released.as_json()
     c.say(f"  fence {released.fence_id}: {released.outcome}; admission resumes through the new host")
-    with c.engine.connect() as conn:
-        released_at = dt.datetime.fromisoformat(fence_row(conn, fence_id)["ReleasedAt"])
-    seen = steps.verify_no_old_writer(c.engine, c.args.namespace, released_at=released_at)
-    out["old_writers_after_release"] = seen
-    if seen:
-        raise Stopped("old-protocol writer(s) ran after the release: " + ", ".join(p["process_id"] for p in seen), out)
+    return PROCEED
+
+
+def _run_final_check(c: Command, out: dict[str, Any]) -> Verdict:
+    """No old writer ran after the release, and no history row changed since the digest."""
+    from ..projection.fence import fence_row
+
+    with tx.reading(c.engine, "reading the released fence") as conn:
+        released_at = dt.datetime.fromisoformat(fence_row(conn, int(out["fence"]["fence_id"]))["ReleasedAt"])
+    out["old_writers_after_release"] = steps.verify_no_old_writer(c.engine, c.args.namespace, released_at=released_at)
+    if out["old_writers_after_release"]:
+        return CUTOVER["final_old_writer_check"].verdict(out)
     verification = steps.verify_history(c.engine, c.digest, timeout_s=c.args.timeout)
-    out["history"] = verification.as_json()
+    out["history"] = {**verification.as_json(), "summary": verification.summary()}
     c.say(f"  {verification.summary()}")
-    if not verification.ok:
-        raise Stopped(verification.summary() + ". The cutover must never change a history row: review the rows named.",
-                      out)
+    return CUTOVER["final_old_writer_check"].verdict(out)
+
+
+#: Per declared step, how ``run`` runs it: (command, out) -> the step's verdict. ``run`` follows the declaration's
+#: order, never this table's.
+RUN: dict[str, Callable[[Command, dict[str, Any]], Verdict]] = {
+    "resolve_packs": _run_packs,
+    "apply_schema": _run_schema,
+    "arm_fence": _run_fence,
+    "wait_for_drain": _run_drain,
+    "check_old_writers": _run_writers,
+    "confirm_writers_stopped": _run_confirm,
+    "history_digest": _run_digest,
+    "audit_and_checkpoint": _run_checkpoints,
+    "start_new_host": _run_host,
+    "verify_readiness": _run_readiness,
+    "resume_admission": _run_release,
+    "final_old_writer_check": _run_final_check,
+}
 
 
 def _start_host(command: str) -> int:

@@ -121,7 +121,7 @@ def stage_1(engine: Engine, *, stage1_release: str, namespace: str | None = None
     with translate_errors("checking Field History stage 1"):
         require_tables(engine)
         created = apply_steps(engine, field_history_steps(engine))  # a concurrent identical DDL is tolerated
-        with engine.connect() as conn:
+        with tx.reading(engine, "reading the stage-1 processes") as conn:
             findings = _lagging_findings(conn, STAGE_1_ROLES, stage1_release, namespace)
     actions = [f"added column {label}" for label in created]
     counts = {"lagging_processes": len(findings)}
@@ -282,7 +282,7 @@ def stage_2_materialize(
         result = materialize(engine, batch_size=batch_size, deadline=deadline, between_read_and_write=between_read_and_write)
     except ReadEquivalenceBroken as exc:
         return _broken_report(engine, exc)
-    with translate_errors("counting after materialization"), engine.connect() as conn:
+    with tx.reading(engine, "counting after materialization") as conn:
         counts = row_counts(conn)
     report_counts = {
         "set_true": result.set_true,
@@ -307,7 +307,7 @@ def stage_2_materialize(
 
 
 def _broken_report(engine: Engine, exc: ReadEquivalenceBroken) -> GateReport:
-    with translate_errors("counting after materialization"), engine.connect() as conn:
+    with tx.reading(engine, "counting after materialization") as conn:
         counts = row_counts(conn)
     report_counts = {"batches": exc.batches, "decided_rows": exc.decided_rows, "decided_digest": exc.decided_digest}
     report_counts.update({k: v for k, v in counts.as_dict().items() if k != "rows_by_value"})

@@ -213,7 +213,7 @@ def _rows_after(lo: int, hi: int) -> Select:
 
 
 def count_materializable(engine: Engine) -> int:
-    with engine.connect() as conn:
+    with tx.reading(engine, "counting materializable Field History rows") as conn:
         return conn.scalar(select(func.count()).select_from(Audit).where(readers.materializable())) or 0
 
 

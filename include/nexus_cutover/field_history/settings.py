@@ -5,7 +5,8 @@ Invariants (contract, ``_System_RuntimeSetting``):
 * ``FieldHistoryReadMode``: ``compat`` | ``boolean_only``; absent means ``compat``.
 * ``FieldHistorySequenceReservationEnabled``: ``true`` | ``false``; absent means ``true``.
 * This module writes only those two names (insert-or-update, by primary key) and
-  only stage 3 calls the writers (:mod:`.switch`). An unrecognised stored value is
+  only stage 3 calls :func:`set_setting_in` (:mod:`.switch`, each switch under its own checks: reservation off
+  first, the read mode only on an equal comparison under the locks); there is no writer of both at once. An unrecognised stored value is
   reported as it is and read conservatively (compat reads, reservation on).
 """
 
@@ -13,11 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine, insert, select, update
+from sqlalchemy import Connection, insert, select, update
 
-from .. import catalog, tx
+from .. import catalog
 from ..clock import utcnow
-from ..db import Deadline
 
 Setting = catalog.RuntimeSetting
 NAMES = (catalog.SETTING_READ_MODE, catalog.SETTING_SEQUENCE_RESERVATION)
@@ -82,16 +82,3 @@ def set_setting_in(conn: Connection, name: str, value: str, updated_by: str) -> 
     else:
         conn.execute(update(Setting).where(Setting.c.Name == name).values(**values))
     return True
-
-
-def write_final_settings_in(conn: Connection, updated_by: str) -> list[str]:
-    """Inside the caller's transaction: set both switches to their stage-3 values; returns the names changed."""
-    return [name for name, value in FINAL_VALUES.items() if set_setting_in(conn, name, value, updated_by)]
-
-
-def write_final_settings(engine: Engine, updated_by: str, deadline: Deadline) -> list[str]:
-    """:func:`write_final_settings_in` in a transaction of its own."""
-    return tx.run(
-        engine, lambda conn: write_final_settings_in(conn, updated_by),
-        what="writing the Field History runtime settings", deadline=deadline, retry=tx.Retry.DEADLOCK | tx.Retry.DUPLICATE_KEY,
-    )

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Connection, Engine, and_, exists, select
 
 from .. import catalog, tx
-from ..db import Deadline, translate_errors
+from ..db import Deadline
 from ..errors import LockTimeout
 from ..locks import lifecycle_lock_names
 from . import readers
@@ -179,7 +179,7 @@ def settle_outbox(engine: Engine, ids: list[int], deadline: Deadline, *, poll_s:
     waiting = list(ids)
     logged = False
     while waiting:
-        with translate_errors("reading the outbox rows stage 3 waits for"), engine.connect() as conn:
+        with tx.reading(engine, "reading the outbox rows stage 3 waits for") as conn:
             state = outbox_still_open(conn, waiting)
         failed = {i: s for i, s in state.items() if s == OUTBOX_FAILED}
         if failed:

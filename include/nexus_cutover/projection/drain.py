@@ -41,10 +41,9 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, func, or_, select
 
-from .. import catalog
+from .. import catalog, tx
 from ..catalog import ProcessRegistry, WorkItem
 from ..clock import utcnow
-from ..db import connection_of, translate_errors
 from ..liveness import live_clause
 from ..schema import has_column
 
@@ -284,7 +283,7 @@ def drain_report(
     ``InputStartOrdinal`` exists (detected when None). Read only.
     """
     now = now or utcnow()
-    with translate_errors("reading the drain status"), connection_of(bind) as conn:
+    with tx.reading(bind, "reading the drain status") as conn:
         return _look(conn, namespace, deadline, stale_heartbeat, now, sample_limit, range_column)
 
 

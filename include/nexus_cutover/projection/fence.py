@@ -20,9 +20,12 @@ at a time"):
   :class:`FenceHeld`, naming the holder and how to take over, and nothing is
   written. An adoption rewrites ``ArmedBy`` and records in ``Reason`` from whom
   and how.
-* A rerun after the cutover completed does not fence the tenant again: when
-  every pack of the run already has its protocol row and no cutover fence is in
-  force, arming reports ``not_needed`` with the last released cutover fence.
+* A rerun after the cutover completed does not fence the tenant again: when the
+  tenant is cut over (:mod:`nexus_cutover.standing`: every pack of the run has
+  its protocol row, no cutover fence is in force, no old work above a cutoff),
+  arming reports ``not_needed`` with the last released cutover fence; when only
+  old work above a cutoff stands in the way it refuses (:class:`OldWorkAboveCutoff`):
+  that needs a separately reviewed recovery decision, not another fence.
 * Arming refuses while any override of a fence in force in the namespace is
   active (``RevokedAt IS NULL`` and not expired); it lists them and revokes
   nothing. A refusal writes nothing.
@@ -51,14 +54,16 @@ from typing import Any
 from sqlalchemy import Connection, Engine, insert, select, update
 
 from .. import catalog, tx
+from ..above_cutoff import namespace_above_cutoff
 from ..catalog import AdmissionFence, AdmissionFenceOverride, ConnectorProjectionProtocol
 from ..clock import utcnow
-from ..db import Deadline, connection_of
+from ..db import Deadline
 from ..errors import BadInput, Refused
 from ..fencing import fence_in_force, is_cutover_fence, override_active
 from ..locks import lifecycle_lock_names
 from ..protocol_row import read_protocol_row
 from ..schema import has_table
+from ..standing import is_cut_over
 
 FENCE_REASON = "connector projection range cutover"
 
@@ -213,6 +218,19 @@ class ActiveOverrides(Refused):
         )
 
 
+class OldWorkAboveCutoff(Refused):
+    """Arming refused: every pack is checkpointed and no cutover fence is in force, but a pack holds old-protocol
+    work above its cutoff, so the tenant is not cut over (:mod:`nexus_cutover.standing`) and fencing it again
+    changes nothing."""
+
+    def __init__(self, namespace: str, above: list[Any]):
+        self.above = [a.as_json() for a in above]
+        super().__init__(
+            f"namespace {namespace!r} is not cut over: " + "; ".join(a.describe() for a in above)
+            + ". Nothing was armed; a rerun changes nothing until that decision is made."
+        )
+
+
 @dataclass
 class FenceResult:
     """What arming/releasing did (``outcome``) and on which fence."""
@@ -235,6 +253,22 @@ class FenceResult:
             "previous_holder": self.previous_holder,
             "other_fences_in_force": self.other_fences_in_force,
         }
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> FenceResult:
+        """The result :meth:`as_json` serialized (what another task reads back)."""
+        return cls(raw["namespace"], raw["outcome"], raw.get("fence_id"), list(raw.get("other_fences_in_force") or []),
+                   raw.get("previous_holder"), raw.get("holder"))
+
+    @property
+    def not_needed(self) -> bool:
+        """Every pack already checkpointed and no cutover fence in force: nothing was (or would be) fenced."""
+        return self.outcome == "not_needed"
+
+    @property
+    def planned(self) -> bool:
+        """A dry run's fence that a real run would arm or adopt (none is in force for this run yet)."""
+        return self.outcome in ("would_arm", "would_adopt")
 
 
 def arm_fence(
@@ -283,7 +317,7 @@ def held_by_another(
     written; :func:`arm_fence` decides again under the lock, where it acts.
     """
     decide = _Holders(holder[:128], holder_state, adopt, take_over)
-    with connection_of(bind) as conn:
+    with tx.reading(bind, f"reading the fences of namespace {namespace!r}") as conn:
         existing = the_cutover_fence(namespace, fences_in_force(conn, namespace, utcnow()))
     if existing is not None:
         decide(namespace, existing)
@@ -364,7 +398,10 @@ def _arm(
                  .values(ArmedBy=decide.me, Reason=record), namespace, fence_id, "adopted")
         _still_one_cutover_fence(conn, namespace, now)
         return FenceResult(namespace, "adopted", fence_id, others, previous_holder=previous, holder=decide.me)
-    if _all_checkpointed(conn, packs):
+    if _all_checkpointed(conn, packs):  # and no cutover fence in force: cut over, unless old work is above a cutoff
+        above = [a for a in namespace_above_cutoff(conn, namespace) if a.pack_install_id in packs]
+        if not is_cut_over(packs=len(packs), checkpointed=len(packs), cutover_fences=0, above_cutoff=len(above)):
+            raise OldWorkAboveCutoff(namespace, above)
         last = last_released_cutover_fence(conn, namespace)
         return FenceResult(namespace, "not_needed", last["FenceId"] if last else None, others)
     if dry_run:
@@ -469,5 +506,5 @@ def _release(
 
 def cutover_fence_in_force(bind: Engine | Connection, namespace: str) -> dict[str, Any] | None:
     """The namespace's non-expiring ``*`` fence in force, if any; :class:`SeveralCutoverFences` when there are more."""
-    with connection_of(bind) as conn:
+    with tx.reading(bind, f"reading the fences of namespace {namespace!r}") as conn:
         return the_cutover_fence(namespace, fences_in_force(conn, namespace, utcnow()))

@@ -15,9 +15,8 @@ from collections.abc import Iterable
 
 from sqlalchemy import Connection, Engine, select
 
-from .. import catalog
+from .. import catalog, tx
 from ..catalog import PackInstall
-from ..db import translate_errors
 from ..errors import BadInput
 from ..schema import DdlStep
 
@@ -25,13 +24,10 @@ from ..schema import DdlStep
 def resolve_packs(bind: Engine | Connection, namespace: str, requested: Iterable[str] = ()) -> list[str]:
     """The PackInstallIds of the run, ascending (the lock order)."""
     requested = sorted(set(requested))
-    with translate_errors("reading the namespace's packs"):
-        if isinstance(bind, Engine):
-            with bind.connect() as conn:
-                return resolve_packs(conn, namespace, requested)
+    with tx.reading(bind, "reading the namespace's packs") as conn:
         active = {
             r[0]
-            for r in bind.execute(
+            for r in conn.execute(
                 select(PackInstall.c.PackInstallId).where(
                     PackInstall.c.Namespace == namespace, PackInstall.c.Status == catalog.PACK_ACTIVE
                 )

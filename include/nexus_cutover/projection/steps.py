@@ -1,9 +1,11 @@
-"""The connector projection range cutover, step by step (seed 000, "Existing-data cutover"): the script.
+"""The connector projection range cutover, step by step (seed 000, "Existing-data cutover"): the functions.
 
-One function per step, in the order the delivery owner runs them. The DAG's
-operators, the sensors' pollers and ``nexus-cutover`` call exactly these
-functions; the modules behind them read (drain, writers, audit) or write
-(schema, fence, checkpoint) and this file says in which order and why.
+One function per step. The order is declared once, in
+:data:`nexus_cutover.projection.transition.CUTOVER` (which also says each
+step's kind, verdict, dry run and next action); the DAG's operators, the
+sensors' pollers and ``nexus-cutover`` call exactly these functions; the
+modules behind them read (drain, writers, audit) or write (schema, fence,
+checkpoint). In the declared order, and why:
 
 1. :func:`resolve_packs`, :func:`held_by_another` (a tenant another holder holds
    is refused before anything is written), :func:`apply_schema`,
@@ -268,27 +270,10 @@ def verify_history(engine: Engine, expected: HistoryDigest, *, timeout_s: float)
 
 
 def cutover_standing(engine: Engine, namespace: str) -> dict[str, Any]:
-    """Read only: where the tenant stands, for a fleet rollout deciding whether to run it again.
+    """Read only: where the tenant stands (:class:`nexus_cutover.standing.Standing` as JSON), for a fleet rollout
+    deciding whether to run it again and for ``plan``. ``cut_over`` is the one definition
+    (:func:`nexus_cutover.standing.is_cut_over`); ``old_work_above_cutoff``: one entry per pack that holds some,
+    a stop needing a separately reviewed recovery decision, never "cut over"."""
+    from ..standing import read_standing
 
-    ``cut_over``: every active pack has its checkpoint, no cutover fence is in force (admission resumed) and no
-    pack holds old-protocol work above its cutoff. ``fence_held_by``: the holder of the cutover fence in force (a
-    run that stopped before releasing it), else None (every holder, when several cutover fences are in force).
-    ``old_work_above_cutoff``: one entry per pack that holds some (:mod:`nexus_cutover.above_cutoff`): a stop,
-    needing a separately reviewed recovery decision, never "cut over".
-    """
-    from ..above_cutoff import namespace_above_cutoff
-    from ..catalog import ConnectorProjectionProtocol
-    from ..clock import utcnow
-    from ..protocol_row import read_protocol_row
-    from ..runtime.activation import active_packs
-
-    with engine.connect() as conn:
-        packs = active_packs(conn, namespace)
-        table = schema.has_table(conn, ConnectorProjectionProtocol.name)
-        done = [p for p in packs if table and read_protocol_row(conn, p) is not None]
-        held = [f["ArmedBy"] for f in fences.cutover_fences(fences.fences_in_force(conn, namespace, utcnow()))]
-        above = [a.as_json() for a in namespace_above_cutoff(conn, namespace)] if table else []
-    return {"packs": len(packs), "checkpointed": len(done),
-            "fence_held_by": held[0] if len(held) == 1 else (held or None),
-            "old_work_above_cutoff": above,
-            "cut_over": bool(packs) and len(done) == len(packs) and not held and not above}
+    return read_standing(engine, namespace).as_json()

@@ -32,10 +32,9 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, func, or_, select
 
-from .. import catalog
+from .. import catalog, tx
 from ..catalog import ProcessRegistry
 from ..clock import utcnow
-from ..db import connection_of, translate_errors
 from ..liveness import LIVE, STOPPED, heartbeat_cutoff, live_clause, process_state
 
 #: Most recently stopped processes shown per role (the rest are counted): evidence for a person, never a decision.
@@ -181,7 +180,7 @@ def old_writer_evidence(
     """Evidence that every old writer of the namespace is stopped or silent (read only)."""
     now = now or utcnow()
     roles, old = catalog.OLD_WRITER_ROLES, catalog.PROTOCOL_OLD
-    with translate_errors("reading the process registry"), connection_of(bind) as conn:
+    with tx.reading(bind, "reading the process registry") as conn:
         procs = _not_stopped(conn, namespace, roles, old, now, stale_heartbeat)
         stopped = {role: int(n) for role, n in conn.execute(stopped_counts_statement(namespace, roles, old))}
         for role in sorted(stopped):
@@ -224,7 +223,7 @@ def readiness(
 ) -> Readiness:
     """Readiness of the new host (read only); ``reasons`` says what is missing."""
     now = now or utcnow()
-    with translate_errors("reading the process registry"), connection_of(bind) as conn:
+    with tx.reading(bind, "reading the process registry") as conn:
         hosts = _not_stopped(conn, namespace, [catalog.ROLE_INTEGRATION_HOST], catalog.PROTOCOL_RANGES, now, stale_heartbeat)
         old = _live(conn, namespace, catalog.OLD_WRITER_ROLES, catalog.PROTOCOL_OLD, now, stale_heartbeat)
         result = Readiness(namespace, now, hosts, old)
@@ -261,5 +260,5 @@ def old_processes_since(
 ) -> list[dict[str, Any]]:
     """Old-protocol writers that started or heartbeated at/after ``since`` (every one: no cap)."""
     now = now or utcnow()
-    with translate_errors("reading the process registry"), connection_of(bind) as conn:
+    with tx.reading(bind, "reading the process registry") as conn:
         return [_process(r, now, dt.timedelta(0)) for r in conn.execute(processes_since_statement(namespace, since))]

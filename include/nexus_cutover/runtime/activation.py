@@ -38,10 +38,9 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import ColumnElement, Connection, Engine, Select, select
 
-from .. import catalog
+from .. import catalog, tx
 from ..above_cutoff import namespace_above_cutoff, pack_above_cutoff
 from ..catalog import PROTOCOL_RANGES
-from ..db import translate_errors
 from ..protocol_row import read_protocol_row
 from ..schema import missing_projection_schema
 from .errors import NotActivated
@@ -128,11 +127,8 @@ def _check(conn: Connection, namespace: str) -> ActivationVerdict:
 
 def check_activation(conn_or_engine: Connection | Engine, namespace: str) -> ActivationVerdict:
     """Whether range workers of ``namespace`` may serve, and if not, why (reads only)."""
-    with translate_errors(f"checking the activation gate of namespace {namespace!r}"):
-        if isinstance(conn_or_engine, Engine):
-            with conn_or_engine.connect() as conn:
-                return _check(conn, namespace)
-        return _check(conn_or_engine, namespace)
+    with tx.reading(conn_or_engine, f"checking the activation gate of namespace {namespace!r}") as conn:
+        return _check(conn, namespace)
 
 
 def require_activation(conn_or_engine: Connection | Engine, namespace: str) -> ActivationVerdict:
@@ -172,7 +168,7 @@ class ServedPacks:
         if now < self._due:
             return []
         self._due = now + self.period_s
-        with translate_errors(f"listing the packs of namespace {self.namespace!r}"), self.engine.connect() as conn:
+        with tx.reading(self.engine, f"listing the packs of namespace {self.namespace!r}") as conn:
             rows = pack_protocols(conn, self.namespace)
             skipped = {pack: _not_served_reason(pack, version) for pack, version in rows if version != PROTOCOL_RANGES}
             for pack, version in rows:  # a pack about to be served: not while it holds old work above its cutoff

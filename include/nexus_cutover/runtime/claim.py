@@ -26,7 +26,7 @@ import datetime as dt
 
 from sqlalchemy import ColumnElement, Connection, Engine, Select, and_, case, func, or_, select, update
 
-from .. import catalog
+from .. import catalog, tx
 from ..catalog import Event, WorkItem
 from ..clock import utcnow
 from ..db import Deadline
@@ -165,7 +165,7 @@ def claim_next(
     engine: Engine, namespace: str, owner: str, *, lease_s: float = DEFAULT_LEASE_S, deadline: Deadline | None = None
 ) -> ClaimedWork | None:
     """Claim the next ready range generation of ``namespace``, or None when there is none."""
-    with engine.connect() as conn:
+    with tx.reading(engine, f"listing claimable work of namespace {namespace!r}") as conn:
         candidates = claim_candidates(conn, namespace)
     return claim_first(engine, candidates, owner, lease_s=lease_s, deadline=deadline)
 

@@ -39,9 +39,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from .. import catalog
+from .. import catalog, tx
 from ..catalog import WorkItem
-from ..db import translate_errors
 from ..errors import BadInput
 from .activation import ActivationVerdict, ServedPacks, protocol_in_force
 from .claim import live_range_work
@@ -221,7 +220,7 @@ def _live_served_work(conn, namespace: str) -> int:
 def _drained(engine: Engine, namespace: str, packs: list[str], rejected: dict[str, dict[Key, Rejection]]) -> bool:
     """No live range work and no receipt left; receipts that cannot be admitted end the drain with the error naming
     them (``MissingCoverage`` when all lack coverage, ``ReceiptCollision`` when all collide)."""
-    with translate_errors("checking whether work is left"), engine.connect() as conn:
+    with tx.reading(engine, "checking whether work is left") as conn:
         if _live_served_work(conn, namespace):
             return False
         for pack in packs:

@@ -29,9 +29,10 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine, and_, or_, select, update
 
+from .. import tx
 from ..catalog import IngressReceipt
 from ..clock import utcnow
-from ..db import Deadline, translate_errors
+from ..db import Deadline
 from .admission import admit_batch
 from .errors import InadmissibleReceipts, MissingCoverage, Rejection
 from .model import AdmissionResult, Input, Routing
@@ -158,7 +159,7 @@ def materialize(
     """
     skip = skip or set()
     report = MaterializeReport()
-    with translate_errors(f"reading receipts of pack {pack_install_id!r}"), engine.connect() as conn:
+    with tx.reading(engine, f"reading receipts of pack {pack_install_id!r}") as conn:
         rows = [
             r
             for r in _receipts(conn, pack_install_id, materialized=False, limit=limit + len(skip))
@@ -182,7 +183,7 @@ def recover_unconfirmed(
     """
     total = MaterializeReport()
     while True:
-        with translate_errors(f"reading unconfirmed receipts of pack {pack_install_id!r}"), engine.connect() as conn:
+        with tx.reading(engine, f"reading unconfirmed receipts of pack {pack_install_id!r}") as conn:
             rows = [
                 r
                 for r in _receipts(conn, pack_install_id, materialized=True, limit=limit + len(total.rejected))

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, insert, select
 
-from .. import catalog
+from .. import catalog, tx
 from ..catalog import Event, WorkItem
 from ..clock import utcnow
-from ..db import Deadline, translate_errors
+from ..db import Deadline
 from ..errors import BadInput
 from ..identity import columns, of_row
 from .errors import ReplayRefused
@@ -48,7 +48,7 @@ def _work_row(conn: Connection, work_id: int):
 
 def replay(engine: Engine, work_id: int, *, payload: str | None = None, deadline: Deadline | None = None) -> ReplayResult:
     """Replay the terminal projection WorkItem ``work_id`` as a new generation."""
-    with translate_errors(f"reading WorkItem {work_id}"), engine.connect() as conn:
+    with tx.reading(engine, f"reading WorkItem {work_id}") as conn:
         row = _work_row(conn, work_id)
     if row is None:
         raise BadInput(f"unknown WorkItem {work_id}")

@@ -25,8 +25,8 @@ from collections.abc import Callable
 
 from sqlalchemy import Engine
 
+from .. import tx
 from ..catalog import WorkItem
-from ..db import translate_errors
 from .activation import ActivationVerdict, protocol_in_force, require_activation
 from .claim import DEFAULT_LEASE_S, claim_candidates_query, claim_first, complete, retry_or_fail
 from .errors import MissingMembership, NotActivated
@@ -45,7 +45,7 @@ def record_nothing(claimed: ClaimedWork, payloads: list[Payload]) -> None:
 def claim_served(engine: Engine, namespace: str, owner: str, *, lease_s: float = DEFAULT_LEASE_S) -> ClaimedWork | None:
     """:func:`~.claim.claim_next` restricted to packs with a version-1 protocol row; None when nothing is ready."""
     query = claim_candidates_query(namespace).where(protocol_in_force(WorkItem.c.PackInstallId))
-    with translate_errors(f"listing claimable work of namespace {namespace!r}"), engine.connect() as conn:
+    with tx.reading(engine, f"listing claimable work of namespace {namespace!r}") as conn:
         candidates = [row.WorkId for row in conn.execute(query)]
     return claim_first(engine, candidates, owner, lease_s=lease_s)
 
@@ -84,7 +84,7 @@ class ProjectionWorker:
         if claimed is None:
             return None
         try:
-            with translate_errors(f"loading the payloads of WorkItem {claimed.work_id}"), self.engine.connect() as conn:
+            with tx.reading(self.engine, f"loading the payloads of WorkItem {claimed.work_id}") as conn:
                 payloads = load_payloads(conn, claimed.work_id)
         except MissingMembership as exc:
             log.error("WorkItem %s failed: %s", claimed.work_id, exc)

@@ -1,0 +1,152 @@
+"""The connector projection range cutover (seed 000, "Existing-data cutover"), declared once.
+
+:data:`CUTOVER` is the ordered list of steps: the DAG
+``connector_projection_cutover`` builds its tasks and their order from it,
+``nexus-cutover run`` runs it and ``nexus-cutover plan`` dry-runs it, step by
+step, in this order (tests/test_transition.py fails when one of them
+disagrees). The functions the steps call are in :mod:`.steps`; what a stop
+tells the engineer to do next is here (:mod:`.next_actions` and
+docs/runbook.md show the same texts).
+
+Every verdict reads a step's result in its JSON form (what XCom and ``-json``
+carry), so the DAG, ``run`` and ``plan`` judge the same result the same way.
+Light to import: the DAG file reads this at parse time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..transition import PROCEED, Kind, Outcome, Stage, Step, Transition, Verdict
+
+STEPS = "nexus_cutover.projection.steps"
+
+
+def fence_verdict(result: dict[str, Any]) -> Verdict:
+    """``not_needed``: every pack is already checkpointed and no cutover fence is in force, nothing to do."""
+    if result.get("outcome") == "not_needed":
+        return Verdict(Outcome.DONE, "every pack is already checkpointed and no cutover fence is in force: nothing to do")
+    return PROCEED
+
+
+def drain_verdict(report: dict[str, Any]) -> Verdict:
+    """Drained: proceed. Stuck (a blocker that cannot clear by the deadline, or the deadline): stop. Else wait."""
+    if report["state"] == "drained":
+        return PROCEED
+    if report["state"] == "stuck":
+        blockers = "; ".join(f"{k} {v}" for k, v in (report.get("blocker_totals") or {}).items() if v)
+        return Verdict(Outcome.STOP, "the drain is stuck: " + (blockers or "drain_timeout reached"),
+                       timed_out=bool(report.get("timed_out")))
+    return Verdict(Outcome.WAIT, f"the drain ({report['remaining']} old projection WorkItems remaining)")
+
+
+def _proceed_unless(found: list[str], outcome: Outcome, reason: str) -> Verdict:
+    """Proceed when nothing was ``found``; else ``outcome`` with ``reason`` (``{n}`` and ``{names}`` filled in)."""
+    return PROCEED if not found else Verdict(outcome, reason.format(n=len(found), names=", ".join(found)))
+
+
+def writers_verdict(evidence: dict[str, Any]) -> Verdict:
+    """No live old writer: proceed. Else wait for them to be stopped (a person confirms afterwards either way)."""
+    return _proceed_unless(list(evidence.get("live") or []), Outcome.WAIT,
+                           "{n} live old writer(s) to be stopped ({names}), then a person's confirmation")
+
+
+def confirmation_verdict(recheck: dict[str, Any]) -> Verdict:
+    """The confirmation holds only if no old writer came back since the evidence the person saw."""
+    return _proceed_unless(list(recheck.get("came_back") or []), Outcome.STOP,
+                           "cutover not performed: old writer(s) {names} came back after the evidence was taken. "
+                           "Nothing was confirmed; the fence stays armed.")
+
+
+def checkpoint_verdict(result: dict[str, Any]) -> Verdict:
+    """A refusal stops (every finding named); written, already written or would write proceeds."""
+    if result.get("outcome") != "refused":
+        return PROCEED
+    findings = ", ".join(f.get("finding", "?") for f in result.get("findings") or [])
+    return Verdict(Outcome.STOP, f"pack {result['pack_install_id']} is refused by the audit: {findings}")
+
+
+def readiness_verdict(report: dict[str, Any]) -> Verdict:
+    if report.get("ready"):
+        return PROCEED
+    return Verdict(Outcome.WAIT, "the new host (" + "; ".join(report.get("reasons") or ["not ready"]) + ")")
+
+
+def final_verdict(result: dict[str, Any]) -> Verdict:
+    """No old writer after the release and no history row changed since the digest; anything else stops."""
+    seen = result.get("old_writers_after_release") or []
+    if seen:
+        at = f" at {result['released_at']}" if result.get("released_at") else ""
+        return Verdict(Outcome.STOP, f"{len(seen)} old-protocol writer(s) ran after the fence release{at}: "
+                       + ", ".join(p["process_id"] for p in seen)
+                       + ". Do not restart an old writer after this point: stop them now and review what they admitted.")
+    history = result.get("history") or {}
+    if history and not history.get("ok"):
+        return Verdict(Outcome.STOP, f"{history.get('summary', 'the history digest does not verify')}. The cutover "
+                       "must never change a history row: stop whatever changed them and review the rows named "
+                       "(report.history) against the tenant's backup.")
+    return PROCEED
+
+
+CUTOVER = Transition("connector_projection_cutover", (
+    Stage(1, "Additive schema and the admission fence", group_id="step_1_fence", steps=(
+        Step("resolve_packs", Kind.READS, f"{STEPS}:resolve_packs",
+             dry_run="the same read; a tenant another holder holds stops here too",
+             next_action="fix the form or the connection; trigger again. A tenant another run or command holds: the "
+             "message names the holder and how to take it over (`adopt`)"),
+        Step("apply_schema", Kind.WRITES, f"{STEPS}:apply_schema",
+             dry_run="the DDL it would run, one PLAN line per missing object",
+             next_action="land the v2 handoff first, then clear the task"),
+        Step("arm_fence", Kind.WRITES, f"{STEPS}:arm_fence", verdict=fence_verdict,
+             dry_run="whether it would arm, reuse or adopt the fence; refusals as in the real run",
+             next_action="active overrides: have L2 revoke them, then clear. Several cutover fences: have L2 release "
+             "all but the one of the cutover in progress, then clear. A held tenant: the message names the holder "
+             "and how to take it over. Old work above a cutoff: a separately reviewed recovery decision (Rollback "
+             "stance)"),
+    )),
+    Stage(2, "Old projection work drains", group_id="step_2_drain", steps=(
+        Step("wait_for_drain", Kind.WAITS, f"{STEPS}:drain", verdict=drain_verdict,
+             dry_run="one look: drained, stuck (a stop) or still draining (the run would wait)",
+             next_action="read the report (grouped by cause, with WorkIds). Resolve with the old runtime or a "
+             "separately reviewed operational decision. **Never change WorkItem status to proceed.** Clear the task"),
+    )),
+    Stage(3, "Old writers stopped, confirmed; the history digest", group_id="step_3_old_writers", steps=(
+        Step("check_old_writers", Kind.WAITS, f"{STEPS}:writer_evidence", verdict=writers_verdict,
+             dry_run="one look at the old writers: the run would wait for every live one",
+             next_action="stop it; clear the task"),
+        Step("confirm_writers_stopped", Kind.ASKS, f"{STEPS}:recheck_writers", verdict=confirmation_verdict,
+             dry_run="asks nothing; logs the evidence it would show",
+             next_action="confirm only when no old binary can resume; the database cannot prove it. If a writer came "
+             "back: stop it, clear `check_old_writers`"),
+        Step("history_digest", Kind.READS, f"{STEPS}:history_digest",
+             dry_run="the same read (once the schema exists)",
+             next_action="it is read only and wrote nothing: a timeout or a lost connection, clear the task; a "
+             "missing column, clear `apply_schema` first"),
+    )),
+    Stage(4, "Audit and one-time checkpoint, per pack", group_id="step_4_checkpoint", steps=(
+        Step("audit_and_checkpoint", Kind.WRITES, f"{STEPS}:checkpoint", verdict=checkpoint_verdict,
+             per_pack_of="resolve_packs", provisional_while=("wait_for_drain",),
+             dry_run="the audit, and the LegacyMaxOrdinal it would write",
+             next_action="a fence finding: clear `arm_fence` (or have L2 revoke the override), then this task; a "
+             "refusal needs a **separately reviewed recovery decision**; the cutoff is never used to hide it. Do not "
+             "mark input processed/skipped, delete it, raise the cutoff or replay a source to pass. A lock timeout: "
+             "clear and rerun"),
+    )),
+    Stage(5, "New host, admission resumes, the proofs", group_id="step_5_release", steps=(
+        Step("start_new_host", Kind.ASKS, f"{STEPS}:readiness",
+             dry_run="how it would start the host, and the new hosts live now",
+             next_action="fix the host, clear the task"),
+        Step("verify_readiness", Kind.WAITS, f"{STEPS}:readiness", verdict=readiness_verdict, dry_run_judged=False,
+             dry_run="one look at the new host's readiness (the run starts the host first: not part of the verdict)",
+             next_action="check the host's log; clear"),
+        Step("resume_admission", Kind.WRITES, f"{STEPS}:release_fence",
+             dry_run="the fence it would release once ready",
+             next_action="check the new host's log, then clear `verify_readiness`; a fence held by another run is "
+             "that run's to release"),
+        Step("final_old_writer_check", Kind.READS, f"{STEPS}:verify_history", verdict=final_verdict,
+             dry_run="the run's verdict (proceed, wait for what, or stop and why) from every step's dry run",
+             next_action="**do not restart an old writer after this point**: stop it and review what it admitted. A "
+             "history difference names the rows changed since the digest: stop whatever changed them and review "
+             "those rows against the tenant's backup; nothing here rewrites them"),
+    )),
+))

@@ -1,0 +1,156 @@
+"""How a transition is declared: ordered stages of steps, each with its kind, its call, its verdict and its dry run.
+
+A :class:`Transition` is the one ordered list that the DAG's tasks, the
+command line's ``run`` and ``plan`` all follow (the cutover's is
+:data:`nexus_cutover.projection.transition.CUTOVER`, Field History's
+:data:`nexus_cutover.field_history.transition.FIELD_HISTORY`). Reordering two
+steps here changes all of them together; a test fails when one disagrees.
+
+Invariants:
+
+* A step's ``name`` is also its Airflow task id; names are unique in a transition.
+* A step's :attr:`Step.verdict` is the only place that maps its result (the JSON
+  form every caller sees: an XCom value, a ``-json`` field) to proceed / wait /
+  stop / done; :func:`overall` is the only place that turns a run's verdicts into
+  one sentence.
+* Light to import (standard library only): the DAG files read it at parse time;
+  :meth:`Step.function` imports the domain function when called, never before.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Kind(enum.StrEnum):
+    """What a step does to the tenant database (and to the person running it)."""
+
+    WRITES = "writes"
+    WAITS = "waits"
+    ASKS = "asks a person"
+    READS = "reads"
+
+
+class Outcome(enum.StrEnum):
+    PROCEED = "proceed"  # the next step may run
+    WAIT = "wait"  # not yet: a later look may proceed
+    STOP = "stop"  # the run stops here and reports why; nothing later runs
+    DONE = "done"  # nothing is left to do: the later steps have nothing to change
+
+
+@dataclass(frozen=True)
+class Verdict:
+    outcome: Outcome
+    reason: str = ""
+    #: A stop at a deadline rather than on a finding (the command line's exit 4, not 3).
+    timed_out: bool = False
+
+    @property
+    def proceeds(self) -> bool:
+        return self.outcome is Outcome.PROCEED
+
+
+PROCEED = Verdict(Outcome.PROCEED)
+
+
+def always_proceed(_result: Any) -> Verdict:
+    """A step whose result never stops the run by itself (its refusals are raised as domain errors)."""
+    return PROCEED
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step: its name (= its Airflow task id), what it does, how its result is judged, what its dry run does."""
+
+    name: str
+    kind: Kind
+    #: The domain function it calls, dotted (``module:function``): imported only by :meth:`function`.
+    calls: str
+    #: What the dry run of this step does instead of writing (plan and the DAG's ``dry_run`` say the same).
+    dry_run: str
+    #: The runbook's next action when this step stops (docs/runbook.md shows the same text).
+    next_action: str
+    verdict: Callable[[Any], Verdict] = always_proceed
+    #: One task per pack: mapped over the result of the step named here.
+    per_pack_of: str | None = None
+    #: Steps whose wait makes this step's stop provisional (it looks at what they are still changing).
+    provisional_while: tuple[str, ...] = ()
+    #: False when a dry run's look at this step says how far the tenant is, not what the run would do (the run
+    #: acts before it, e.g. starts the host): its verdict does not count in :meth:`Transition.overall`.
+    dry_run_judged: bool = True
+
+    def function(self) -> Callable[..., Any]:
+        module, _, name = self.calls.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Steps shown together (an Airflow TaskGroup when ``group_id`` is set); ``number`` is the spec's stage."""
+
+    number: int
+    title: str
+    steps: tuple[Step, ...]
+    group_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Transition:
+    name: str
+    stages: tuple[Stage, ...]
+    _by_name: dict[str, Step] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for step in self.steps:
+            if step.name in self._by_name:
+                raise ValueError(f"{self.name}: step {step.name!r} declared twice")
+            self._by_name[step.name] = step
+        for step in self.steps:
+            for other in (step.per_pack_of, *step.provisional_while):
+                if other is not None and self.names.index(other) >= self.names.index(step.name):
+                    raise ValueError(f"{self.name}: {step.name!r} depends on {other!r}, which is not declared before it")
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        return tuple(step for stage in self.stages for step in stage.steps)
+
+    @property
+    def names(self) -> list[str]:
+        return [step.name for step in self.steps]
+
+    def __iter__(self) -> Iterator[Step]:
+        return iter(self.steps)
+
+    def __getitem__(self, name: str) -> Step:
+        return self._by_name[name]
+
+    def stage_of(self, name: str) -> Stage:
+        return next(stage for stage in self.stages if any(s.name == name for s in stage.steps))
+
+    def next_actions(self) -> dict[str, str]:
+        return {step.name: step.next_action for step in self.steps}
+
+    def overall(self, verdicts: Mapping[str, Verdict] | Iterable[tuple[str, Verdict]]) -> str:
+        """What a real run would do, from a dry run's verdicts (``{step: verdict}`` or ``(step, verdict)`` pairs,
+        several per step allowed): ``stop: ...`` when a step stops (a provisional stop excepted: see
+        :attr:`Step.provisional_while`), else ``wait: ...`` for every step that waits, else ``proceed``. Steps
+        not :attr:`Step.dry_run_judged` do not count."""
+        pairs = list(verdicts.items()) if isinstance(verdicts, Mapping) else list(verdicts)
+        pairs = [(name, v) for name, v in pairs if self[name].dry_run_judged]
+        order = {name: i for i, name in enumerate(self.names)}
+        waiting = {name for name, v in pairs if v.outcome is Outcome.WAIT}
+        stops, waits = [], []
+        for name, verdict in sorted(pairs, key=lambda pair: order[pair[0]]):
+            if verdict.outcome is Outcome.STOP:
+                if waiting.intersection(self[name].provisional_while):
+                    continue  # it looked at what an earlier wait is still changing: judged again after that wait
+                stops.append(verdict.reason)
+            elif verdict.outcome is Outcome.WAIT:
+                waits.append(verdict.reason)
+        if stops:
+            return "stop: " + "; ".join(stops)
+        return ("wait: " + "; ".join(waits)) if waits else "proceed"

@@ -1,0 +1,90 @@
+"""What the cutover's tasks pass each other, read in one place: each step's result by its declared name.
+
+A step's result is serialized once, by the task that produces it (its
+``as_json()``, XCom ``return_value``, or one of the keys below); every other
+task, the HITL steps and the rollout read it back here, typed, by the step's
+name from :data:`~nexus_cutover.projection.transition.CUTOVER` (never a task id
+string of their own). A name the declaration does not have is a programming
+error (KeyError), not an empty result.
+
+Light to import: domain types are imported inside the readers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: XCom keys besides ``return_value``: the full history digest (its summary is the return value), the evidence a
+#: person was shown, the re-check when the answer arrived, a refused audit's findings, a stop's report.
+DIGEST_KEY = "digest"
+EVIDENCE_KEY = "evidence"
+RECHECK_KEY = "recheck"
+FINDINGS_KEY = "findings"
+REPORT_KEY = "report"
+
+
+def pulled(ti, step: str, *, key: str = "return_value", dag_id: str | None = None, run_id: str | None = None,
+           map_indexes: int | None = None) -> Any:
+    """The XCom ``key`` of the declared step ``step`` (of this run, or of the cutover run ``run_id``)."""
+    from nexus_cutover.projection.transition import CUTOVER
+
+    name = CUTOVER[step].name
+    where: dict[str, Any] = {} if run_id is None else {"dag_id": dag_id or CUTOVER.name, "run_id": run_id}
+    if map_indexes is not None:
+        where["map_indexes"] = map_indexes
+    return ti.xcom_pull(task_ids=name, key=key, **where)
+
+
+def each(raw: Any) -> list[dict[str, Any]]:
+    """A task's results as a list: a mapped task's one per map index, one pack's the dict itself."""
+    return [r for r in ([raw] if isinstance(raw, dict) else list(raw or [])) if isinstance(r, dict)]
+
+
+def packs(ti) -> list[str]:
+    """``resolve_packs``: the run's packs, ascending."""
+    return list(pulled(ti, "resolve_packs") or [])
+
+
+def fence(ti):
+    """``arm_fence``: its :class:`~nexus_cutover.projection.fence.FenceResult`, or None before it ran."""
+    from nexus_cutover.projection.fence import FenceResult
+
+    raw = pulled(ti, "arm_fence")
+    return FenceResult.from_json(raw) if isinstance(raw, dict) and "outcome" in raw else None
+
+
+def checkpoints(ti) -> dict[str, int | None]:
+    """``audit_and_checkpoint``: pack -> its LegacyMaxOrdinal (None when not written), over every map index."""
+    return {r["pack_install_id"]: r.get("legacy_max_ordinal") for r in each(pulled(ti, "audit_and_checkpoint"))}
+
+
+def digest(ti):
+    """``history_digest``: the full :class:`~nexus_cutover.projection.digest.HistoryDigest`, or None if absent."""
+    from nexus_cutover.projection.digest import HistoryDigest
+
+    raw = pulled(ti, "history_digest", key=DIGEST_KEY)
+    return None if raw is None else HistoryDigest.from_json(raw)
+
+
+def evidence_shown(ti, *, run_id: str | None = None) -> dict[str, Any] | None:
+    """``confirm_writers_stopped``: the old-writer evidence shown to the person (its ``as_json()``), if any."""
+    raw = pulled(ti, "confirm_writers_stopped", key=EVIDENCE_KEY, run_id=run_id, map_indexes=-1 if run_id else None)
+    return raw if isinstance(raw, dict) else None
+
+
+def confirmation(ti, *, run_id: str | None = None) -> dict[str, Any] | None:
+    """``confirm_writers_stopped``: the accepted answer (``responded_by``, the evidence's age), if any."""
+    raw = pulled(ti, "confirm_writers_stopped", run_id=run_id, map_indexes=-1 if run_id else None)
+    return raw if isinstance(raw, dict) else None
+
+
+def drain(ti, *, run_id: str | None = None) -> dict[str, Any]:
+    """``wait_for_drain``: the last drain report (its ``as_json()``), empty before the step ran."""
+    raw = pulled(ti, "wait_for_drain", run_id=run_id, map_indexes=-1 if run_id else None)
+    return raw if isinstance(raw, dict) else {}
+
+
+def stop_report(ti, step: str, *, run_id: str, map_index: int = -1) -> dict[str, Any] | None:
+    """The report a stopped step pushed (:func:`nexus_airflow.base.stop`) in the cutover run ``run_id``."""
+    raw = pulled(ti, step, key=REPORT_KEY, run_id=run_id, map_indexes=map_index)
+    return raw if isinstance(raw, dict) else None

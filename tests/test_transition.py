@@ -1,0 +1,76 @@
+"""The transitions declared once (nexus_cutover.transition): what the declarations promise, without a database.
+
+The DAGs' agreement with the declarations is tests/dags/test_cutover_dag_integrity.py (tasks, order, groups);
+``nexus-cutover run`` and ``plan`` going through the declared steps in order on a real tenant is
+tests/projection/test_steps_cli.py. Here: every declared step has its runner in ``run``, ``plan`` and the Field
+History stage commands (and nothing else has one), the declaration refuses what would make it ambiguous, and
+the one verdict function says what ``plan`` and the DAG's dry run say.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from nexus_cutover.cli import field_history as fh_cli
+from nexus_cutover.cli import steps as cli
+from nexus_cutover.field_history.transition import FIELD_HISTORY, steps_of_stage
+from nexus_cutover.projection.next_actions import NEXT_ACTION
+from nexus_cutover.projection.transition import CUTOVER
+from nexus_cutover.transition import PROCEED, Kind, Outcome, Stage, Step, Transition, Verdict
+
+
+def test_run_and_plan_have_one_runner_per_declared_step_and_no_other():
+    assert list(cli.RUN) == CUTOVER.names and list(cli.PLAN) == CUTOVER.names
+    assert list(NEXT_ACTION) == CUTOVER.names
+
+
+def test_the_field_history_stage_commands_run_the_declared_steps_of_their_stage():
+    args = argparse.Namespace(stage1_release="1", producer_release="1", namespace=None, batch_size=1, timeout=1.0)
+    assert list(fh_cli._gate_runners(args, engine=None)) == FIELD_HISTORY.names
+    assert [s.name for n in (1, 2, 3) for s in steps_of_stage(n)] == FIELD_HISTORY.names
+
+
+def test_every_step_names_a_function_that_exists_and_a_kind():
+    for step in [*CUTOVER, *FIELD_HISTORY]:
+        assert callable(step.function()), step.name
+        assert isinstance(step.kind, Kind) and step.dry_run and step.next_action
+
+
+def _step(name: str, **kwargs) -> Step:
+    return Step(name, Kind.READS, "nexus_cutover.clock:utcnow", dry_run="-", next_action="-", **kwargs)
+
+
+def test_a_step_declared_twice_or_depending_on_a_later_step_is_refused():
+    with pytest.raises(ValueError, match="declared twice"):
+        Transition("t", (Stage(1, "one", (_step("a"), _step("a"))),))
+    with pytest.raises(ValueError, match="not declared before it"):
+        Transition("t", (Stage(1, "one", (_step("b", per_pack_of="a"), _step("a"))),))
+
+
+def test_overall_stops_waits_or_proceeds_in_declared_order():
+    t = Transition("t", (Stage(1, "one", (_step("a"), _step("b", provisional_while=("a",)), _step("c"))),))
+    wait, stop = Verdict(Outcome.WAIT, "a waits"), Verdict(Outcome.STOP, "b stops")
+    assert t.overall({"a": PROCEED, "b": PROCEED, "c": PROCEED}) == "proceed"
+    assert t.overall([("c", Verdict(Outcome.WAIT, "c waits")), ("a", wait)]) == "wait: a waits; c waits"
+    assert t.overall({"a": wait, "b": stop}) == "wait: a waits"  # b's stop looked at what a still changes
+    assert t.overall({"a": PROCEED, "b": stop, "c": Verdict(Outcome.STOP, "c stops")}) == "stop: b stops; c stops"
+    assert t.overall({"a": Verdict(Outcome.DONE, "nothing to do")}) == "proceed"
+
+
+def test_the_cutover_verdicts_on_the_results_the_dag_and_the_command_line_carry():
+    drain = {"state": "draining", "remaining": 3, "blocker_totals": {}, "timed_out": False}
+    assert CUTOVER["wait_for_drain"].verdict(drain) == Verdict(Outcome.WAIT, "the drain (3 old projection "
+                                                               "WorkItems remaining)")
+    stuck = CUTOVER["wait_for_drain"].verdict({**drain, "state": "stuck", "blocker_totals": {"expired_lease": 2},
+                                                "timed_out": True})
+    assert stuck.outcome is Outcome.STOP and stuck.timed_out and "expired_lease 2" in stuck.reason
+    assert CUTOVER["check_old_writers"].verdict({"live": ["w-1"]}).outcome is Outcome.WAIT
+    assert CUTOVER["confirm_writers_stopped"].verdict({"came_back": ["w-1"]}).outcome is Outcome.STOP
+    assert CUTOVER["arm_fence"].verdict({"outcome": "not_needed"}).outcome is Outcome.DONE
+    refused = {"outcome": "refused", "pack_install_id": "pk-1", "findings": [{"finding": "live_work"}]}
+    assert CUTOVER["audit_and_checkpoint"].verdict(refused).reason == "pack pk-1 is refused by the audit: live_work"
+    # readiness before the run started the host is not part of a dry run's verdict
+    not_ready = CUTOVER["verify_readiness"].verdict({"ready": False, "reasons": ["no host"]})
+    assert not_ready.outcome is Outcome.WAIT and CUTOVER.overall({"verify_readiness": not_ready}) == "proceed"
