@@ -83,14 +83,21 @@ def _run_in_own_process(conf: dict, logical_date: dt.datetime, port: int) -> sub
              "-c", json.dumps(conf)], env=env, stdout=log, stderr=subprocess.STDOUT, text=True, timeout=300)
 
 
-def _run_times(logical_date: dt.datetime) -> tuple[str, float]:
+def _run_times(logical_date: dt.datetime) -> tuple[str, float, dict[str, tuple[dt.datetime, dt.datetime]]]:
+    """The run id, its duration (first task start to last task end) and each unmapped task's (start, end)."""
     from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        run = session.scalar(select(DagRun).where(DagRun.dag_id == DAG_ID, DagRun.logical_date == logical_date))
-        assert run is not None, "the airflow dags test process created no run"
-        return run.run_id, (run.end_date - run.start_date).total_seconds()
+        run_id = session.scalar(select(DagRun.run_id).where(DagRun.dag_id == DAG_ID, DagRun.logical_date == logical_date))
+        assert run_id is not None, "the airflow dags test process created no run"
+        tis = session.execute(select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.start_date,
+                                     TaskInstance.end_date)
+                              .where(TaskInstance.dag_id == DAG_ID, TaskInstance.run_id == run_id)).all()
+    spans = [(t.start_date, t.end_date) for t in tis if t.start_date and t.end_date]
+    duration = (max(e for _, e in spans) - min(s for s, _ in spans)).total_seconds()
+    return run_id, duration, {t.task_id: (t.start_date, t.end_date) for t in tis if t.map_index < 0}
 
 
 def _fence_row_pause(engine) -> float:
@@ -151,7 +158,7 @@ def test_a_statsd_listener_receives_every_figure_of_a_cutover_run(airflow_db, te
         proc = _run_in_own_process(base_conf(conn_id), logical_date, statsd.port)
     assert proc.returncode == 0
     assert not hitl.errors, hitl.errors
-    run_id, run_s = _run_times(logical_date)
+    run_id, run_s, times = _run_times(logical_date)
     result = collect(DAG_ID, run_id)
     assert result.state == "success", result.task_states
     got = statsd.values()
@@ -171,7 +178,11 @@ def test_a_statsd_listener_receives_every_figure_of_a_cutover_run(airflow_db, te
     assert released["outcome"] == "released"
     assert len(pause_ms) == 1 and abs(pause_ms[0] - released["admission_pause_s"] * 1000) < 1, (pause_ms, released)
     assert abs(released["admission_pause_s"] - _fence_row_pause(engine)) < 1e-3
-    assert 0 < pause_ms[0] <= run_s * 1000
+    # within the steps that armed and released it: at least the time between them, at most their whole span
+    armed, released_step = times["arm_fence"], times["resume_admission"]
+    shortest = (released_step[0] - armed[1]).total_seconds() * 1000
+    longest = (released_step[1] - armed[0]).total_seconds() * 1000
+    assert 0 < shortest <= pause_ms[0] <= longest <= run_s * 1000, (shortest, pause_ms, longest, run_s)
 
     # lock wait of every locked step, and of no other; never longer than the step
     locked = {step for step in steps if got.get((f"nexus.lock.wait.{NS}.{step}", "ms"))}
