@@ -227,6 +227,13 @@ def test_waves_with_per_wave_approval_halt_past_the_budget_and_a_rerun_skips_wha
     for n in names[:2]:  # the approver is recorded in every tenant's run (canary and wave 1), and in the summary
         assert stack.xcom(CUTOVER, run_id_for(run1, n), "confirm_writers_stopped")["responded_by"] == "approver"
         assert t[n]["approved_by"] == "approver"
+        released = stack.xcom(CUTOVER, run_id_for(run1, n), "resume_admission")  # its pause, as its release recorded it
+        assert t[n]["admission_pause_s"] == released["admission_pause_s"] > 0
+    assert t[silent]["admission_pause_s"] is None  # stopped before its release
+    pauses = sorted(t[n]["admission_pause_s"] for n in names[:2])
+    assert summary["admission_pause"] == {"tenants": 2, "median_s": round((pauses[0] + pauses[1]) / 2, 3),
+                                          "p95_s": round(pauses[1], 3), "max_s": round(pauses[1], 3)}
+    assert "admission pause over 2 tenant(s)" in stack.xcom(ROLLOUT, run1, "summary", key="summary_text")
 
     # the rerun: t04's connection now exists, t03's writer is stopped again
     stack.put_connection(f"nexus_tenant_{unconnected}", **tenants["_no_conn"])

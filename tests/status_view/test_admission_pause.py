@@ -84,7 +84,7 @@ def test_the_pause_is_the_fence_rows_own_interval_in_the_release_and_the_tenant_
 
 @given(hostile_text(max_size=40))
 def test_metric_names_stay_one_segment_per_tag_for_any_tenant(tenant):
-    from nexus_airflow.metrics import STEP_DURATION, named, name_safe
+    from nexus_airflow.metrics import STEP_DURATION, name_safe, named
 
     segment = name_safe(tenant)
     assert segment and "." not in segment and len(segment) <= 100
