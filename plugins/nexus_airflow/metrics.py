@@ -89,15 +89,17 @@ def named(metric: Metric, tags: dict[str, Any]) -> str:
 
 
 def _stats():
-    from airflow.sdk._shared.observability.metrics import stats as backend  # what airflow.sdk.observability re-exports
+    """Airflow 3.3's metrics client (``airflow.stats`` is a deprecated shim of it), initialized in this process."""
+    from airflow.sdk._shared.observability.metrics import stats as state  # the module it re-exports
+    from airflow.sdk.observability import stats
 
-    if getattr(backend, "_factory", "unknown") is None:  # never initialized in this process (a bare script)
+    if getattr(state, "_factory", "unknown") is None:  # never initialized in this process (a bare script)
         from airflow.sdk.configuration import conf
         from airflow.sdk.observability.metrics import stats_utils
 
-        backend.initialize(factory=stats_utils.get_stats_factory(),
-                           export_legacy_names=conf.getboolean("metrics", "legacy_names_on"))
-    return backend
+        stats.initialize(factory=stats_utils.get_stats_factory(),
+                         export_legacy_names=conf.getboolean("metrics", "legacy_names_on"))
+    return stats
 
 
 def _legacy_names_on() -> bool:
