@@ -12,12 +12,10 @@ import contextlib
 import datetime as dt
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
 import time
-from collections import defaultdict
 
 from sqlalchemy import select
 
@@ -27,51 +25,12 @@ from nexus_sim.old_runtime import OldRuntimeSimulator, SimulatorConfig, StepRepo
 from nexus_sim.scenario import utcnow
 from tests.dags.airflow_harness import HitlAnswerer, collect, next_logical_date
 from tests.dags.cutover_support import DAG_ID, NS, Deployer, base_conf, drained_tenant
+from tests.statsd_listener import StatsdListener
 
 CONFIRM = "Confirm: all old writers stopped"
 PREFIX = "nexus_metrics_test"
 #: The steps that take _System_Lock rows (namespace lock; the checkpoint also the pack's).
 LOCKED_STEPS = {"arm_fence", "audit_and_checkpoint", "resume_admission"}
-
-
-class StatsdListener(threading.Thread):
-    """A UDP socket bound on 127.0.0.1 collecting StatsD lines ``name:value|type`` as they arrive."""
-
-    def __init__(self):
-        super().__init__(daemon=True, name="statsd-listener")
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.lines: list[str] = []
-        self._halt = threading.Event()
-
-    def run(self) -> None:
-        while not self._halt.is_set():
-            try:
-                data = self.sock.recv(65535)
-            except TimeoutError:
-                continue
-            self.lines.extend(line for line in data.decode().splitlines() if line)
-
-    def __enter__(self) -> StatsdListener:
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._halt.set()
-        self.join(timeout=5)
-        self.sock.close()
-
-    def values(self) -> dict[tuple[str, str], list[float]]:
-        """(name without the prefix, type) -> every value received, in order."""
-        out: dict[tuple[str, str], list[float]] = defaultdict(list)
-        for line in self.lines:
-            name, _, rest = line.partition(":")
-            value, _, kind = rest.partition("|")
-            if name.startswith(PREFIX + "."):
-                out[(name[len(PREFIX) + 1:], kind.split("|")[0])].append(float(value))
-        return out
 
 
 def _run_in_own_process(conf: dict, logical_date: dt.datetime, port: int) -> subprocess.CompletedProcess:
@@ -161,7 +120,7 @@ def test_a_statsd_listener_receives_every_figure_of_a_cutover_run(airflow_db, te
     run_id, run_s, times = _run_times(logical_date)
     result = collect(DAG_ID, run_id)
     assert result.state == "success", result.task_states
-    got = statsd.values()
+    got = statsd.values(PREFIX)
 
     # every step that ran: its duration, tagged (fleet-wide in plain StatsD) and per tenant in the name
     ran = [t for t, s in result.task_states.items() if s == "success"]
