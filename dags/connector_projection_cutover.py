@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from airflow.sdk import DAG, AssetAlias, TriggerRule
 
-from nexus_airflow.base import never_retry_stops
+from nexus_airflow.base import STEP_HOOKS, never_retry_stops, step_failed
 from nexus_airflow.declared import CUTOVER, build, steps_md, task
 from nexus_airflow.hitl import ConfirmWritersStoppedOperator, StartNewHostOperator
 from nexus_airflow.notify import CutoverNotifier
@@ -148,7 +148,8 @@ with DAG(
     max_active_runs=16,
     params=cutover_params(),
     doc_md=DAG_DOC,
-    default_args={"retries": 0, "retry_policy": never_retry_stops(), "on_failure_callback": [CutoverNotifier()]},
+    default_args={"retries": 0, "retry_policy": never_retry_stops(), **STEP_HOOKS,
+                  "on_failure_callback": [CutoverNotifier(), step_failed]},
     tags=["nexus", "cutover", "connector-projection"],
     render_template_as_native_obj=False,
 ) as dag:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from airflow.sdk import DAG
 
-from nexus_airflow.base import never_retry_stops
+from nexus_airflow.base import STEP_HOOKS, never_retry_stops, step_failed
 from nexus_airflow.declared import FIELD_HISTORY, build, task
 from nexus_airflow.field_history import (
     OutboxDrainSensor,
@@ -93,7 +93,8 @@ with DAG(
     max_active_runs=16,
     params=field_history_params(),
     doc_md=DAG_DOC,
-    default_args={"retries": 0, "retry_policy": never_retry_stops(), "on_failure_callback": [CutoverNotifier()]},
+    default_args={"retries": 0, "retry_policy": never_retry_stops(), **STEP_HOOKS,
+                  "on_failure_callback": [CutoverNotifier(), step_failed]},
     tags=["nexus", "field-history"],
 ) as dag:
     build(FIELD_HISTORY, TASKS)

@@ -9,6 +9,9 @@ Invariants (contract, ``_System_Lock``):
 * Order is always namespace first, then packs by PackInstallId ascending, so
   two lifecycle writers can never deadlock on each other's lock rows.
 * Lock rows are never deleted.
+* The time spent taking locks is measured here, where they are taken, and handed out as data
+  (:func:`metering`, :class:`LockWaitMeter`): per thread, so a task's own waits are not mixed with those
+  of other threads of the process (a host, a poller).
 
 Transactions, retries and deadlines are :mod:`nexus_cutover.tx`'s business:
 this module only names and takes the locks.
@@ -16,7 +19,10 @@ this module only names and takes the locks.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, bindparam, insert, select
 
@@ -39,14 +45,54 @@ def insert_lock_row_if_absent(conn: Connection, name: str) -> None:
         conn.execute(insert(Lock).values(LockName=name))
 
 
+@dataclass
+class LockWaitMeter:
+    """What one thread spent taking locks since :func:`metering`: ``seconds`` from asking for the locks of a
+    transaction to holding them all (retried attempts and failed waits included), over ``acquisitions``
+    transactions, and the longest single wait."""
+
+    seconds: float = 0.0
+    acquisitions: int = 0
+    longest_s: float = 0.0
+    names: set[str] = field(default_factory=set)
+
+    def add(self, seconds: float, names: list[str]) -> None:
+        self.seconds += seconds
+        self.acquisitions += 1
+        self.longest_s = max(self.longest_s, seconds)
+        self.names.update(names)
+
+
+_meters = threading.local()
+
+
+def metering() -> LockWaitMeter:
+    """Start measuring this thread's lock waits (replacing any meter it had) and return the meter."""
+    _meters.current = LockWaitMeter()
+    return _meters.current
+
+
+def current_meter() -> LockWaitMeter | None:
+    """This thread's meter, if :func:`metering` started one."""
+    return getattr(_meters, "current", None)
+
+
 def acquire(conn: Connection, names: list[str], deadline: Deadline) -> None:
     """Lock ``names`` (already in acquisition order) inside ``conn``'s open transaction.
 
     Driver errors (lock wait timeout, deadlock) propagate as they are, for the
-    transaction policy to classify or retry.
+    transaction policy to classify or retry. The time taken is added to this thread's meter, if any.
     """
-    for name in names:
-        deadline.check(f"waiting for lock {name!r}")
-        row = conn.execute(_LOCK_ROW, {"name": name}).first()
-        if row is None:
-            raise LockTimeout(f"lock row {name!r} disappeared while waiting for it; nothing written")
+    if not names:
+        return
+    started = time.perf_counter()
+    try:
+        for name in names:
+            deadline.check(f"waiting for lock {name!r}")
+            row = conn.execute(_LOCK_ROW, {"name": name}).first()
+            if row is None:
+                raise LockTimeout(f"lock row {name!r} disappeared while waiting for it; nothing written")
+    finally:
+        meter = current_meter()
+        if meter is not None:
+            meter.add(time.perf_counter() - started, names)

@@ -46,7 +46,7 @@ def _reachable(engine: Engine) -> None:
 def _fence(engine: Engine, ns: str) -> dict[str, Any]:
     """The fence section; ``holder`` is who holds the cutover fence in force, ``last_holder`` who released the
     last one (the run a person wants to read about: the one that holds the tenant or last changed it)."""
-    from .projection.fence import fences_in_force, last_released_cutover_fence
+    from .projection.fence import admission_pause_s, fences_in_force, last_released_cutover_fence
 
     with tx.reading(engine, "reading the admission fences") as conn:
         fences = fences_in_force(conn, ns, utcnow())
@@ -63,9 +63,13 @@ def _fence(engine: Engine, ns: str) -> dict[str, Any]:
         text = f"{len(fences)} other fence(s) in force"
     else:
         text = "none in force (admission open)"
+    pause = admission_pause_s(last) if last else None
+    if pause is not None:
+        text += f"; last admission pause {pause:.1f} s (fence {last['FenceId']})"
     return {"armed": bool(cutover), "in_force": len(fences), "cutover_fences": len(cutover), "text": text,
             "held_by": [f["ArmedBy"] for f in cutover], "holder": cutover[0]["ArmedBy"] if len(cutover) == 1 else None,
-            "last_holder": last["ArmedBy"] if last else None}
+            "last_holder": last["ArmedBy"] if last else None, "admission_pause_s": pause,
+            "last_fence": {k: last[k] for k in ("FenceId", "ArmedAt", "ReleasedAt")} if last else None}
 
 
 def _drain(engine: Engine, ns: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import textwrap
 from collections.abc import Iterator
@@ -183,3 +184,41 @@ def plan(log, lines: list[str]) -> list[str]:
     for line in lines or ["(no write)"]:
         log.info("PLAN: %s", line)
     return lines
+
+
+# --- step metrics: the one choke point of every task of the per-tenant DAGs (their default_args) ---------------
+
+def step_started(context) -> None:
+    """``pre_execute`` of every step: start measuring this step's lock waits (:func:`nexus_cutover.locks.metering`)."""
+    from nexus_cutover.locks import metering
+
+    metering()
+
+
+def step_ended(context, result: Any = None) -> None:
+    """``post_execute`` of every step: its duration, lock wait and the figures its result carries, as metrics."""
+    _emit_step(context, "success", result)
+
+
+def step_failed(context) -> None:
+    """``on_failure_callback`` of every step: its duration and lock wait until it failed, as metrics."""
+    _emit_step(context, "failed", None)
+
+
+def _emit_step(context, outcome: str, result: Any) -> None:
+    from nexus_airflow.metrics import emit_step
+    from nexus_cutover.locks import current_meter
+
+    ti, params = context.get("ti"), context.get("params") or {}
+    tenant = params.get("tenant")
+    if ti is None or not tenant or params.get("dry_run"):  # a dry run's figures would mix with the cutovers'
+        return
+    meter = current_meter()
+    started = getattr(ti, "start_date", None)
+    seconds = (dt.datetime.now(dt.UTC) - started).total_seconds() if started else None
+    emit_step(str(tenant), ti.task_id, outcome, seconds, result,
+              lock_wait_s=meter.seconds if meter is not None and meter.acquisitions else None)
+
+
+#: The step hooks, for a DAG's ``default_args`` (``on_failure_callback`` is a list the DAG extends).
+STEP_HOOKS = {"pre_execute": step_started, "post_execute": step_ended}

@@ -141,9 +141,18 @@ class DrainPoller(_EnginePoller):
         self.samples.append((time.monotonic(), remaining))
         rate = measured_rate(list(self.samples))
         message += f"; {eta_text(remaining, rate)}"
+        drain_metrics(self.namespace, remaining, rate)
         return {"state": state, "message": message, "remaining": remaining, "rate_per_min": rate,
                 "eta_min": eta_minutes(remaining, rate),
                 "report": as_json, "report_text": report.report_text()}
+
+
+def drain_metrics(tenant: str, remaining: int, rate: float | None) -> None:
+    """``nexus.drain.remaining`` and ``nexus.drain.rate`` (items/min; not sent before it is measured), per poll."""
+    from nexus_airflow.metrics import DRAIN_RATE, DRAIN_REMAINING, emit
+
+    emit(DRAIN_REMAINING, remaining, tenant=tenant)
+    emit(DRAIN_RATE, rate, tenant=tenant)
 
 
 class OldWritersPoller(_EnginePoller):

@@ -72,6 +72,12 @@ def evidence_shown(ti, *, run_id: str | None = None) -> dict[str, Any] | None:
     return raw if isinstance(raw, dict) else None
 
 
+def release(ti, *, run_id: str | None = None) -> dict[str, Any] | None:
+    """``resume_admission``: the release's result (its ``admission_pause_s``, ``armed_at``, ``released_at``), if any."""
+    raw = pulled(ti, "resume_admission", run_id=run_id, map_indexes=-1 if run_id else None)
+    return raw if isinstance(raw, dict) else None
+
+
 def confirmation(ti, *, run_id: str | None = None) -> dict[str, Any] | None:
     """``confirm_writers_stopped``: the accepted answer (``responded_by``, the evidence's age), if any."""
     raw = pulled(ti, "confirm_writers_stopped", run_id=run_id, map_indexes=-1 if run_id else None)

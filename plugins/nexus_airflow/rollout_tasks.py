@@ -16,6 +16,7 @@ Invariants (the vocabulary is :mod:`nexus_airflow.rollout`):
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from nexus_airflow import results
@@ -81,6 +82,7 @@ def close_wave(wave: int, run_id: str, ti, log) -> dict[str, Any]:
                "approval": None if not answer or answer.get("answer") == "nothing to confirm" else
                {"by": answer.get("by"), "at": answer.get("at"), "answer": answer.get("answer")}}
     ti.xcom_push(key=ro.WAVE_KEY, value=outcome)
+    progress_metrics(ti, plan, wave, outcome, run_id)
     log.info("wave %d %s: %d succeeded, %d failed (budget %d)%s", wave, state, len(succeeded), len(failed), budget,
              "".join(f"\n  {t}: {f['task']}: {f['reason']}" for t, f in failed.items()))
     if state in ("halted", "cancelled"):
@@ -110,17 +112,67 @@ def summarize(run_id: str, ti, log) -> dict[str, Any]:
                               "approved_by": (closed.get("approved_by") or {}).get(t)}
             else:
                 tenants[t] = {"wave": w["wave"], "state": "failed", **closed["failed"][t]}
+    pauses = admission_pauses(ti, tenants)
     lines = [f"{'tenant':<24}  wave  outcome"] + [
         f"{t:<24}  {o['wave']:>4}  {o['state']}" + (f" ({o.get('task')}: {o.get('reason')})" if o["state"] == "failed" else "")
+        + pause_text(o)
         + (f" ({o['reason']})" if o["state"] == "not run" else "") for t, o in tenants.items()] + [
-        f"{t:<24}     -  skipped ({why})" for t, why in plan["skipped"].items()]
+        f"{t:<24}     -  skipped ({why})" for t, why in plan["skipped"].items()] + pause_lines(pauses)
     log.info("rollout %s:\n%s", run_id, "\n".join(lines))
     ok = [t for t, o in tenants.items() if o["state"] == "success"]
     result = {"tenants": tenants, "succeeded": ok, "not_succeeded": [t for t in tenants if t not in ok],
-              "skipped": plan["skipped"], "halted": halted}
+              "skipped": plan["skipped"], "halted": halted, "admission_pause": pauses}
     ti.xcom_push(key=ro.SUMMARY_KEY, value=result)
     ti.xcom_push(key="summary_text", value="\n".join(lines))
     if result["not_succeeded"]:
         raise _fail(f"{len(result['not_succeeded'])} of {len(tenants)} tenant(s) did not succeed"
                     + (f" ({halted})" if halted else "") + ": " + ", ".join(result["not_succeeded"]))
     return result
+
+
+# --- the admission pause per tenant (issue 27) -----------------------------------------------------------------
+
+def admission_pauses(ti, tenants: dict[str, Any]) -> dict[str, Any] | None:
+    """Each tenant's admission pause, as its run's release step recorded it (``admission_pause_s`` added to the
+    tenant's entry, None when its run released no fence), and median / p95 / max over the rollout (None: none)."""
+    from nexus_airflow.metrics import pause_summary
+
+    for o in tenants.values():
+        if o.get("run_id"):
+            o["admission_pause_s"] = (results.release(ti, run_id=o["run_id"]) or {}).get("admission_pause_s")
+    return pause_summary(o["admission_pause_s"] for o in tenants.values() if o.get("admission_pause_s") is not None)
+
+
+def pause_text(outcome: dict[str, Any]) -> str:
+    pause = outcome.get("admission_pause_s")
+    return "" if pause is None else f"  admission paused {pause:.1f} s"
+
+
+def pause_lines(summary: dict[str, Any] | None) -> list[str]:
+    if not summary:
+        return []
+    return [f"admission pause over {summary['tenants']} tenant(s): median {summary['median_s']:.1f} s, "
+            f"p95 {summary['p95_s']:.1f} s, max {summary['max_s']:.1f} s"]
+
+
+def progress_metrics(ti, plan: dict[str, Any], wave: int, outcome: dict[str, Any], run_id: str) -> None:
+    """``nexus.rollout.tenants`` (done / failed / waiting) and ``nexus.rollout.wave.eta`` at a wave's close:
+    this wave's outcome plus the earlier waves' (their ``close`` XComs)."""
+    from nexus_airflow.metrics import emit_rollout, rollout_progress
+
+    closed = [outcome] + [ti.xcom_pull(task_ids=ro.close_task(k), key=ro.WAVE_KEY) or {} for k in range(wave)]
+    done = sum(len(c.get("succeeded") or []) for c in closed)
+    failed = sum(len(c.get("failed") or {}) for c in closed)
+    total = sum(len(w["tenants"]) for w in plan.get("waves") or [])
+    emit_rollout(run_id, rollout_progress(total, done, failed, _elapsed_s()))
+
+
+def _elapsed_s() -> float | None:
+    """Seconds since this rollout run started (None outside a task's context)."""
+    from airflow.sdk import get_current_context
+
+    try:
+        started = get_current_context()["dag_run"].start_date
+    except Exception:  # noqa: BLE001 - no context (a unit call): no ETA rather than no metrics
+        return None
+    return (dt.datetime.now(dt.UTC) - started).total_seconds() if started else None

@@ -213,12 +213,19 @@ def test_a_successful_dry_run_sends_nothing(dag, tenant, tenant_connection):
 
 @pytest.mark.parametrize("dag_id", [DAG_ID, "field_history_eligibility"])
 def test_every_task_notifies_on_failure_and_the_form_has_notify_conn_id(airflow_db, dag_id):
+    from nexus_airflow.base import step_ended, step_failed, step_started
     from nexus_airflow.notify import CutoverNotifier
 
     dag = load_dag(dag_id)
     assert "notify_conn_id" in dag.params and dag.params["notify_conn_id"] is None  # empty: Variable, else the log
     for task in dag.tasks:
-        assert [type(cb) for cb in task.on_failure_callback] == [CutoverNotifier], task.task_id
+        # one notifier, and the step metrics' failure hook (issue 27) beside it; their step hooks on every task too
+        assert [type(cb) for cb in task.on_failure_callback][:1] == [CutoverNotifier], task.task_id
+        assert task.on_failure_callback[1:] == [step_failed], task.task_id
+        given = getattr(task, "partial_kwargs", None)  # a mapped task keeps them for its instances
+        hooks = ((given.get("pre_execute"), given.get("post_execute")) if given is not None
+                 else (task._pre_execute_hook, task._post_execute_hook))
+        assert hooks == (step_started, step_ended), task.task_id
 
 
 def test_credentials_in_urls_are_masked():

@@ -97,10 +97,28 @@ def test_run_end_to_end_with_the_old_runtime_draining_then_the_reference_host(te
     with engine.connect() as conn:
         fences = conn.execute(select(catalog.AdmissionFence.c.ReleasedAt, catalog.AdmissionFence.c.ArmedBy)).all()
     assert len(fences) == 1 and fences[0].ReleasedAt is not None
+    _assert_admission_pause_reported(engine, url, out)
     again = cli(url, "run", "-namespace", NS, *FAST, "-json")  # complete: nothing to do, no confirmation asked
     assert again.returncode == 0, again.stderr
     assert as_json(again)["outcome"] == "nothing_to_do"
     assert as_json(again)["steps"] == CUTOVER.names[: CUTOVER.names.index("arm_fence") + 1]  # its verdict: done
+
+
+def _assert_admission_pause_reported(engine, url: str, out: dict) -> None:
+    """The run's admission pause is the fence row's ReleasedAt - ArmedAt, in its JSON, and in the text of a
+    release (already released: the same pause) and of status."""
+    f = catalog.AdmissionFence
+    with engine.connect() as conn:
+        armed, released = conn.execute(select(f.c.ArmedAt, f.c.ReleasedAt)).one()
+    pause = (released - armed).total_seconds()
+    assert pause > 0 and out["admission_pause_s"] == out["release"]["admission_pause_s"]
+    assert abs(out["admission_pause_s"] - pause) < 1e-6, (out["release"], pause)
+    again = cli(url, "release-fence", "-namespace", NS, "-fence-id", str(out["release"]["fence_id"]),
+                "-holder", out["holder"])
+    assert again.returncode == 0, again.stderr
+    assert f"already_released (admission paused {pause:.3f} s: armed {armed.isoformat()}" in again.stdout
+    status = cli(url, "status", "-namespace", NS)
+    assert f"last admission pause {pause:.1f} s" in status.stdout, status.stdout
 
 
 def tenant_digest_path(url: str) -> str:

@@ -21,6 +21,7 @@ import uuid
 import pytest
 from sqlalchemy import update
 
+from nexus_airflow.metrics import name_safe
 from nexus_airflow.rollout import control_variable, run_id_for
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
@@ -33,6 +34,7 @@ from nexus_sim.traffic import LiveTraffic
 from scripts.demo import stop_pid_if_ours
 from scripts.demo_airflow import AirflowStack, ApiError
 from scripts.stack import mariadb_tenant, wait_for
+from tests.statsd_listener import StatsdListener
 
 pytestmark = pytest.mark.airflow  # a real `airflow standalone` (mysql: set from mysql_server_url by tests/conftest.py)
 
@@ -42,6 +44,7 @@ WAVE_CONFIRM = "Confirm: every old writer of every tenant of this wave stopped"
 WAVE_REJECT = "Reject the wave"
 CONFIRM = "Confirm: all old writers stopped"
 USERS = "admin:admin,lead:admin,approver:admin"
+STATSD_PREFIX = "nexus_rollout_test"
 
 
 class Stack(AirflowStack):
@@ -76,9 +79,18 @@ def _build(engine, namespace: str, seed: int) -> Planted:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
+def statsd():
+    """A real StatsD listener every process of the stack sends its metrics to (``[metrics]`` from the env)."""
+    with StatsdListener() as listener:
+        yield listener
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, statsd):
     s = Stack(tmp_path_factory.mktemp("airflow"), parallelism=6,
-              extra_env={"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": USERS})
+              extra_env={"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": USERS, "AIRFLOW__METRICS__STATSD_ON": "True",
+                         "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1", "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
+                         "AIRFLOW__METRICS__STATSD_PREFIX": STATSD_PREFIX})
     try:
         s.start()
         s.login()
@@ -216,7 +228,7 @@ def _heartbeat(dsn: str, process_id: str, *, stopped: bool = False) -> None:
         engine.dispose()
 
 
-def test_waves_with_per_wave_approval_halt_past_the_budget_and_a_rerun_skips_what_succeeded(stack, tenants):
+def test_waves_with_per_wave_approval_halt_past_the_budget_and_a_rerun_skips_what_succeeded(stack, tenants, statsd):
     """5 tenants, canary 1, waves of 3, per-wave approval by ``approver`` only (the triggering ``lead`` is
     refused by the API: self-approval). Wave 1 has a tenant without a connection and a tenant whose silent old
     writer heartbeats after the wave's evidence was shown: both fail alone (the third tenant of the wave
@@ -264,6 +276,14 @@ def test_waves_with_per_wave_approval_halt_past_the_budget_and_a_rerun_skips_wha
         for n in names[:2]:  # the approver is recorded in every tenant's run (canary and wave 1), and in the summary
             assert stack.xcom(CUTOVER, run_id_for(run1, n), "confirm_writers_stopped")["responded_by"] == "approver"
             assert t[n]["approved_by"] == "approver"
+            released = stack.xcom(CUTOVER, run_id_for(run1, n), "resume_admission")  # its pause, as its release recorded it
+            assert t[n]["admission_pause_s"] == released["admission_pause_s"] > 0
+        assert t[silent]["admission_pause_s"] is None  # stopped before its release
+        pauses = sorted(t[n]["admission_pause_s"] for n in names[:2])
+        assert summary["admission_pause"] == {"tenants": 2, "median_s": round((pauses[0] + pauses[1]) / 2, 3),
+                                              "p95_s": round(pauses[1], 3), "max_s": round(pauses[1], 3)}
+        assert "admission pause over 2 tenant(s)" in stack.xcom(ROLLOUT, run1, "summary", key="summary_text")
+        _assert_metrics_of_the_first_rollout(statsd, run1, names, t)
 
         # the rerun: t04's connection now exists, t03's writer is stopped again
         stack.put_connection(f"nexus_tenant_{unconnected}", **tenants["_no_conn"])
@@ -296,6 +316,24 @@ def test_waves_with_per_wave_approval_halt_past_the_budget_and_a_rerun_skips_wha
                 wait_for("the receipts sent after the release admitted", lambda e=engine, r=report: all(
                     receipt_outcomes(e, r.receipts).values()), 120)
                 assert report.ordinary and report.ordinary_completed, (n, report)  # ordinary work ran throughout
+
+
+def _assert_metrics_of_the_first_rollout(statsd, run_id: str, names: list[str], outcomes: dict) -> None:
+    """What the stack's task processes sent to the StatsD listener (issue 27): each wave's close counts the
+    tenants done / failed / waiting (5 tenants: canary 1 done; wave 1 one done, two failed; one never run) with
+    an ETA while one waits; each succeeded tenant's run sends its admission pause and its steps' durations."""
+    got = statsd.values(STATSD_PREFIX)
+    rollout = name_safe(run_id)
+    counts = {state: got.get((f"nexus.rollout.tenants.{rollout}.{state}", "g")) for state in ("done", "failed", "waiting")}
+    assert counts == {"done": [1, 2], "failed": [0, 2], "waiting": [4, 1]}, counts
+    eta = got.get((f"nexus.rollout.wave.eta.{rollout}", "g"))
+    assert eta and len(eta) == 2 and all(e > 0 for e in eta), eta
+    for n in names[:2]:
+        assert got[(f"nexus.admission.pause.{n}", "ms")] == [pytest.approx(outcomes[n]["admission_pause_s"] * 1000,
+                                                                          abs=0.01)]
+        assert got[(f"nexus.step.duration.{n}.final_old_writer_check.success", "ms")]
+        assert got[(f"nexus.drain.remaining.{n}", "g")][-1] == 0  # drained: its drain poll says so
+    assert got[(f"nexus.step.duration.{names[2]}.confirm_writers_stopped.failed", "ms")]
 
 
 def test_pause_holds_new_tenants_resume_starts_them_and_cancel_stops_before_the_checkpoint(stack, tmp_path):

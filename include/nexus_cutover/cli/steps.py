@@ -188,8 +188,16 @@ def _held_fence_id(c: Command) -> int:
 def cmd_release_fence(c: Command) -> tuple[int, dict[str, Any]]:
     result = steps.release_fence(c.engine, c.args.namespace, _held_fence_id(c), holder=c.args.holder, stale_heartbeat=c.stale,
                                  timeout_s=c.args.timeout, dry_run=c.args.dry_run)
-    c.say(f"fence {result.fence_id}: {result.outcome}")
+    c.say(f"fence {result.fence_id}: {result.outcome}" + _pause_text(result))
     return EXIT_OK, result.as_json()
+
+
+def _pause_text(result) -> str:
+    """The admission pause of a released fence, as its row records it ("" before the release)."""
+    if result.admission_pause_s is None:
+        return ""
+    return (f" (admission paused {result.admission_pause_s:.3f} s: armed {result.armed_at}, "
+            f"released {result.released_at})")
 
 
 def _released_at(c: Command) -> dt.datetime:
@@ -573,7 +581,9 @@ def _run_release(c: Command, out: dict[str, Any]) -> Verdict:
     released = steps.release_fence(c.engine, c.args.namespace, int(out["fence"]["fence_id"]), holder=c.args.holder,
                                    stale_heartbeat=c.stale, timeout_s=c.args.timeout)
     out["release"] = released.as_json()
-    c.say(f"  fence {released.fence_id}: {released.outcome}; admission resumes through the new host")
+    out["admission_pause_s"] = released.admission_pause_s
+    c.say(f"  fence {released.fence_id}: {released.outcome}; admission resumes through the new host"
+          + _pause_text(released))
     return PROCEED
 
 

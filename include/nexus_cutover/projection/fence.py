@@ -33,6 +33,8 @@ at a time"):
   holds, only: a fence another holder holds is :class:`FenceHeld`; a fence
   already released by this holder is a no-op success, one released by another
   holder is :class:`ReleasedByAnother` (not a success). Nothing here deletes a row.
+* The admission pause of a released cutover fence is ``ReleasedAt - ArmedAt`` of its own row
+  (:func:`admission_pause_s`), read back in the releasing transaction; never derived from ids.
 * Check where it is relied on: every decision is re-read and every write made
   in one transaction of the policy (:func:`nexus_cutover.tx.run`: READ
   COMMITTED) holding the namespace lifecycle lock, inside a bounded
@@ -243,6 +245,14 @@ class FenceResult:
     other_fences_in_force: list[dict[str, Any]] = field(default_factory=list)
     previous_holder: str | None = None
     holder: str | None = None
+    #: The fence row's own ``ArmedAt`` / ``ReleasedAt`` (ISO) once released (``released``, ``already_released``).
+    armed_at: str | None = None
+    released_at: str | None = None
+
+    @property
+    def admission_pause_s(self) -> float | None:
+        """Seconds nothing new was admitted for the tenant (:func:`admission_pause_s`); None before the release."""
+        return admission_pause_s({"ArmedAt": self.armed_at, "ReleasedAt": self.released_at})
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -252,6 +262,9 @@ class FenceResult:
             "holder": self.holder,
             "previous_holder": self.previous_holder,
             "other_fences_in_force": self.other_fences_in_force,
+            "armed_at": self.armed_at,
+            "released_at": self.released_at,
+            "admission_pause_s": self.admission_pause_s,
         }
 
     @classmethod
@@ -269,6 +282,25 @@ class FenceResult:
     def planned(self) -> bool:
         """A dry run's fence that a real run would arm or adopt (none is in force for this run yet)."""
         return self.outcome in ("would_arm", "would_adopt")
+
+
+def _as_datetime(value: Any) -> dt.datetime | None:
+    if value is None or isinstance(value, dt.datetime):
+        return value
+    return dt.datetime.fromisoformat(str(value))
+
+
+def admission_pause_s(fence: dict[str, Any]) -> float | None:
+    """The admission pause of a cutover fence row: ``ReleasedAt - ArmedAt`` in seconds (None while in force).
+
+    Both are the row's own columns (microseconds on MySQL-protocol servers), written in the arming and the
+    releasing transaction by :func:`~nexus_cutover.clock.utcnow` of the process that wrote each. An adoption
+    keeps ``ArmedAt``: the pause runs from the first arming, when admission stopped, whoever releases.
+    """
+    armed, released = _as_datetime(fence.get("ArmedAt")), _as_datetime(fence.get("ReleasedAt"))
+    if armed is None or released is None:
+        return None
+    return round((released - armed).total_seconds(), 6)
 
 
 def arm_fence(
@@ -485,7 +517,8 @@ def _release(
     if fence["ReleasedAt"] is not None:
         if fence["ReleasedBy"] != me:
             raise ReleasedByAnother(namespace, fence, me)
-        return FenceResult(namespace, "already_released", fence_id, others, holder=me)
+        return FenceResult(namespace, "already_released", fence_id, others, holder=me, armed_at=fence["ArmedAt"],
+                           released_at=fence["ReleasedAt"])
     the_cutover_fence(namespace, in_force)
     if fence["ArmedBy"] != me:
         raise FenceHeld(namespace, fence, me, state=HOLDER_UNKNOWN, releasing=True)
@@ -501,7 +534,9 @@ def _release(
              .values(ReleasedAt=now, ReleasedBy=me), namespace, fence_id, "released")
     if precondition is not None:
         precondition(conn)  # after the write: what committed since the first check is seen, and rolls it back
-    return FenceResult(namespace, "released", fence_id, others, holder=me)
+    written = fence_row(conn, fence_id)  # the pause as the row records it, read back in the releasing transaction
+    return FenceResult(namespace, "released", fence_id, others, holder=me, armed_at=written["ArmedAt"],
+                       released_at=written["ReleasedAt"])
 
 
 def cutover_fence_in_force(bind: Engine | Connection, namespace: str) -> dict[str, Any] | None:

@@ -1,0 +1,182 @@
+"""Every ``nexus.*`` metric, declared once (name, type, tags, meaning), and the one way they are emitted.
+
+Invariants:
+
+* Emitted only through Airflow's own metrics client (``airflow.sdk.observability.stats``, the Task SDK's
+  ``Stats``), so StatsD, Datadog or OpenTelemetry, as ``[metrics]`` configures them, all receive them and
+  ``[metrics]`` allow/block lists apply. A process where Airflow never initialized that client (a bare
+  script) initializes it once from ``[metrics]``, as the task runner does.
+* Each figure is sent twice, as Airflow sends its own metrics: the bare name with its tags (per tenant in
+  OpenTelemetry, Datadog and StatsD with ``statsd_influxdb_enabled``; fleet-wide in plain StatsD, which drops
+  tags) and, while ``[metrics] legacy_names_on`` (Airflow's default), the name with the tag values appended
+  in the declared order (``nexus.step.duration.<tenant>.<step>.<outcome>``): per tenant in plain StatsD.
+  Tag values are made name-safe as Airflow does (a ``.`` becomes ``__``, any other character outside
+  ``[A-Za-z0-9_-]`` a ``_``).
+* A metric never fails or slows a step: an emission error is logged and dropped (UDP is fire-and-forget).
+* Emitted from few places: the cutover and Field History DAGs' step hooks (:mod:`nexus_airflow.base`:
+  step duration, lock wait, admission pause, digest rate, from each step's own result and lock meter), the
+  drain poller (remaining, rate) and the rollout's wave close (tenants done/failed/waiting, ETA).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+TIMER, GAUGE = "timer", "gauge"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric: ``name`` (``nexus.*``), ``kind`` (timer in ms or gauge), ``tags`` in name order, ``unit``."""
+
+    name: str
+    kind: str
+    tags: tuple[str, ...]
+    unit: str
+    meaning: str
+
+
+STEP_DURATION = Metric(
+    "nexus.step.duration", TIMER, ("tenant", "step", "outcome"), "ms",
+    "a step (task) of a tenant's cutover or Field History run, from its first start (a deferred or rescheduled "
+    "wait included) to its end; outcome success or failed")
+ADMISSION_PAUSE = Metric(
+    "nexus.admission.pause", TIMER, ("tenant",), "ms",
+    "the tenant's admission pause: its cutover fence's ReleasedAt - ArmedAt as the fence row records them, "
+    "sent once, by the run that released it")
+LOCK_WAIT = Metric(
+    "nexus.lock.wait", TIMER, ("tenant", "step"), "ms",
+    "time a locked step spent taking its _System_Lock rows (every transaction and retry of the step together)")
+DRAIN_REMAINING = Metric(
+    "nexus.drain.remaining", GAUGE, ("tenant",), "WorkItems",
+    "old projection WorkItems still pending, blocked, retry or processing, at each poll of wait_for_drain")
+DRAIN_RATE = Metric(
+    "nexus.drain.rate", GAUGE, ("tenant",), "WorkItems/min",
+    "drain rate over the last polls (negative when old work grew); not sent until two polls lie apart")
+DIGEST_ROWS_PER_S = Metric(
+    "nexus.digest.rows_per_second", GAUGE, ("tenant",), "rows/s",
+    "history rows digested per second by history_digest (every Event and WorkItem row of the tenant)")
+ROLLOUT_TENANTS = Metric(
+    "nexus.rollout.tenants", GAUGE, ("rollout", "state"), "tenants",
+    "tenants of a tenant_rollout run by state (done, failed, waiting: not yet ended), at each wave's close")
+WAVE_ETA = Metric(
+    "nexus.rollout.wave.eta", GAUGE, ("rollout",), "s",
+    "seconds until the rollout's last wave ends, at the pace measured so far (elapsed / tenants ended x "
+    "tenants waiting); 0 when none waits")
+
+#: Every metric of the project, in the runbook's order.
+ALL = (STEP_DURATION, ADMISSION_PAUSE, LOCK_WAIT, DRAIN_REMAINING, DRAIN_RATE, DIGEST_ROWS_PER_S, ROLLOUT_TENANTS,
+       WAVE_ETA)
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def name_safe(value: Any) -> str:
+    """A tag value as one segment of a metric name (Airflow's rule for its legacy names, then its character set)."""
+    return _UNSAFE.sub("_", str(value).replace(".", "__"))[:100] or "_"
+
+
+def named(metric: Metric, tags: dict[str, Any]) -> str:
+    """The name with the tag values appended in the declared order (the form plain StatsD keeps per tenant)."""
+    return ".".join([metric.name, *(name_safe(tags[t]) for t in metric.tags)])
+
+
+def _stats():
+    """Airflow 3.3's metrics client (``airflow.stats`` is a deprecated shim of it), initialized in this process."""
+    from airflow.sdk._shared.observability.metrics import stats as state  # the module it re-exports
+    from airflow.sdk.observability import stats
+
+    if getattr(state, "_factory", "unknown") is None:  # never initialized in this process (a bare script)
+        from airflow.sdk.configuration import conf
+        from airflow.sdk.observability.metrics import stats_utils
+
+        stats.initialize(factory=stats_utils.get_stats_factory(),
+                         export_legacy_names=conf.getboolean("metrics", "legacy_names_on"))
+    return stats
+
+
+def _legacy_names_on() -> bool:
+    from airflow.sdk.configuration import conf
+
+    return conf.getboolean("metrics", "legacy_names_on", fallback=True)
+
+
+def emit(metric: Metric, value: float | None, **tags: Any) -> None:
+    """Send ``value`` (seconds for a timer, sent in ms; the unit for a gauge) with exactly the declared tags.
+
+    Nothing is sent for ``None``. Never raises: a metric must not fail a step.
+    """
+    if value is None:
+        return
+    try:
+        if set(tags) != set(metric.tags):
+            raise ValueError(f"{metric.name} takes tags {metric.tags}, given {sorted(tags)}")
+        stats = _stats()
+        clean = {k: str(v) for k, v in tags.items()}
+        names = [metric.name] + ([named(metric, tags)] if _legacy_names_on() else [])
+        for i, name in enumerate(names):
+            kw = {"tags": clean} if i == 0 else {}
+            if metric.kind == TIMER:
+                stats.timing(name, float(value) * 1000.0, **kw)
+            else:
+                stats.gauge(name, float(value), **kw)
+    except Exception as exc:  # noqa: BLE001 - a metric never fails a step
+        log.warning("metric %s not sent: %s", metric.name, exc)
+
+
+# --- what a step's result says ----------------------------------------------------------------------------------
+
+def step_figures(step: str, result: Any) -> list[tuple[Metric, float]]:
+    """The figures a step's own result carries: the admission pause of a release, the digest's rows per second."""
+    if not isinstance(result, dict):
+        return []
+    out: list[tuple[Metric, float]] = []
+    if result.get("outcome") == "released" and result.get("admission_pause_s") is not None:
+        out.append((ADMISSION_PAUSE, float(result["admission_pause_s"])))
+    rows, seconds = result.get("rows"), result.get("seconds")
+    if step == "history_digest" and isinstance(rows, dict) and seconds:
+        out.append((DIGEST_ROWS_PER_S, sum(int(r) for r in rows.values()) / float(seconds)))
+    return out
+
+
+def emit_step(tenant: str, step: str, outcome: str, seconds: float | None, result: Any = None,
+              lock_wait_s: float | None = None) -> None:
+    """Every figure of one ended step (the one call of the DAGs' step hooks)."""
+    emit(STEP_DURATION, seconds, tenant=tenant, step=step, outcome=outcome)
+    emit(LOCK_WAIT, lock_wait_s, tenant=tenant, step=step)
+    for metric, value in step_figures(step, result):
+        emit(metric, value, tenant=tenant)
+
+
+# --- rollout ----------------------------------------------------------------------------------------------------
+
+def rollout_progress(total: int, done: int, failed: int, elapsed_s: float | None) -> dict[str, float | int | None]:
+    """Tenants by state and the ETA of the rollout's end at the measured pace (None before a tenant ended, or
+    with no elapsed time known)."""
+    ended = done + failed
+    waiting = max(0, total - ended)
+    eta = 0.0 if waiting == 0 else (elapsed_s / ended * waiting if ended and elapsed_s is not None else None)
+    return {"done": done, "failed": failed, "waiting": waiting, "eta_s": eta}
+
+
+def emit_rollout(rollout: str, progress: dict[str, Any]) -> None:
+    for state in ("done", "failed", "waiting"):
+        emit(ROLLOUT_TENANTS, progress[state], rollout=rollout, state=state)
+    emit(WAVE_ETA, progress["eta_s"], rollout=rollout)
+
+
+def pause_summary(pauses: Iterable[float]) -> dict[str, float | int] | None:
+    """Median, p95 (nearest rank) and max of admission pauses in seconds; None without any."""
+    values = sorted(pauses)
+    if not values:
+        return None
+    p95 = values[max(0, -(-95 * len(values) // 100) - 1)]
+    return {"tenants": len(values), "median_s": round(statistics.median(values), 3), "p95_s": round(p95, 3),
+            "max_s": round(values[-1], 3)}
