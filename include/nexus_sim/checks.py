@@ -27,17 +27,24 @@ from nexus_cutover.identity import COLUMN_NAMES, is_projection_input
 HELD_ORDINARY_STATUSES = ("blocked", "retry", "processing")
 
 
-def projection_owners_after_cutoff(engine: Engine, cutoffs: dict[str, int]) -> dict[str, Any]:
-    """``{"checked": n, "not_exactly_one": [(EventId, pack, lane, owners)], "ordinary_above_cutoff": m}`` for the
-    projection Events above the cutoffs of ``cutoffs``' packs (the server's join on the six identity columns)."""
+def range_membership():
+    """The server's join of an Event to the range generations owning it: the six identity columns equal in the
+    columns' own collation, ``InputStartOrdinal <= EnqueueOrdinal <= LaneOrdinal`` (the contract's membership)."""
     e, w = Event, WorkItem
-    on = and_(
+    return and_(
         *(w.c[name] == e.c[name] for name in COLUMN_NAMES),
         w.c.WorkClass == catalog.WORK_CLASS_PROJECTION,
         w.c.InputStartOrdinal.is_not(None),
         e.c.EnqueueOrdinal >= w.c.InputStartOrdinal,
         e.c.EnqueueOrdinal <= w.c.LaneOrdinal,
     )
+
+
+def projection_owners_after_cutoff(engine: Engine, cutoffs: dict[str, int]) -> dict[str, Any]:
+    """``{"checked": n, "not_exactly_one": [(EventId, pack, lane, owners)], "ordinary_above_cutoff": m}`` for the
+    projection Events above the cutoffs of ``cutoffs``' packs (the server's join on the six identity columns)."""
+    e, w = Event, WorkItem
+    on = range_membership()
     owners: dict[int, list[int]] = defaultdict(list)
     where: dict[int, tuple[str, str]] = {}
     ordinary = 0

@@ -62,7 +62,7 @@ DRAIN_RATE = Metric(
     "drain rate over the last polls (negative when old work grew); not sent until two polls lie apart")
 DIGEST_ROWS_PER_S = Metric(
     "nexus.digest.rows_per_second", GAUGE, ("tenant",), "rows/s",
-    "history rows digested per second by history_digest (every Event and WorkItem row of the tenant)")
+    "history rows digested per second by history_digest (the tenant's projection history rows)")
 ROLLOUT_TENANTS = Metric(
     "nexus.rollout.tenants", GAUGE, ("rollout", "state"), "tenants",
     "tenants of a tenant_rollout run by state (done, failed, waiting: not yet ended), at each wave's close")

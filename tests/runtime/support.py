@@ -12,6 +12,7 @@ from nexus_cutover.catalog import Event, WorkItem
 from nexus_cutover.identity import COLUMN_NAMES, columns
 from nexus_cutover.runtime.model import Input
 from nexus_cutover.runtime.payload import load_payloads
+from nexus_sim.checks import range_membership
 from nexus_sim.scenario import TenantScenario
 
 NS = "acme"
@@ -97,13 +98,7 @@ def server_owners(engine: Engine, pack: str | None = None) -> dict[int, list[int
     """EventId -> the WorkIds of range generations owning it, as the server's own join on the six identity columns
     sees it (``InputStartOrdinal <= EnqueueOrdinal <= LaneOrdinal``): the contract's membership, whatever the collation."""
     e, w = Event, WorkItem
-    on = and_(
-        *(w.c[name] == e.c[name] for name in COLUMN_NAMES),
-        w.c.WorkClass == catalog.WORK_CLASS_PROJECTION,
-        w.c.InputStartOrdinal.is_not(None),
-        e.c.EnqueueOrdinal >= w.c.InputStartOrdinal,
-        e.c.EnqueueOrdinal <= w.c.LaneOrdinal,
-    )
+    on = range_membership()
     stmt = select(e.c.EventId, w.c.WorkId).select_from(e.outerjoin(w, on))
     if pack:
         stmt = stmt.where(e.c.PackInstallId == pack)
