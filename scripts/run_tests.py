@@ -115,6 +115,28 @@ def start(lane: Lane, logs: pathlib.Path) -> None:
                                      stdin=subprocess.DEVNULL, start_new_session=True)
 
 
+#: A lane still running after this long is hung (its slowest ran 20 min under load): it is stopped and fails, so
+#: a hang is reported with its log instead of running into CI's 90-minute limit.
+LANE_TIMEOUT_S = 40 * 60
+
+
+def wait_or_stop(lane: Lane) -> int:
+    """The lane's exit code; a lane past :data:`LANE_TIMEOUT_S` is stopped (its process group: TERM, then KILL)."""
+    try:
+        return lane.proc.wait(timeout=LANE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        say(f"lane {lane.name} still running after {LANE_TIMEOUT_S}s: stopped as hung (see its log)")
+        for sig, grace in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(lane.proc.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                lane.proc.wait(timeout=grace)
+                break
+        with open(lane.log, "a") as out:
+            out.write(f"\nlane {lane.name}: stopped after {LANE_TIMEOUT_S}s as hung\n")
+        return 124
+
+
 #: Set when the run is interrupted: no queue starts its next lane (checked and set under ``STARTING``).
 STOPPING = threading.Event()
 STARTING = threading.Lock()
@@ -126,7 +148,7 @@ def run_queue(queue: list[Lane], logs: pathlib.Path, printed: threading.Lock) ->
             if STOPPING.is_set():
                 return
             start(lane, logs)
-        lane.returncode = lane.proc.wait()
+        lane.returncode = wait_or_stop(lane)
         lane.ended = time.monotonic()
         with printed:  # one lane's whole output at a time
             print(f"\n{'=' * 30} lane {lane.name}: exit {lane.returncode}, {lane.ended - lane.started:.0f}s "

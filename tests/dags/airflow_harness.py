@@ -228,6 +228,7 @@ class HitlAnswerer(threading.Thread):
         self.seen: list[dict[str, Any]] = []
         self.responses: list[tuple[int, Any]] = []
         self.errors: list[BaseException] = []
+        self.transient: list[Exception] = []  # failed polls and answers, retried (a test may assert on them)
         self._halt = threading.Event()
         self._answered: set[tuple] = set()
 
@@ -247,13 +248,19 @@ class HitlAnswerer(threading.Thread):
             from airflow.api_fastapi.app import create_app
             from fastapi.testclient import TestClient
 
-            client = TestClient(create_app(apps="core"))
+            client = None
             deadline = time.monotonic() + self.timeout
             while not self._halt.is_set() and time.monotonic() < deadline:
-                resp = client.get(f"/api/v2/dags/{self.dag_id}/dagRuns/~/hitlDetails", params={"limit": 100})
-                if resp.status_code == 200:
-                    for detail in resp.json().get("hitl_details", []):
-                        self._maybe_answer(client, detail)
+                try:
+                    client = client or TestClient(create_app(apps="core"))
+                    resp = client.get(f"/api/v2/dags/{self.dag_id}/dagRuns/~/hitlDetails", params={"limit": 100})
+                    if resp.status_code == 200:
+                        for detail in resp.json().get("hitl_details", []):
+                            self._maybe_answer(client, detail)
+                except Exception as exc:  # noqa: BLE001 - e.g. SQLite's "database is locked" while dag.test writes
+                    # A person whose click failed clicks again: retried at the next poll. Ending the thread here
+                    # would leave dag.test() waiting for input forever (it has no deadline of its own).
+                    self.transient.append(exc)
                 self._halt.wait(self.poll)
         except BaseException as exc:  # noqa: BLE001 - surfaced to the test through .errors
             self.errors.append(exc)
@@ -266,14 +273,19 @@ class HitlAnswerer(threading.Thread):
         key = (task_id, run_id, map_index, ti.get("try_number"))
         if detail.get("response_received") or key in self._answered or task_id not in self.answers:
             return
-        self.seen.append(detail)
         answer = self.answers[task_id]
         chosen = answer(detail) if callable(answer) else answer
-        self._answered.add(key)
         if chosen is None:
+            self._answered.add(key)
+            self.seen.append(detail)
             return
         resp = client.patch(
             f"/api/v2/dags/{self.dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/{map_index}/hitlDetails",
             json={"chosen_options": [chosen], "params_input": {}},
         )
+        if resp.status_code >= 500:  # the server failed, not the answer: asked again at the next poll
+            self.transient.append(RuntimeError(f"PATCH hitlDetails {task_id}: HTTP {resp.status_code}"))
+            return
+        self._answered.add(key)
+        self.seen.append(detail)
         self.responses.append((resp.status_code, resp.json() if resp.content else None))
