@@ -10,8 +10,8 @@ deps:
 
 # Every test, on throwaway MariaDBs (or NEXUS_TEST_MYSQL_URL) plus SQLite, and the TiDB-semantics run, in lanes, each
 # one pytest on its own server, in three queues at once (scripts/run_tests.py): tests/stack, then tenant_rollout |
-# the other suites that start an `airflow standalone`, then the TiDB-semantics run, then the bench smoke test |
-# tests/dags, then every other test.
+# tests/dags, then the TiDB-semantics run | the other suites that start an `airflow standalone`, then every other
+# test, then the bench smoke test.
 # NEXUS_DB_REQUIRED=1 turns any skipped test into a failure. Each lane's output is printed whole when it ends; then
 # the wall time and the ten slowest tests. PYTEST_ARGS go to every lane but the TiDB one (TIDB_PYTEST_ARGS).
 TEST_START := $(shell date +%s)

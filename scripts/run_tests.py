@@ -10,12 +10,12 @@ Lanes (:func:`lanes`; three queues run at once, each runs its lanes in order):
 
 * ``stack``: ``tests/stack``, the production topology of ``make stack`` (one stack for the whole lane), then
   ``rollout``: ``tenant_rollout`` on its ``airflow standalone`` (its time is set by the rollout's 30 s pokes);
+* ``dags``: ``tests/dags``, the DAGs run in process (``dag.test()``), then ``tidb``: the TiDB-semantics pass
+  (``NEXUS_TIDB_SEMANTICS=1``) over its suites;
 * ``airflow``: the other suites that start an ``airflow standalone`` each (the browser tests, ``make demo``,
-  the status view's API-server tests), one after another, then ``tidb``: the TiDB-semantics pass
-  (``NEXUS_TIDB_SEMANTICS=1``) over its suites, then ``bench``: the ``make bench QUICK=1`` smoke test;
-* ``dags``: ``tests/dags``, the DAGs run in process (``dag.test()``);
-* ``main`` (after ``dags``): every other test under ``tests/`` (anything not named by another lane lands here, so
-  a new test file is never left out).
+  the status view's API-server tests), one after another, then ``main``: every other test under ``tests/``
+  (anything not named by another lane lands here, so a new test file is never left out), then ``bench``: the
+  ``make bench QUICK=1`` smoke test.
 
 Each lane's output goes to its own log (``.run/test-logs/<lane>.log``), printed whole when the lane ends, so two
 lanes' lines never interleave; while lanes run, a progress line every minute. ``NEXUS_DB_REQUIRED=1`` in every
@@ -81,16 +81,16 @@ def lanes(pytest_args: list[str], tidb_suites: list[str], tidb_args: list[str]) 
     # airflow); it must be loaded before anything imports airflow, which a lane's modules may do in any order.
     # Not in the tidb lane, whose separate run never loaded it.
     first = ["--durations=15", "-p", "tests.dags.airflow_harness"]
-    # Balanced by the lanes' times in a full run (2026-12-02 13:26, seconds): stack 1119 + rollout 627 |
-    # airflow 773 + tidb 757 + bench 200 | dags 844 + main 994; each queue mixes waiting and computing.
+    # Balanced by the lanes' times in a clean-clone run on a quiet machine (2026-12-02 14:48, seconds): stack 966 +
+    # rollout ~430 | dags ~1000 + tidb 314 | airflow 566 + main ~650 + bench 99; each queue mixes waiting and computing.
     return [
         [Lane("stack", [*first, *STACK_PATHS, *pytest_args]),
          Lane("rollout", [*first, *ROLLOUT_PATHS, *pytest_args])],
-        [Lane("airflow", [*first, *AIRFLOW_PATHS, *pytest_args]),
-         Lane("tidb", ["-q", "--durations=15", *tidb_suites, *tidb_args], env={"NEXUS_TIDB_SEMANTICS": "1"}),
-         Lane("bench", [*first, *BENCH_PATHS, *pytest_args])],
         [Lane("dags", [*first, *DAGS_PATHS, *pytest_args]),
-         Lane("main", [*first, "tests", *[f"--ignore={p}" for p in named], *pytest_args])],
+         Lane("tidb", ["-q", "--durations=15", *tidb_suites, *tidb_args], env={"NEXUS_TIDB_SEMANTICS": "1"})],
+        [Lane("airflow", [*first, *AIRFLOW_PATHS, *pytest_args]),
+         Lane("main", [*first, "tests", *[f"--ignore={p}" for p in named], *pytest_args]),
+         Lane("bench", [*first, *BENCH_PATHS, *pytest_args])],
     ]
 
 
