@@ -90,6 +90,9 @@ class TrafficReport:
     #: Ordinary WorkIds completed by the ordinary worker.
     ordinary_completed: list[int] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: Steps the server refused because the tables they read were being altered (the cutover's apply_schema):
+    #: a producer retries them, so the step is tried again at the next tick (not an error).
+    retried_under_ddl: int = 0
     #: Ticks that held their receipts (``receipts_after_release`` and admission not released yet).
     receipts_held: int = 0
     #: Ticks that sent receipts after the release (``receipts_after_release``), and ordinary work created then.
@@ -187,6 +190,11 @@ class LiveTraffic:
             try:
                 step()
             except (CutoverError, SQLAlchemyError) as exc:
+                if _under_concurrent_ddl(exc):
+                    log.info("live traffic: %s met a table being altered; retried at the next tick", what)
+                    with self._lock:
+                        self._report.retried_under_ddl += 1
+                    continue
                 log.warning("live traffic: %s failed: %s", what, exc)
                 with self._lock:
                     self._report.errors.append(f"{what}: {exc}")
@@ -272,6 +280,21 @@ class LiveTraffic:
                       what=f"live traffic: completing ordinary WorkItem {work_id}"):
                 with self._lock:
                     self._report.ordinary_completed.append(int(work_id))
+
+
+#: MariaDB/MySQL errors of a statement that met a table another session is altering: 1412 "table definition has
+#: changed, please retry", 1684 "skipped since its definition is being modified by concurrent DDL".
+_CONCURRENT_DDL_ERRORS = (1412, 1684)
+
+
+def _under_concurrent_ddl(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what it wraps) is a statement refused because a table was being altered meanwhile."""
+    while exc is not None:
+        orig = getattr(exc, "orig", None)
+        if orig is not None and getattr(orig, "args", None) and orig.args[0] in _CONCURRENT_DDL_ERRORS:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def released(engine: Engine, namespace: str, packs: list[str]) -> bool:

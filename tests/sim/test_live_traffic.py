@@ -145,3 +145,25 @@ def test_the_same_seed_sends_the_same_traffic(tmp_path):
     a, b = reports
     assert a.receipts == b.receipts and a.future_sent == b.future_sent
     assert [(o[0], o[3]) for o in a.ordinary] == [(o[0], o[3]) for o in b.ordinary]
+
+
+def test_a_statement_refused_under_concurrent_ddl_is_retried_not_an_error():
+    """apply_schema altering a table while a producer reads it (MariaDB 1684 / 1412, wrapped as the runtime wraps
+    driver errors) is a retry at the next tick; any other database error is still reported."""
+    import pymysql
+    from sqlalchemy.exc import OperationalError
+
+    from nexus_cutover.errors import CutoverError
+    from nexus_sim.traffic import _under_concurrent_ddl
+
+    def wrapped(code: int, text: str) -> CutoverError:
+        driver = OperationalError("SELECT ...", {}, pymysql.err.OperationalError(code, text))
+        try:
+            raise CutoverError("database error while live traffic: ordinary work") from driver
+        except CutoverError as exc:
+            return exc
+
+    assert _under_concurrent_ddl(wrapped(1684, "skipped since its definition is being modified by concurrent DDL"))
+    assert _under_concurrent_ddl(wrapped(1412, "Table definition has changed, please retry transaction"))
+    assert not _under_concurrent_ddl(wrapped(1213, "Deadlock found when trying to get lock"))
+    assert not _under_concurrent_ddl(CutoverError("no driver error at all"))
