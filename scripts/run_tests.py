@@ -81,13 +81,14 @@ def lanes(pytest_args: list[str], tidb_suites: list[str], tidb_args: list[str]) 
     # airflow); it must be loaded before anything imports airflow, which a lane's modules may do in any order.
     # Not in the tidb lane, whose separate run never loaded it.
     first = ["--durations=15", "-p", "tests.dags.airflow_harness"]
-    # Balanced by the lanes' times in a clean-clone run on a quiet machine (2026-12-02 14:48, seconds): stack 966 +
-    # rollout ~430 | dags ~1000 + tidb 314 | airflow 566 + main ~650 + bench 99; each queue mixes waiting and computing.
+    # Balanced by the lanes' times in CI's run of 2026-12-02 (seconds): stack ~1050 + tidb 365 | dags 817 +
+    # rollout ~550 | airflow 588 + main 636 + bench 102. Stack and rollout (the two deployments of their own) in
+    # different queues; at the usual times rollout starts when dags ends, after airflow: two deployments at once.
     return [
         [Lane("stack", [*first, *STACK_PATHS, *pytest_args]),
-         Lane("rollout", [*first, *ROLLOUT_PATHS, *pytest_args])],
-        [Lane("dags", [*first, *DAGS_PATHS, *pytest_args]),
          Lane("tidb", ["-q", "--durations=15", *tidb_suites, *tidb_args], env={"NEXUS_TIDB_SEMANTICS": "1"})],
+        [Lane("dags", [*first, *DAGS_PATHS, *pytest_args]),
+         Lane("rollout", [*first, *ROLLOUT_PATHS, *pytest_args])],
         [Lane("airflow", [*first, *AIRFLOW_PATHS, *pytest_args]),
          Lane("main", [*first, "tests", *[f"--ignore={p}" for p in named], *pytest_args]),
          Lane("bench", [*first, *BENCH_PATHS, *pytest_args])],
@@ -176,6 +177,18 @@ def node_id(classname: str, name: str) -> str:
     return f"{classname}::{name}"
 
 
+def why(tags: dict) -> str:
+    """A failed or skipped case's reason in a few lines: its message and the traceback's last ``E`` lines, so the
+    end of the output says why even where a CI page shows only the start and the end of a long log."""
+    node = tags.get("failure", tags.get("error", tags.get("skipped")))
+    if node is None:
+        return ""
+    errors = [ln for ln in (node.text or "").splitlines() if ln.startswith("E ")][-6:]
+    where = [ln for ln in (node.text or "").splitlines() if ln.startswith(("tests/", "include/", "plugins/"))][-1:]
+    lines = [(node.get("message") or "").splitlines()[0][:300] if node.get("message") else "", *errors, *where]
+    return "\n".join(f"           {ln[:300]}" for ln in lines if ln.strip())
+
+
 def results(lane: Lane) -> list[dict]:
     """Each test case of a lane: node id, seconds (setup + call + teardown), outcome."""
     if lane.junit is None or not lane.junit.exists():
@@ -187,7 +200,7 @@ def results(lane: Lane) -> list[dict]:
         outcome = ("failed" if "failure" in tags else "error" if "error" in tags
                    else "xfailed" if xfailed else "skipped" if "skipped" in tags else "passed")
         found.append({"lane": lane.name, "test": node_id(case.get("classname", ""), case.get("name", "")),
-                      "seconds": float(case.get("time") or 0.0), "outcome": outcome})
+                      "seconds": float(case.get("time") or 0.0), "outcome": outcome, "why": why(tags)})
     return found
 
 
@@ -266,6 +279,8 @@ def main() -> int:
     bad = [c for c in cases if c["outcome"] in ("failed", "error", "skipped")]
     for c in bad:
         print(f"  {c['outcome'].upper():<8} {c['lane']:<8} {c['test']}")
+        if c["why"]:
+            print(c["why"])
     passed = sum(1 for c in cases if c["outcome"] == "passed")
     failed = len(bad) + (1 if failed_lanes and not bad else 0)  # a lane that failed outside any test counts once
     if failed_lanes:
