@@ -126,8 +126,7 @@ with DAG(
     for k in range(MAX_WAVES):
         with TaskGroup(wave_group(k)):
             lanes = open_wave.override(task_id="open")(k)
-            cutover = WaveLaneOperator.partial(task_id="cutover", poke_interval=30,
-                                               max_active_tis_per_dagrun=MAX_PARALLEL_CAP).expand_kwargs(lanes)
+            cutover = WaveLaneOperator.partial(task_id="cutover", max_active_tis_per_dagrun=MAX_PARALLEL_CAP).expand_kwargs(lanes)
             confirm = WaveConfirmOperator(task_id="confirm", wave=k)
             closed = close_wave.override(task_id="close")(k)
             # Every wave also hangs off plan directly: a refused plan fails every wave in one step, not 20.

@@ -60,11 +60,10 @@ class WaveLaneOperator(BaseOperator):
     further tenant. The lane fails at its end if any of its tenants did not succeed (``close`` reports why).
     """
 
-    def __init__(self, *, lane: int, triggers: list[dict[str, Any]], poke_interval: int = 30, **kwargs) -> None:
+    def __init__(self, *, lane: int, triggers: list[dict[str, Any]], **kwargs) -> None:
         super().__init__(**kwargs)
         self.lane = lane
         self.triggers = triggers
-        self.poke_interval = poke_interval
 
     def execute(self, context):
         return self._advance(context, 0)
@@ -78,7 +77,7 @@ class WaveLaneOperator(BaseOperator):
         self.log.info("lane %d: %s ended", self.lane, self.triggers[done]["conf"]["tenant"])
         return self._advance(context, done + 1)
 
-    def _trigger(self, trig: dict[str, Any], *, reset: bool):
+    def _trigger(self, trig: dict[str, Any], *, reset: bool, every_s: int):
         """Start one tenant's run and defer this task until it ends (back in :meth:`execute_complete`).
 
         The Task SDK's :class:`~airflow.sdk.exceptions.DagRunTriggerException` is the request the task runner
@@ -90,13 +89,14 @@ class WaveLaneOperator(BaseOperator):
         return DagRunTriggerException(
             trigger_dag_id=ro.CUTOVER_DAG, dag_run_id=trig["trigger_run_id"], conf=trig["conf"], logical_date=None,
             reset_dag_run=reset, skip_when_already_exists=False, wait_for_completion=True, allowed_states=["success"],
-            failed_states=["failed"], poke_interval=self.poke_interval, deferrable=True)
+            failed_states=["failed"], poke_interval=every_s, deferrable=True)
 
     def _advance(self, context, i: int):
         from airflow.providers.standard.triggers.external_task import DagStateTrigger
         from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
 
         ti, run_id = context["ti"], context["run_id"]
+        every_s = ro.wait_s(context["params"])  # a tenant's end is seen within the rollout's poll_interval
         for index in range(i, len(self.triggers)):
             trig = self.triggers[index]
             rid, tenant = trig["trigger_run_id"], trig["conf"]["tenant"]
@@ -107,7 +107,7 @@ class WaveLaneOperator(BaseOperator):
             if state in ("queued", "running"):
                 self.defer(trigger=DagStateTrigger(dag_id=ro.CUTOVER_DAG, states=["success", "failed"],
                                                    execution_dates=None, run_ids=[rid],
-                                                   poll_interval=self.poke_interval), method_name="execute_complete")
+                                                   poll_interval=every_s), method_name="execute_complete")
             control = ro.read_control(run_id)
             if control == "cancel":
                 self.log.info("rollout cancelled: lane %d starts none of %s", self.lane,
@@ -118,7 +118,7 @@ class WaveLaneOperator(BaseOperator):
                 self.defer(trigger=TimeDeltaTrigger(dt.timedelta(seconds=ro.wait_s(context["params"]))),
                            method_name="execute_complete", kwargs={"resume_at": index})
             self.log.info("lane %d: starting %s (run %s)", self.lane, tenant, rid)
-            raise self._trigger(trig, reset=bool(trig.get("reset_dag_run")) and state is not None)
+            raise self._trigger(trig, reset=bool(trig.get("reset_dag_run")) and state is not None, every_s=every_s)
         states = {t["conf"]["tenant"]: ro.state_word(ti.get_dagrun_state(dag_id=ro.CUTOVER_DAG, run_id=t["trigger_run_id"]))
                   if ti.get_dr_count(dag_id=ro.CUTOVER_DAG, run_ids=[t["trigger_run_id"]]) else "not started"
                   for t in self.triggers}
