@@ -171,6 +171,15 @@ def _state(stack, dag_id: str, run_id: str) -> str | None:
         raise
 
 
+def _where(stack, rollout_run: str, tenant_run: str) -> dict:
+    """Where a rollout and one tenant's run stand (every task's state): the message of a wait that ran out."""
+    where = {}
+    for dag_id, run_id in ((ROLLOUT, rollout_run), (CUTOVER, tenant_run)):
+        if _state(stack, dag_id, run_id) is not None:
+            where[run_id] = {t["task_id"]: t["state"] for t in stack.task_instances(dag_id, run_id)}
+    return where
+
+
 def _pending_wave(stack, run_id: str) -> dict | None:
     return next((d for d in stack.pending_hitl(ROLLOUT, run_id) if d["task_instance"]["task_id"].endswith(".confirm")),
                 None)
@@ -368,20 +377,20 @@ def test_pause_holds_new_tenants_resume_starts_them_and_cancel_stops_before_the_
     stack.request("PATCH", f"/api/v2/variables/{variable}", {"key": variable, "value": "resume"})
     deadline = time.monotonic() + 400
     while not stack.pending_hitl(CUTOVER, first):
-        assert time.monotonic() < deadline and _state(stack, ROLLOUT, run_id) == "running"
+        assert time.monotonic() < deadline and _state(stack, ROLLOUT, run_id) == "running", _where(stack, run_id, first)
         time.sleep(3)
     time.sleep(5)
     stack.request("PATCH", f"/api/v2/variables/{variable}", {"key": variable, "value": "cancel"})
     As(stack, "approver").answer_hitl(CUTOVER, first, "confirm_writers_stopped", CONFIRM)
     deadline = time.monotonic() + 300
     while _state(stack, ROLLOUT, run_id) not in ("success", "failed"):
-        assert time.monotonic() < deadline
+        assert time.monotonic() < deadline, _where(stack, run_id, first)
         time.sleep(3)
-    assert _state(stack, ROLLOUT, run_id) == "failed"
+    assert _state(stack, ROLLOUT, run_id) == "failed", _where(stack, run_id, first)
     report = stack.xcom(CUTOVER, first, "confirm_writers_stopped", key="report")
-    assert report["cancelled_by_rollout"] == run_id and "fence stays armed" in report["message"]
+    assert report and report["cancelled_by_rollout"] == run_id and "fence stays armed" in report["message"], report
     assert _checkpointed(created[0][1], created[0][2]) is False
     summary = stack.xcom(ROLLOUT, run_id, "summary", key="summary")
-    assert summary["halted"] == "cancelled after wave 0"
+    assert summary["halted"] == "cancelled after wave 0", summary
     assert summary["tenants"][created[1][0]]["state"] == "not run"
     assert _state(stack, CUTOVER, run_id_for(run_id, created[1][0])) is None
