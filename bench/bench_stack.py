@@ -57,6 +57,7 @@ REPO = BENCH.parent
 sys.path[:0] = [str(BENCH), str(REPO), str(REPO / "plugins")]
 import benchlib  # noqa: E402
 
+from nexus_airflow.metrics import pause_summary  # noqa: E402  (the rollout summary's own median/p95)
 from scripts.demo_airflow import ApiError  # noqa: E402
 from scripts.stack import ProductionStack, descendants, mariadb_tenant, pids_with_env, signal_all  # noqa: E402
 from scripts.stack import wait_for as stack_wait_for  # noqa: E402
@@ -463,6 +464,11 @@ def measure_rollout(stack: ProductionStack, args) -> dict[str, Any]:
     a, c = out["airflow"], out["cli_floor"]
     if a["wall_s_per_tenant"] and c["wall_s_per_tenant"]:
         out["airflow_over_cli_floor"] = round(a["wall_s_per_tenant"] / c["wall_s_per_tenant"], 2)
+    # The admission pause (fence armed -> released, the fence row's own times; the answer given at once in both)
+    a_pause, c_pause = (a.get("rollout_summary") or {}).get("admission_pause"), c["admission_pause"]
+    if a_pause and c_pause:
+        for stat in ("median_s", "p95_s"):
+            out[f"admission_pause_{stat[:-2]}_over_cli"] = round(a_pause[stat] / c_pause[stat], 2)
     return out
 
 
@@ -521,7 +527,7 @@ def cli_rollout(dsns: dict[str, str], poll_s: int) -> dict[str, Any]:
     host = str(Path(sys.executable).parent / "nexus-host")
     marker = f"nexus-bench-cli-{uuid.uuid4().hex[:8]}"
 
-    def one(item: tuple[str, str]) -> tuple[int, float]:
+    def one(item: tuple[str, str]) -> tuple[int, float, float | None]:
         name, dsn = item
         env = {**os.environ, "NEXUS_TENANT_DSN": dsn, "NEXUS_BENCH_CLI": f"{marker}-{name}"}
         t0 = time.monotonic()
@@ -535,17 +541,29 @@ def cli_rollout(dsns: dict[str, str], poll_s: int) -> dict[str, Any]:
         signal_all(left, 15)
         if proc.returncode != 0:
             say(f"cli floor: {name} exited {proc.returncode}: {proc.stderr[-400:]}")
-        return proc.returncode, took
+        return proc.returncode, took, _json_pause(proc.stdout)
 
     started = time.monotonic()
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(one, dsns.items()))
     wall = time.monotonic() - started
-    ok = sum(1 for code, _ in results if code == 0)
+    ok = sum(1 for code, _, _ in results if code == 0)
     say(f"rollout (CLI floor): {ok}/{len(dsns)} in {wall:.0f}s")
     return {"wall_s": round(wall, 1), "succeeded": ok,
             "wall_s_per_tenant": round(wall / len(dsns), 1) if ok == len(dsns) else None,
-            "tenant_run_s_mean": round(sum(t for _, t in results) / len(results), 1)}
+            "tenant_run_s_mean": round(sum(t for _, t, _ in results) / len(results), 1),
+            "admission_pause": pause_summary(p for code, _, p in results if code == 0 and p is not None)}
+
+
+def _json_pause(stdout: str) -> float | None:
+    """The admission pause ``nexus-cutover run -json`` reports (its last JSON line), None without one."""
+    for line in reversed(stdout.splitlines()):
+        with contextlib.suppress(ValueError):
+            found = json.loads(line)
+            if isinstance(found, dict):
+                value = found.get("admission_pause_s")
+                return None if value is None else float(value)
+    return None
 
 
 # --------------------------------------------------------------------------- main
