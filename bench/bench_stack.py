@@ -42,6 +42,7 @@ import os
 import random
 import shutil
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -502,13 +503,40 @@ def airflow_rollout(stack: ProductionStack, names: list[str], limit_s: float) ->
     per = [_seconds(r) for r in done.values() if r["state"] == "success"]
     ok = sum(1 for r in done.values() if r["state"] == "success")
     say(f"rollout (Airflow): {state} in {wall:.0f}s; {ok}/{len(names)} tenants succeeded")
+    pause_parts = [pause_breakdown(stack.task_instances(CUTOVER_DAG, r["dag_run_id"]))
+                   for r in done.values() if r["state"] == "success"]
     return {"state": state, "stopped_at_limit_s": round(limit_s) if stopped else None, "wall_s": round(wall, 1),
             "succeeded": ok, "finished_runs": len(done),
             "wall_s_per_tenant": round(wall / len(names), 1) if ok == len(names) else None,
             "tenant_run_s_mean": round(sum(per) / len(per), 1) if per else None,
             "tenant_run_s_max": round(max(per), 1) if per else None,
             "confirmations_answered": len(answerer.answered), "unanswered_questions": answerer.other,
-            "rollout_failed_tasks": failed_tasks, "rollout_summary": summary}
+            "rollout_failed_tasks": failed_tasks, "rollout_summary": summary,
+            "pause_breakdown_median": {k: round(statistics.median(p[k] for p in pause_parts), 1)
+                                       for k in ("window_s", "in_tasks_s", "queued_s", "between_s")}
+            if pause_parts else None}
+
+
+def _at(value: str | None) -> dt.datetime | None:
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+
+
+def pause_breakdown(tis: list[dict]) -> dict[str, float]:
+    """Where one tenant's admission pause goes in Airflow: from ``arm_fence``'s end to ``resume_admission``'s start,
+    the seconds inside tasks (start -> end, clipped to the window; a deferred wait counts inside its task), queued
+    (queued -> first start: a worker taking it) and the rest (a task ended -> the next one queued: the scheduler's
+    loop), from the task instances' own times."""
+    end_of = {t["task_id"].rsplit(".", 1)[-1]: t for t in tis}
+    lo, hi = _at(end_of["arm_fence"]["end_date"]), _at(end_of["resume_admission"]["start_date"])
+    inside = queued = 0.0
+    for t in tis:
+        start, end, q = _at(t.get("start_date")), _at(t.get("end_date")), _at(t.get("queued_when"))
+        if start and end and end > lo and start < hi:
+            inside += (min(end, hi) - max(start, lo)).total_seconds()
+        if q and start and q <= start and start > lo and q < hi:  # (a resumed deferral is queued after its start)
+            queued += (min(start, hi) - max(q, lo)).total_seconds()
+    window = (hi - lo).total_seconds()
+    return {"window_s": window, "in_tasks_s": inside, "queued_s": queued, "between_s": window - inside - queued}
 
 
 def cutover_runs(stack: ProductionStack, rollout_run: str) -> list[dict]:
