@@ -35,7 +35,7 @@ from nexus_airflow.params import (
     poll_interval_field,
     resolve,
 )
-from nexus_airflow.pollers import WAITING, _EnginePoller, deadline_in
+from nexus_airflow.pollers import WAITING, _EnginePoller
 from nexus_airflow.sensors import StatusPollSensor
 
 VERSION_PATTERN = r"^\d+(\.\d+)*$"
@@ -291,14 +291,14 @@ class OutboxDrainSensor(StatusPollSensor):
     def wait_seconds(self, context) -> float:
         return FieldHistoryParams.from_context(context).drain_timeout
 
-    def poller_kwargs(self, context) -> dict[str, Any]:
+    def poller_kwargs(self, context, deadline: str) -> dict[str, Any]:
         p = FieldHistoryParams.from_context(context)
         with domain_errors(context, self.log):
             release = p.require_producer_release()
         return {
             "conn_id": p.conn_id,
             "namespace": p.tenant,
-            "deadline": deadline_in(p.drain_timeout),
+            "deadline": deadline,
             "stale_heartbeat_s": p.stale_heartbeat,
             "producer_release": release,
         }
