@@ -10,8 +10,8 @@ call one gate and turn its report into a task outcome:
 * a stage above ``target_stage`` skips (and with it everything downstream).
 
 The outbox drain reuses :class:`~nexus_airflow.sensors.StatusPollSensor` and
-:class:`~nexus_airflow.triggers.StatusPollTrigger` (deferrable, bounded by a
-deadline fixed when the sensor starts); it never changes an outbox row.
+:class:`~nexus_airflow.triggers.StatusPollTrigger` (deferrable by default, bounded by
+``drain_timeout`` from its first poke); it never changes an outbox row.
 Light to import: domain code is imported inside methods only.
 """
 
@@ -280,6 +280,7 @@ class OutboxDrainSensor(StatusPollSensor):
     """Stage 2: wait until no pre-cutover outbox row is pending, processing or failed; stop and report when stuck."""
 
     poller_path = "nexus_airflow.field_history.OutboxDrainPoller"
+    timeout_param = "drain_timeout"
 
     def execute(self, context) -> Any:
         _skip_unless_requested(context, self.task_id)

@@ -69,6 +69,7 @@ class StatusPollSensor(BaseSensorOperator):
     """A wait on a poller (see the module invariants); ``deferrable`` and ``mode`` as in Airflow's sensors."""
 
     poller_path: str = ""
+    timeout_param: str = "timeout"  # the run's param that is the sensor's timeout, as a stop names it
 
     def __init__(self, *, deferrable: bool = True, **kwargs) -> None:
         if refused := [flag for flag in _NEVER if kwargs.pop(flag, False)]:
@@ -174,13 +175,19 @@ class StatusPollSensor(BaseSensorOperator):
         )
 
     def _timed_out(self, context) -> Any:
-        """Airflow's timeout fired before the poller's verdict: one more look past the deadline, then finish."""
+        """Airflow's timeout fired before the poller's verdict: one more look past the deadline, then finish.
+
+        A look that fails (the database still down at the deadline) stops as the trigger's error event does."""
         self.log.warning("%s: its timeout (%s s) ran out; looking once more for the report", self.task_id,
                          self.wait_seconds(context))
         self._close()
         self._deadline = min(self._deadline or _utcnow(), _utcnow())
         try:
             result = self._poll(context)
+        except Exception as exc:  # noqa: BLE001 - reported as a stop, like the trigger's error event
+            first_line = str(exc).splitlines()[0][:300] if str(exc) else ""
+            stop(context, self.log, f"{self.task_id}: {self.timeout_param} ran out and polling the tenant database "
+                 f"failed: {type(exc).__name__}: {first_line}")
         finally:
             self._close()
         if result.get("state") == WAITING:
@@ -239,6 +246,7 @@ class TenantWaitSensor(StatusPollSensor):
         super().__init__(**kwargs)
         self.wait = wait
         self.poller_path = WAITS[wait].poller_path
+        self.timeout_param = WAITS[wait].timeout_param
 
     @property
     def spec(self) -> TenantWait:

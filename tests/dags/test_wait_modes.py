@@ -22,7 +22,7 @@ from nexus_cutover import catalog
 from nexus_cutover.projection.transition import CUTOVER
 from nexus_sim.scenario import utcnow
 from tests.dags.airflow_harness import collect, next_logical_date
-from tests.dags.cutover_support import DAG_ID, base_conf, drained_tenant, history_bytes
+from tests.dags.cutover_support import DAG_ID, base_conf, drained_tenant, draining_tenant, history_bytes
 
 LATE_WRITER = "old-late-writer"
 MODES = ["reschedule", "poke"]
@@ -140,10 +140,7 @@ def test_writer_wait_passes_once_the_last_old_writer_stops(dag, tenant, mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_drain_wait_stops_with_its_report_when_drain_timeout_runs_out(dag, tenant, mode):
     engine, conn_id = tenant
-    sc = drained_tenant()
-    sc.packs[0].lane("lane-waiting").generation(1, status="pending")  # a live old worker would take it, in time
-    sc.process(catalog.ROLE_PROJECTION_WORKER, process_id="old-worker-live")
-    sc.write(engine)
+    draining_tenant().write(engine)  # a live old worker would take the pending item, in time
     before = history_bytes(engine)
     drain_timeout = 4
 
@@ -178,10 +175,7 @@ def test_the_default_defers_to_the_trigger_with_the_sensor_timeout(dag, tenant):
     from nexus_airflow.triggers import StatusPollTrigger
 
     engine, conn_id = tenant
-    sc = drained_tenant()
-    sc.packs[0].lane("lane-waiting").generation(1, status="pending")
-    sc.process(catalog.ROLE_PROJECTION_WORKER, process_id="old-worker-live")
-    sc.write(engine)
+    draining_tenant().write(engine)
     sensor = dag.task_dict["wait_for_drain"]
     assert sensor.deferrable is True and sensor.soft_fail is False
 
@@ -204,19 +198,34 @@ def test_the_default_defers_to_the_trigger_with_the_sensor_timeout(dag, tenant):
 def test_a_deferral_that_times_out_stops_with_the_waits_report(dag, tenant):
     """The scheduler resumes a deferral past its timeout with ``__fail__`` (a lost trigger): one more look, then
     the wait's own stop, not Airflow's bare sensor timeout."""
-    from airflow.sdk.bases.operator import TriggerFailureReason
-    from airflow.sdk.exceptions import AirflowSensorTimeout
-
     from nexus_airflow.base import TaskStopped
 
     engine, conn_id = tenant
     drained_tenant().write(engine)  # no new host registered: never ready
+    with pytest.raises(TaskStopped) as stopped:
+        _resume_timed_out(dag, conn_id)
+    assert "did not become ready within readiness_timeout" in str(stopped.value)
+
+
+def test_a_deferral_that_times_out_with_the_database_down_stops_naming_the_error(dag, tenant_connection):
+    from nexus_airflow.base import TaskStopped
+
+    down = tenant_connection("nexus_tenant_down", "mysql+pymysql://nexus:secret@127.0.0.1:9/acme")  # nothing listens
+    with pytest.raises(TaskStopped) as stopped:
+        _resume_timed_out(dag, down)
+    text = str(stopped.value)
+    assert "verify_readiness: readiness_timeout ran out and polling the tenant database failed: Unreachable" in text
+    assert "Connection refused" in text
+    assert "secret" not in text
+
+
+def _resume_timed_out(dag, conn_id: str):
+    """``verify_readiness`` resumed as the scheduler resumes a deferral past its trigger timeout."""
+    from airflow.models.trigger import TriggerFailureReason
+
     sensor = dag.task_dict["verify_readiness"]
     context = {"params": base_conf(conn_id, readiness_timeout=60)}
-    with pytest.raises(TaskStopped) as stopped:
-        sensor.resume_execution("__fail__", {"error": TriggerFailureReason.TRIGGER_TIMEOUT}, context)
-    assert not isinstance(stopped.value, AirflowSensorTimeout)
-    assert "did not become ready within readiness_timeout" in str(stopped.value)
+    return sensor.resume_execution("__fail__", {"error": TriggerFailureReason.TRIGGER_TIMEOUT.value}, context)
 
 
 @pytest.mark.parametrize("flag", ["soft_fail", "never_fail", "silent_fail"])
