@@ -30,9 +30,10 @@ Invariants:
   poller's verdict past the deadline, or, when Airflow's timeout fires first
   (:class:`AirflowSensorTimeout`: the base class's check, a deferral timeout
   after a lost trigger), one more look at the tenant database past the
-  deadline. The stop names the timeout param, pushes the evidence to XCom and
-  fails the task (:func:`~nexus_airflow.base.stop`): never ``soft_fail``,
-  ``never_fail`` or ``silent_fail`` (a stop is a failure, never a skip).
+  deadline (a look that fails stops naming the error). The stop names the
+  timeout param, pushes the evidence to XCom and fails the task
+  (:func:`~nexus_airflow.base.stop`): never ``soft_fail``, ``never_fail`` or
+  ``silent_fail`` (a stop is a failure, never a skip).
 * Nothing here writes to the tenant database.
 """
 
