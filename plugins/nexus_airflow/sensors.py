@@ -9,8 +9,8 @@ wait in the mode the task asks for:
   poller says ``waiting``, defer to :class:`~nexus_airflow.triggers.StatusPollTrigger`
   with the sensor's remaining timeout, so a waiting tenant holds no worker slot;
 * ``deferrable=False``, ``mode="poke"``: the base class pokes every
-  ``poke_interval`` in the worker; ``mode="reschedule"``: one poke per try of
-  the worker, the task rescheduled in between.
+  ``poke_interval`` in the worker; ``mode="reschedule"``: one poke per
+  execution, the worker slot given back and the task rescheduled in between.
 
 A subclass names its poller, builds the poller's kwargs (ids and bounds only,
 never a DSN), names its timeout and decides what a final state means in
