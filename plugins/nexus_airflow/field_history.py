@@ -10,8 +10,8 @@ call one gate and turn its report into a task outcome:
 * a stage above ``target_stage`` skips (and with it everything downstream).
 
 The outbox drain reuses :class:`~nexus_airflow.sensors.StatusPollSensor` and
-:class:`~nexus_airflow.triggers.StatusPollTrigger` (deferrable, bounded by a
-deadline fixed when the sensor starts); it never changes an outbox row.
+:class:`~nexus_airflow.triggers.StatusPollTrigger` (deferrable by default, bounded by
+``drain_timeout`` from its first poke); it never changes an outbox row.
 Light to import: domain code is imported inside methods only.
 """
 
@@ -35,7 +35,7 @@ from nexus_airflow.params import (
     poll_interval_field,
     resolve,
 )
-from nexus_airflow.pollers import WAITING, _EnginePoller, deadline_in
+from nexus_airflow.pollers import WAITING, _EnginePoller
 from nexus_airflow.sensors import StatusPollSensor
 
 VERSION_PATTERN = r"^\d+(\.\d+)*$"
@@ -280,6 +280,7 @@ class OutboxDrainSensor(StatusPollSensor):
     """Stage 2: wait until no pre-cutover outbox row is pending, processing or failed; stop and report when stuck."""
 
     poller_path = "nexus_airflow.field_history.OutboxDrainPoller"
+    timeout_param = "drain_timeout"
 
     def execute(self, context) -> Any:
         _skip_unless_requested(context, self.task_id)
@@ -291,14 +292,14 @@ class OutboxDrainSensor(StatusPollSensor):
     def wait_seconds(self, context) -> float:
         return FieldHistoryParams.from_context(context).drain_timeout
 
-    def poller_kwargs(self, context) -> dict[str, Any]:
+    def poller_kwargs(self, context, deadline: str) -> dict[str, Any]:
         p = FieldHistoryParams.from_context(context)
         with domain_errors(context, self.log):
             release = p.require_producer_release()
         return {
             "conn_id": p.conn_id,
             "namespace": p.tenant,
-            "deadline": deadline_in(p.drain_timeout),
+            "deadline": deadline,
             "stale_heartbeat_s": p.stale_heartbeat,
             "producer_release": release,
         }

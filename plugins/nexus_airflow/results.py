@@ -5,7 +5,10 @@ A step's result is serialized once, by the task that produces it (its
 task, the HITL steps and the rollout read it back here, typed, by the step's
 name from :data:`~nexus_cutover.projection.transition.CUTOVER` (never a task id
 string of their own). A name the declaration does not have is a programming
-error (KeyError), not an empty result.
+error (KeyError), not an empty result. The status view, which reads many runs'
+XComs in one query, names the steps and reads the values here too
+(:func:`task_ids`, :func:`stored`), by the declaration of the DAG that ran them
+(the cutover or Field History, :func:`transition_of`).
 
 Light to import: domain types are imported inside the readers.
 """
@@ -21,9 +24,37 @@ EVIDENCE_KEY = "evidence"
 RECHECK_KEY = "recheck"
 FINDINGS_KEY = "findings"
 REPORT_KEY = "report"
+RETURN_KEY = "return_value"
 
 
-def pulled(ti, step: str, *, key: str = "return_value", dag_id: str | None = None, run_id: str | None = None,
+def transition_of(dag_id: str):
+    """The declared transition the DAG ``dag_id`` runs (the cutover's or Field History's); KeyError for any other."""
+    from nexus_cutover.field_history.transition import FIELD_HISTORY
+    from nexus_cutover.projection.transition import CUTOVER
+
+    return {t.name: t for t in (CUTOVER, FIELD_HISTORY)}[dag_id]
+
+
+def task_id(step: str, dag_id: str | None = None) -> str:
+    """The task id of the declared step ``step`` of the DAG ``dag_id`` (the cutover's when None)."""
+    from nexus_cutover.projection.transition import CUTOVER
+
+    return (CUTOVER if dag_id is None else transition_of(dag_id))[step].name
+
+
+def task_ids(steps: dict[str, tuple[str, ...]]) -> list[str]:
+    """The task ids of ``steps`` (DAG id -> declared step names), for a query over several DAGs' XComs."""
+    return [task_id(step, dag_id) for dag_id, names in steps.items() for step in names]
+
+
+def stored(xcoms: dict[tuple[str, str, str], Any], run_id: str, step: str, *, dag_id: str | None = None,
+           key: str = RETURN_KEY) -> Any:
+    """The XCom ``key`` of the declared step ``step`` in the run ``run_id`` of ``dag_id`` (the cutover's when
+    None), from XComs read in bulk (``(run_id, task_id, key) -> value``); None when absent."""
+    return xcoms.get((run_id, task_id(step, dag_id), key))
+
+
+def pulled(ti, step: str, *, key: str = RETURN_KEY, dag_id: str | None = None, run_id: str | None = None,
            map_indexes: int | None = None) -> Any:
     """The XCom ``key`` of the declared step ``step`` (of this run, or of the cutover run ``run_id``)."""
     from nexus_cutover.projection.transition import CUTOVER

@@ -1,99 +1,204 @@
-"""Deferrable sensors over domain pollers: wait_for_drain, check_old_writers, verify_readiness.
+"""Sensors over domain pollers: wait_for_drain, check_old_writers, verify_readiness (and Field History's outbox drain).
 
-:class:`StatusPollSensor` is the general base (also for other DAGs): it polls
-once in the worker, then -- while the poller says ``waiting`` -- defers to
-:class:`~nexus_airflow.triggers.StatusPollTrigger`, so a waiting tenant holds no
-worker slot. A subclass names its poller, builds the poller's kwargs (ids and
-bounds only) and decides what a final state means in :meth:`finish`.
+:class:`StatusPollSensor` is the general base (also for other DAGs). It is an
+ordinary Airflow sensor: :meth:`~StatusPollSensor.poke` is one poll of the
+tenant database, and Airflow's :class:`~airflow.sdk.BaseSensorOperator` runs the
+wait in the mode the task asks for:
 
-Invariants: never ``soft_fail`` (a stop is a failure, never a skip); the wait is
-bounded by a deadline computed when the sensor starts, carried in the trigger's
-kwargs and enforced by the poller; a defer timeout backs it up should the
-triggerer die. Nothing here writes to the tenant database.
+* ``deferrable=True`` (the DAGs' default): poke once in the worker; while the
+  poller says ``waiting``, defer to :class:`~nexus_airflow.triggers.StatusPollTrigger`
+  with the sensor's remaining timeout, so a waiting tenant holds no worker slot;
+* ``deferrable=False``, ``mode="poke"``: the base class pokes every
+  ``poke_interval`` in the worker; ``mode="reschedule"``: one poke per
+  execution, the worker slot given back and the task rescheduled in between.
+
+A subclass names its poller, builds the poller's kwargs (ids and bounds only,
+never a DSN), names its timeout and decides what a final state means in
+:meth:`~StatusPollSensor.finish`.
+
+Invariants:
+
+* The sensor's ``timeout`` and ``poke_interval`` are the run's params (e.g.
+  ``drain_timeout``, ``poll_interval``), set when the task starts, before the
+  base class reads them.
+* One deadline bounds the wait: the wait's start plus ``timeout``. Its start
+  is the base class's own: the first poke of this try, or in reschedule mode
+  the try's first reschedule (:meth:`get_first_reschedule_date`), so a
+  reschedule never extends the wait. The poller gets the deadline and says
+  ``timed_out`` (or the drain ``stuck``) past it.
+* A wait that runs out stops with the wait's own report in every mode: the
+  poller's verdict past the deadline, or, when Airflow's timeout fires first
+  (:class:`AirflowSensorTimeout`: the base class's check, a deferral timeout
+  after a lost trigger), one more look at the tenant database past the
+  deadline (a look that fails stops naming the error). The stop names the
+  timeout param, pushes the evidence to XCom and fails the task
+  (:func:`~nexus_airflow.base.stop`): never ``soft_fail``, ``never_fail`` or
+  ``silent_fail`` (a stop is a failure, never a skip).
+* Nothing here writes to the tenant database.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import time
 from dataclasses import dataclass
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.exceptions import AirflowSensorTimeout
 
 from nexus_airflow.base import params_of, stop
 from nexus_airflow.faults import fault_point
 from nexus_airflow.triggers import WAITING, StatusPollTrigger, import_poller
 
+#: The state a wait's result carries when Airflow's timeout ended it and the poller had no final word.
+TIMED_OUT = "timed_out"
+#: Flags that would turn a stop into a skip or hide a failed poll: refused (see the module invariants).
+_NEVER = ("soft_fail", "never_fail", "silent_fail")
+
+
+def _utcnow() -> dt.datetime:
+    from nexus_cutover.clock import utcnow
+
+    return utcnow()
+
+
+def _naive_utc(value: dt.datetime) -> dt.datetime:
+    return value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo else value
+
 
 class StatusPollSensor(BaseSensorOperator):
+    """A wait on a poller (see the module invariants); ``deferrable`` and ``mode`` as in Airflow's sensors."""
+
     poller_path: str = ""
+    timeout_param: str = "timeout"  # the run's param that is the sensor's timeout, as a stop names it
 
     def __init__(self, *, deferrable: bool = True, **kwargs) -> None:
+        if refused := [flag for flag in _NEVER if kwargs.pop(flag, False)]:
+            raise ValueError(f"{', '.join(refused)}: a wait that cannot finish stops the run; it is never skipped")
         kwargs.setdefault("poke_interval", 30)
-        super().__init__(soft_fail=False, mode="poke", **kwargs)
+        super().__init__(**kwargs)
         self.deferrable = deferrable
+        self._deadline: dt.datetime | None = None
+        self._poller = None
+        self._last: dict[str, Any] = {}
 
     # -- subclass API --------------------------------------------------------
 
-    def poller_kwargs(self, context) -> dict[str, Any]:
+    def poller_kwargs(self, context, deadline: str) -> dict[str, Any]:
+        """The poller's kwargs (ids and bounds only), bounded by ``deadline`` (ISO-8601 naive UTC)."""
         raise NotImplementedError
 
     def wait_seconds(self, context) -> float:
+        """The sensor's ``timeout``: the run's param bounding this wait."""
         raise NotImplementedError
 
     def interval(self, context) -> float:
+        """The sensor's ``poke_interval`` (and the trigger's)."""
         return float(params_of(context).poll_interval)
 
     def poll_only_once(self, context) -> bool:
         return False
 
     def finish(self, context, result: dict[str, Any]) -> Any:
+        """A final state (or a dry run's one look): the task's XCom value, or :func:`~nexus_airflow.base.stop`."""
         raise NotImplementedError
 
-    # -- machinery -----------------------------------------------------------
-
-    def _poll(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        poller = import_poller(self.poller_path)(**kwargs)
-        try:
-            return poller.poll()
-        finally:
-            poller.close()
+    # -- Airflow's sensor API ------------------------------------------------
 
     def execute(self, context) -> Any:
-        kwargs = self.poller_kwargs(context)
-        result = self._poll(kwargs)
-        self.log.info("%s", result.get("message", ""))
+        self._start(context)
+        try:
+            if self.deferrable:
+                return self._poke_then_defer(context)
+            try:
+                return super().execute(context)
+            except AirflowSensorTimeout:
+                return self._timed_out(context)
+        finally:
+            self._close()
+
+    def poke(self, context) -> bool | PokeReturnValue:
+        """One poll: not done while the poller says ``waiting``; a final state is :meth:`finish`'s."""
+        result = self._poll(context)
         fault_point(f"{self.task_id}.poll")
-        if result.get("state") != WAITING or self.poll_only_once(context):
-            return self.finish(context, result)
-        if "remaining" in result:
-            kwargs["initial_remaining"] = result["remaining"]
-        interval = self.interval(context)
-        if not self.deferrable:
-            while result.get("state") == WAITING:
-                time.sleep(interval)
-                result = self._poll(kwargs)
-                self.log.info("%s", result.get("message", ""))
-            return self.finish(context, result)
-        self.defer(
-            trigger=StatusPollTrigger(self.poller_path, kwargs, interval),
-            method_name="execute_complete",
-            timeout=dt.timedelta(seconds=self.wait_seconds(context) + 3 * interval + 60),
-        )
+        if result.get("state") == WAITING and not self.poll_only_once(context):
+            return False
+        return PokeReturnValue(is_done=True, xcom_value=self.finish(context, result))
 
     def execute_complete(self, context, event: dict[str, Any]) -> Any:
         if event.get("state") == "error":
             stop(context, self.log, f"{self.task_id}: polling the tenant database failed: {event.get('message')}")
         return self.finish(context, event)
 
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context) -> Any:
+        try:
+            return super().resume_execution(next_method, next_kwargs, context)
+        except AirflowSensorTimeout:  # the deferral's timeout: the trigger did not report in time
+            return self._timed_out(context)
 
-def _base_kwargs(context, wait_s: float) -> dict[str, Any]:
-    from nexus_airflow.pollers import deadline_in
+    # -- machinery -----------------------------------------------------------
 
+    def _start(self, context) -> None:
+        """The sensor's timeout and interval from the run's params, and the deadline from the wait's start."""
+        self.timeout = float(self.wait_seconds(context))
+        self.poke_interval = float(self.interval(context))
+        first = context["ti"].get_first_reschedule_date(context) if self.reschedule and not self.deferrable else None
+        started = _naive_utc(first) if first is not None else _utcnow()
+        self._deadline = started + dt.timedelta(seconds=self.timeout)
+
+    def _kwargs(self, context) -> dict[str, Any]:
+        return self.poller_kwargs(context, (self._deadline or _utcnow()).isoformat())
+
+    def _poll(self, context) -> dict[str, Any]:
+        if self._poller is None:  # one poller per try: the drain's trend and rate span its polls
+            self._poller = import_poller(self.poller_path)(**self._kwargs(context))
+        self._last = self._poller.poll()
+        self.log.info("%s", self._last.get("message", ""))
+        return self._last
+
+    def _close(self) -> None:
+        poller, self._poller = self._poller, None
+        if poller is not None:
+            poller.close()
+
+    def _poke_then_defer(self, context) -> Any:
+        done = self.poke(context)
+        if done:
+            return done.xcom_value
+        kwargs = self._kwargs(context)
+        if "remaining" in self._last:
+            kwargs["initial_remaining"] = self._last["remaining"]
+        self._close()
+        self.defer(
+            trigger=StatusPollTrigger(self.poller_path, kwargs, self.poke_interval),
+            method_name="execute_complete",
+            timeout=max(self._deadline - _utcnow(), dt.timedelta(0)),
+        )
+
+    def _timed_out(self, context) -> Any:
+        """Airflow's timeout fired before the poller's verdict: one more look past the deadline, then finish.
+
+        A look that fails (the database still down at the deadline) stops as the trigger's error event does."""
+        self.log.warning("%s: its timeout (%s s) ran out; looking once more for the report", self.task_id,
+                         self.wait_seconds(context))
+        self._close()
+        self._deadline = min(self._deadline or _utcnow(), _utcnow())
+        try:
+            result = self._poll(context)
+        except Exception as exc:  # noqa: BLE001 - reported as a stop, like the trigger's error event
+            first_line = str(exc).splitlines()[0][:300] if str(exc) else ""
+            stop(context, self.log, f"{self.task_id}: {self.timeout_param} ran out and polling the tenant database "
+                 f"failed: {type(exc).__name__}: {first_line}")
+        finally:
+            self._close()
+        if result.get("state") == WAITING:
+            result = {**result, "state": TIMED_OUT}
+        return self.finish(context, result)
+
+
+def _base_kwargs(context, deadline: str) -> dict[str, Any]:
     p = params_of(context)
-    return {"conn_id": p.conn_id, "namespace": p.tenant, "deadline": deadline_in(wait_s),
-            "stale_heartbeat_s": p.stale_heartbeat}
+    return {"conn_id": p.conn_id, "namespace": p.tenant, "deadline": deadline, "stale_heartbeat_s": p.stale_heartbeat}
 
 
 @dataclass(frozen=True)
@@ -142,6 +247,7 @@ class TenantWaitSensor(StatusPollSensor):
         super().__init__(**kwargs)
         self.wait = wait
         self.poller_path = WAITS[wait].poller_path
+        self.timeout_param = WAITS[wait].timeout_param
 
     @property
     def spec(self) -> TenantWait:
@@ -150,8 +256,8 @@ class TenantWaitSensor(StatusPollSensor):
     def wait_seconds(self, context) -> float:
         return float(getattr(params_of(context), self.spec.timeout_param))
 
-    def poller_kwargs(self, context) -> dict[str, Any]:
-        return _base_kwargs(context, self.wait_seconds(context))
+    def poller_kwargs(self, context, deadline: str) -> dict[str, Any]:
+        return _base_kwargs(context, deadline)
 
     def poll_only_once(self, context) -> bool:
         return params_of(context).dry_run

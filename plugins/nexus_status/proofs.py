@@ -8,7 +8,10 @@ them. For each tenant (a run's ``conf["tenant"]``), the latest run of
 * the Field History DAG: the decisions digest of ``stage_2_materialize`` and
   the read-equivalence comparison of ``stage_3``.
 
-Only summaries leave this module (never chunks, never a connection).
+Only summaries leave this module (never chunks, never a connection). The
+steps are named as declared; :mod:`nexus_airflow.results` maps them to task ids
+and reads their values (a step the declaration lacks is a KeyError, never an
+empty proof).
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from nexus_airflow import results
+
 CUTOVER_DAG = "connector_projection_cutover"
 FIELD_HISTORY_DAG = "field_history_eligibility"
 log = logging.getLogger(__name__)
 MAX_RUNS = 5000  # the newest runs looked at, all tenants together (a fleet of 2,000 has two DAGs)
+#: The declared steps whose results are the proofs, per DAG.
 TASKS = {
     CUTOVER_DAG: ("history_digest", "final_old_writer_check"),
     FIELD_HISTORY_DAG: ("stage_2_materialize", "stage_3"),
@@ -99,11 +105,10 @@ def _xcoms(session, runs: dict[tuple[str, str], str]) -> dict[tuple[str, str, st
 
     if not runs:
         return {}
-    task_ids = [t for tasks in TASKS.values() for t in tasks]
     rows = session.execute(
         select(XComModel.run_id, XComModel.task_id, XComModel.key, XComModel.value).where(
             XComModel.dag_id.in_(list(TASKS)), XComModel.run_id.in_(list(set(runs.values()))),
-            XComModel.task_id.in_(task_ids), XComModel.key.in_(["return_value", "report"]),
+            XComModel.task_id.in_(results.task_ids(TASKS)), XComModel.key.in_([results.RETURN_KEY, results.REPORT_KEY]),
         )
     ).all()
     return {(run_id, task_id, key): _value(value) for run_id, task_id, key, value in rows}
@@ -111,9 +116,10 @@ def _xcoms(session, runs: dict[tuple[str, str], str]) -> dict[tuple[str, str, st
 
 def cutover_proof(run_id: str, xcoms: dict[tuple[str, str, str], Any]) -> dict[str, Any]:
     """The history digest of one cutover run and its verification, as the page shows it."""
-    digest = xcoms.get((run_id, "history_digest", "return_value"))
-    final = xcoms.get((run_id, "final_old_writer_check", "return_value")) or {}
-    report = (xcoms.get((run_id, "final_old_writer_check", "report")) or {}).get("history")
+    digest = results.stored(xcoms, run_id, "history_digest", dag_id=CUTOVER_DAG)
+    final = results.stored(xcoms, run_id, "final_old_writer_check", dag_id=CUTOVER_DAG) or {}
+    stopped = results.stored(xcoms, run_id, "final_old_writer_check", dag_id=CUTOVER_DAG, key=results.REPORT_KEY)
+    report = (stopped or {}).get("history")
     out: dict[str, Any] = {"run_id": run_id, "digest": None, "verified": None}
     if not digest or "hash" not in digest:
         out["text"] = "no history digest yet"
@@ -149,9 +155,10 @@ def field_history_proof(run_id: str, xcoms: dict[tuple[str, str, str], Any]) -> 
     return out
 
 
-def _report(xcoms: dict[tuple[str, str, str], Any], run_id: str, task_id: str) -> dict[str, Any]:
+def _report(xcoms: dict[tuple[str, str, str], Any], run_id: str, step: str) -> dict[str, Any]:
     """A gate's report: its return value, or the report it pushed when it stopped."""
-    value = xcoms.get((run_id, task_id, "return_value")) or xcoms.get((run_id, task_id, "report")) or {}
+    value = (results.stored(xcoms, run_id, step, dag_id=FIELD_HISTORY_DAG)
+             or results.stored(xcoms, run_id, step, dag_id=FIELD_HISTORY_DAG, key=results.REPORT_KEY) or {})
     return value if isinstance(value, dict) else {}
 
 

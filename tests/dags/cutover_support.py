@@ -61,6 +61,14 @@ def drained_tenant(*, seed: int = 11, old_writers_stopped: bool = True) -> Tenan
     return sc
 
 
+def draining_tenant(lane: str = "lane-live") -> TenantScenario:
+    """:func:`drained_tenant` plus one pending old projection WorkItem and a live old worker: the drain waits."""
+    sc = drained_tenant()
+    sc.packs[0].lane(lane).generation(1, status="pending")
+    sc.process(catalog.ROLE_PROJECTION_WORKER, process_id="old-worker-live")
+    return sc
+
+
 def snapshot(engine: Engine) -> dict[str, Any]:
     """What a cutover run leaves behind (ids and timestamps of its own writes excluded)."""
     with engine.connect() as conn:

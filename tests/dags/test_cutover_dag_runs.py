@@ -30,6 +30,7 @@ from tests.dags.cutover_support import (
     Deployer,
     base_conf,
     drained_tenant,
+    draining_tenant,
     history_bytes,
     max_ordinal,
     no_range_starts,
@@ -244,10 +245,7 @@ def snapshot_columns(engine):
 
 def test_dry_run_checks_everything_and_writes_nothing(dag, tenant):
     engine, conn_id = tenant
-    sc = drained_tenant()
-    sc.packs[0].lane("lane-live").generation(1, status="pending")
-    sc.process(catalog.ROLE_PROJECTION_WORKER, process_id="old-worker-live")
-    sc.write(engine)
+    draining_tenant().write(engine)
     tables = [catalog.WorkItem, catalog.Event, catalog.AdmissionFence, catalog.ProcessRegistry, catalog.Lock]
     before = [table_checksum(engine, t) for t in tables]
     events_before = len(asset_events(f"nexus://{NS}/connector-projection-ranges"))
