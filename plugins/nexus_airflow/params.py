@@ -216,6 +216,12 @@ ROLLOUT_FIELDS: dict[str, Field] = {
     "tenants": Field(_REQUIRED, "Tenants", "Namespaces; each uses the connection nexus_tenant_<tenant>.",
                      {"type": "array", "items": {"type": "string", "pattern": TENANT_PATTERN}, "uniqueItems": True},
                      lambda v: list(v or ())),
+    "mode": Field("rollout", "Mode", "rollout: the preflight (every tenant's plan verdict), then the waves. preflight: "
+                  "only the preflight table; no fence is armed and no tenant run starts.",
+                  {"type": "string", "enum": ["rollout", "preflight"]}),
+    "on_preflight_stop": Field("skip", "When a tenant's preflight says stop",
+                               "skip: run the others and name it as skipped with its reason. halt: start no wave.",
+                               {"type": "string", "enum": ["skip", "halt"]}),
     "canary": Field(1, "Canary", "The first N tenants, or a list of tenant names, run first as wave 0.",
                     {"type": ["integer", "array"]}),
     "wave_size": Field(10, "Wave size", "Tenants per wave after the canary.", {"type": "integer", "minimum": 1, "maximum": 500},
@@ -235,6 +241,8 @@ ROLLOUT_FIELDS: dict[str, Field] = {
     "cutover_conf": Field({"host_controller": "manual"}, "Per-tenant form fields",
                           f"Applied to every tenant's run; allowed keys: {', '.join(SHARED_FIELDS)}.",
                           {"type": "object"}, lambda v: dict(v or {}), TIMING),
+    "preflight_concurrency": Field(8, "Preflight concurrency", "How many tenant databases the preflight reads at once.",
+                                   {"type": "integer", "minimum": 1, "maximum": 64}, int, TIMING),
 }
 
 
