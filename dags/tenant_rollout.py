@@ -68,12 +68,11 @@ def preflight(params: dict[str, Any] | None = None, run_id: str | None = None, t
     from nexus_airflow.base import stopped
     from nexus_airflow.params import ROLLOUT_FIELDS
     from nexus_airflow.rollout_preflight import PREFLIGHT_KEY, later_tasks, run_preflight
-    from nexus_cutover.errors import BadInput
 
     log = logging.getLogger("nexus.rollout")
     try:
         rows = run_preflight(params, run_id, get_current_context(), log)
-    except (ValueError, BadInput) as exc:
+    except ValueError as exc:
         ti.xcom_push(key="refusal", value=str(exc))  # what summary reports as the rollout's failure
         raise stopped(log, f"the rollout's form is refused: {exc}. Next: fix the form and trigger again.", code=2) from None
     ti.xcom_push(key=PREFLIGHT_KEY, value=rows)

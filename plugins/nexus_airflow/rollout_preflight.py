@@ -39,13 +39,18 @@ def run_preflight(params: dict[str, Any], run_id: str, context, log) -> list[dic
     tenant database is read)."""
     from nexus_airflow.params import ROLLOUT_FIELDS, resolve
     from nexus_airflow.rollout_plan import check_form
+    from nexus_cutover.errors import BadInput
     from nexus_cutover.projection.preflight import preflight, text_table
 
     values = resolve(ROLLOUT_FIELDS, params)
     tenants = check_form(values)
     airflow = threading.Lock()  # the pool's calls into Airflow (connections, run states), one at a time
     options = dry_run_options(values, run_id, context, log, airflow)
-    rows = preflight(tenants, lambda t: _engine(t, log, airflow), options, concurrency=values["preflight_concurrency"])
+    try:
+        rows = preflight(tenants, lambda t: _engine(t, log, airflow), options,
+                         concurrency=values["preflight_concurrency"])
+    except BadInput as exc:  # a concurrency the form's schema let through (a trigger through the API): refused
+        raise ValueError(str(exc)) from None
     log.info("preflight of %d tenant(s), %d at a time:\n%s", len(rows), values["preflight_concurrency"],
              text_table(rows))
     return rows
