@@ -38,7 +38,8 @@ run at once.
 finding, old work remaining, live old writers, drain ETA), `preflight_concurrency` tenants at a time, as one table:
 the task log, XCom `preflight`, the *Nexus rollouts* page and its CSV. `mode: preflight` runs only that (no fence,
 no tenant run) and succeeds with the table. A real rollout skips the tenants whose verdict is stop
-(`on_preflight_stop: skip`, named in the summary with the reason) or halts before any wave (`halt`).
+(`on_preflight_stop: skip`, named in the summary with the reason), halts before any wave (`halt`), or starts
+them anyway (`run`: each one's own run stops where the preflight said, counted against `max_failed`).
 
 **Approval**: `per_tenant` (default): each tenant's run asks its own writer-stop confirmation in
 *Required actions*. `per_wave`: one question per wave (`wave_NN.confirm`), with one table of every tenant's

@@ -220,8 +220,10 @@ ROLLOUT_FIELDS: dict[str, Field] = {
                   "only the preflight table; no fence is armed and no tenant run starts.",
                   {"type": "string", "enum": ["rollout", "preflight"]}),
     "on_preflight_stop": Field("skip", "When a tenant's preflight says stop",
-                               "skip: run the others and name it as skipped with its reason. halt: start no wave.",
-                               {"type": "string", "enum": ["skip", "halt"]}),
+                               "skip: run the others and name it as skipped with its reason. halt: start no wave. "
+                               "run: start it anyway; its own run stops where the preflight said (a failure that "
+                               "counts against max_failed), e.g. when its connection is created after the preflight.",
+                               {"type": "string", "enum": ["skip", "halt", "run"]}),
     "canary": Field(1, "Canary", "The first N tenants, or a list of tenant names, run first as wave 0.",
                     {"type": ["integer", "array"]}),
     "wave_size": Field(10, "Wave size", "Tenants per wave after the canary.", {"type": "integer", "minimum": 1, "maximum": 500},

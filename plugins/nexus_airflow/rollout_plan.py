@@ -10,7 +10,8 @@ Invariants (the vocabulary is :mod:`nexus_airflow.rollout`):
   ``max_parallel`` (its tenants must all wait at the question at once).
 * A tenant whose preflight verdict is stop (:mod:`.rollout_preflight`) is skipped with
   that reason (``on_preflight_stop: skip``), or the rollout halts before any wave
-  (``halt``), naming every such tenant.
+  (``halt``), naming every such tenant; ``run`` starts it anyway (its own run stops
+  where the preflight said, counted against ``max_failed``).
 * Idempotent by tenant: a tenant already cut over (:mod:`nexus_cutover.standing`,
   the one definition) is skipped; one holding old work above a cutoff is skipped
   as a stop; one whose earlier run failed (it left its fence, or this rollout
@@ -143,7 +144,7 @@ def build_plan(params: dict[str, Any], run_id: str, requested_by: str | None, ti
     params = resolve(ROLLOUT_FIELDS, params)  # a field left empty on the form is its default
     tenants = form_tenants(params)
     shared = _shared_conf(params)
-    stops = stopped_tenants(preflight)
+    stops = stopped_tenants(preflight) if params["on_preflight_stop"] != "run" else {}
     if stops and params["on_preflight_stop"] == "halt":
         raise ValueError(halt_reason(stops))
     approval, max_parallel = params["approval"], params["max_parallel"]
