@@ -30,8 +30,6 @@ from nexus_airflow import rollout as ro
 
 PREFLIGHT_KEY = "preflight"
 PREFLIGHT_TASK = "preflight"
-MODES = ("rollout", "preflight")
-ON_STOP = ("skip", "halt", "run")
 
 
 def run_preflight(params: dict[str, Any], run_id: str, context, log) -> list[dict[str, Any]]:

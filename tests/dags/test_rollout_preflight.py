@@ -139,3 +139,16 @@ def _the_page_and_its_csv_show_the_table(run_id: str, rows: dict) -> None:
     with pytest.raises(HTTPException) as missing:
         status_app.preflight_csv(run_id="no-such-rollout-run")
     assert missing.value.status_code == 404
+
+
+def test_a_large_preflight_shows_its_wait_and_stop_rows_on_the_page_and_counts_them_all(airflow_db):
+    from nexus_status.rollouts import PAGE_ROWS, preflight_view
+
+    verdicts = ["proceed", "proceed", "wait", "proceed", "stop"]
+    rows = [{"tenant": f"t{i:04d}", "verdict": verdicts[i % 5]} for i in range(PAGE_ROWS + 50)]
+    view = preflight_view("manual__2026-12-02T10:00:00+00:00", rows)
+    assert view["total"] == len(rows) and sum(view["counts"].values()) == len(rows)
+    assert view["rows"] == [r for r in rows if r["verdict"] != "proceed"]
+    assert view["csv"] == "api/rollouts/preflight.csv?run_id=manual__2026-12-02T10%3A00%3A00%2B00%3A00"
+    small = rows[:10]
+    assert preflight_view("r", small)["rows"] == small  # a small fleet: every row
