@@ -176,3 +176,17 @@ def test_the_csv_carries_hostile_ids_exactly_and_never_runs_as_a_formula(fleet):
     assert formula["reason"] == "'" + rows[1]["reason"] and formula["live_old_writers"] == "'@x"
     table = pf.text_table(rows)
     assert "pf-waits" in table and "1 tenant(s)" not in table and "2 tenant(s): 0 proceed, 2 wait, 0 stop" in table
+
+
+def test_an_unexpected_error_is_the_tenants_stop_row_in_words_and_never_quotes_a_dsn():
+    @contextlib.contextmanager
+    def broken(tenant):
+        if tenant == "leaks":
+            raise RuntimeError("could not use mysql+pymysql://cutover:s3cret@db:3306/t")
+        raise KeyError(tenant)
+        yield
+
+    rows = pf.preflight(["leaks", "plain"], broken, options)
+    assert [r["verdict"] for r in rows] == ["stop", "stop"]
+    assert rows[0]["reason"] == "the plan could not be read (RuntimeError)" and "s3cret" not in json.dumps(rows)
+    assert rows[1]["reason"] == "the plan could not be read (KeyError: 'plain')"

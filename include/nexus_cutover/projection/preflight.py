@@ -83,6 +83,8 @@ def why_unreadable(exc: BaseException) -> str:
     if isinstance(exc, CutoverError):
         return str(exc) or type(exc).__name__
     first = (str(exc).splitlines() or [""])[0][:300]
+    if "://" in first or "@" in first:  # it may quote a DSN: its kind only (the XCom, the log and the CSV show it)
+        first = ""
     return f"the plan could not be read ({type(exc).__name__}{': ' + first if first else ''})"
 
 
