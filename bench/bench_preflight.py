@@ -42,7 +42,7 @@ from nexus_cutover.db import make_engine  # noqa: E402
 from nexus_cutover.projection import preflight as pf  # noqa: E402
 from nexus_cutover.projection.dry_run import PlanOptions  # noqa: E402
 
-GOAL = 2.0  # also in bench_stack.GOALS, printed with the stack's other goals
+GOAL = 2.0  # bench_stack.GOALS prints it with the stack's other goals
 HOLDER = "bench-preflight"
 SIZES = {"active_packs": 1, "plain_lanes": 2, "generations": 2, "greenfield_pack": False}
 
