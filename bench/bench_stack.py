@@ -28,6 +28,11 @@ succeeded; against the floor: the same steps for fresh copies of the same tenant
 4 at a time (the rollout's ``max_parallel``), same poll interval. Wall time per tenant = total wall / tenants.
 The waiting run is ended first (its 1,000 triggers would fill the survivor's capacity).
 
+**preflight** -- issue 27's ``preflight_vs_plan_loop`` (``bench/bench_preflight.py``: the fleet preflight over
+``--preflight-tenants`` production-shaped MariaDB tenants against a loop of ``nexus-cutover plan`` at the same
+concurrency, one run, interleaved rounds). Needs no Airflow process: measured before the stack starts, and a run
+of ``--only preflight`` starts no stack.
+
 Figures go under the key ``stack`` of bench/results.json (merged: other figures are kept).
 """
 
@@ -57,6 +62,7 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path[:0] = [str(BENCH), str(REPO), str(REPO / "plugins")]
 import benchlib  # noqa: E402
+from bench_preflight import GOAL as PREFLIGHT_GOAL  # noqa: E402
 
 from nexus_airflow.metrics import pause_summary  # noqa: E402  (the rollout summary's own median/p95)
 from scripts.demo_airflow import ApiError  # noqa: E402
@@ -69,7 +75,8 @@ CUTOVER_DAG = "connector_projection_cutover"
 CONFIRM = "Confirm: all old writers stopped"
 POLL_MARK = b"WorkItems remaining"  # in every DrainPoller message: one per poll in the trigger's log
 CLK = os.sysconf("SC_CLK_TCK")
-GOALS = {"mb_per_waiting_tenant": 0.2, "cpu_ms_per_tenant_minute": 20.0, "idle_connections": 0}
+GOALS = {"mb_per_waiting_tenant": 0.2, "cpu_ms_per_tenant_minute": 20.0, "idle_connections": 0,
+         "preflight_vs_plan_loop": PREFLIGHT_GOAL}
 
 
 def say(msg: str) -> None:
@@ -614,6 +621,14 @@ def run(args, save) -> dict[str, Any]:
     results: dict[str, Any] = {"mode": "quick" if args.quick else "full", "measured_at": benchlib.now_utc(),
                                "cores": os.cpu_count(), "goals": GOALS}
     try:
+        if "preflight" in args.only:
+            from bench_preflight import measure as measure_preflight
+
+            results["preflight"] = measure_preflight(args.preflight_tenants, args.preflight_concurrency,
+                                                     1 if args.quick else 3)
+            save(results)
+            if not set(args.only) - {"preflight"}:
+                return results
         tenants_dir, conns = sqlite_tenants(root, args.tenants) if "waiting" in args.only else (root, {})
         extra = {"AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder(root)), "NEXUS_BENCH_WAITING_TENANTS": str(args.tenants),
                  "NEXUS_BENCH_POLL_INTERVAL_S": str(args.poll_interval),
@@ -651,7 +666,7 @@ def save(key: str, results: dict[str, Any]) -> None:
     """Merge part by part: a run of one part (``--only``) keeps the other part's recorded figures."""
     path = benchlib.results_path()
     recorded = (json.loads(path.read_text()) if path.exists() and path.stat().st_size else {}).get(key) or {}
-    for part in ("waiting", "rollout"):  # each part keeps the date of the run that measured it
+    for part in ("waiting", "rollout", "preflight"):  # each part keeps the date of the run that measured it
         if isinstance(recorded.get(part), dict):
             recorded[part].setdefault("measured_at", recorded.get("measured_at"))
     benchlib.merge_results({key: {**recorded, **results}})
@@ -660,7 +675,10 @@ def save(key: str, results: dict[str, Any]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes (a few minutes)")
-    parser.add_argument("--only", nargs="+", choices=("waiting", "rollout"), default=["waiting", "rollout"])
+    parser.add_argument("--only", nargs="+", choices=("waiting", "rollout", "preflight"),
+                        default=["waiting", "rollout", "preflight"])
+    parser.add_argument("--preflight-tenants", type=int, help="preflight tenants (default 32, quick 6)")
+    parser.add_argument("--preflight-concurrency", type=int, help="preflight concurrency (default 8, quick 3)")
     parser.add_argument("--tenants", type=int, help="waiting tenants (default 1000, quick 20)")
     parser.add_argument("--poll-interval", type=float, help="trigger poll interval, s (default 30, quick 5)")
     parser.add_argument("--window", type=float, help="measured window, s (default 90, quick 10)")
@@ -674,7 +692,8 @@ def main() -> int:
     args = parser.parse_args()
     q = args.quick
     for name, full, quick in (("tenants", 1000, 20), ("poll_interval", 30.0, 5.0), ("window", 90.0, 10.0),
-                              ("idle", 20.0, 5.0), ("rollout_tenants", 11, 2)):
+                              ("idle", 20.0, 5.0), ("rollout_tenants", 11, 2), ("preflight_tenants", 32, 6),
+                              ("preflight_concurrency", 8, 3)):
         if getattr(args, name) is None:
             setattr(args, name, quick if q else full)
     benchlib.server_url()

@@ -5,7 +5,8 @@ run id ``rollout__<rollout run id>__<tenant>``): the cutover's tasks are never
 copied here. The tasks live in ``nexus_airflow``, one job per module (the invariants
 are their docstrings): ``rollout_plan`` (the plan), ``rollout_lanes`` (a wave's lanes),
 ``rollout_confirm`` (the wave question, its text ``rollout_render``) and
-``rollout_tasks`` (the waves' and the rollout's outcomes); this file declares the flow: ``plan`` >> wave 0 (the canary) >>
+``rollout_tasks`` (the waves' and the rollout's outcomes); this file declares the flow: ``preflight`` (``rollout_preflight``: every tenant's
+``plan`` verdict as one table) >> ``plan`` >> wave 0 (the canary) >>
 wave 1 >> ... >> ``summary``, each wave ``open`` >> (``cutover`` per lane,
 ``confirm``) >> ``close``. The DAG declares ``MAX_WAVES`` wave groups; those past
 the plan's last wave are skipped by ``plan``, at once.
@@ -33,6 +34,13 @@ A wave starts only after the previous one ended within `max_failed` (a count, or
 past it the rollout **halts** and later tenants are never started. At most `max_parallel` tenants of a wave
 run at once.
 
+**Preflight** (first, always): every tenant's `nexus-cutover plan` verdict (proceed / wait for what / stop on which
+finding, old work remaining, live old writers, drain ETA), `preflight_concurrency` tenants at a time, as one table:
+the task log, XCom `preflight`, the *Nexus rollouts* page and its CSV. `mode: preflight` runs only that (no fence,
+no tenant run) and succeeds with the table. A real rollout skips the tenants whose verdict is stop
+(`on_preflight_stop: skip`, named in the summary with the reason), halts before any wave (`halt`), or starts
+them anyway (`run`: each one's own run stops where the preflight said, counted against `max_failed`).
+
 **Approval**: `per_tenant` (default): each tenant's run asks its own writer-stop confirmation in
 *Required actions*. `per_wave`: one question per wave (`wave_NN.confirm`), with one table of every tenant's
 evidence, asked once every tenant of the wave is waiting at it; each tenant re-checks its own evidence when
@@ -49,6 +57,33 @@ running tenants before their checkpoints (their fences stay armed and are report
 
 
 @task
+def preflight(params: dict[str, Any] | None = None, run_id: str | None = None, ti=None) -> None:
+    """Every tenant's ``plan`` verdict as one table (XCom ``preflight``, the log, the rollout page); read only.
+
+    ``mode: preflight`` ends the rollout here: every later task but ``summary`` is skipped at once."""
+    import logging
+
+    from airflow.sdk import get_current_context
+    from airflow.sdk.exceptions import DownstreamTasksSkipped
+
+    from nexus_airflow.base import stopped
+    from nexus_airflow.params import ROLLOUT_FIELDS
+    from nexus_airflow.rollout_preflight import PREFLIGHT_KEY, later_tasks, run_preflight
+
+    log = logging.getLogger("nexus.rollout")
+    try:
+        rows = run_preflight(params, run_id, get_current_context(), log)
+    except ValueError as exc:
+        ti.xcom_push(key="refusal", value=str(exc))  # what summary reports as the rollout's failure
+        raise stopped(log, f"the rollout's form is refused: {exc}. Next: fix the form and trigger again.", code=2) from None
+    ti.xcom_push(key=PREFLIGHT_KEY, value=rows)
+    mode = ROLLOUT_FIELDS["mode"].value(params, "mode")
+    ti.xcom_push(key="mode", value=mode)
+    if mode == "preflight":
+        raise DownstreamTasksSkipped(tasks=later_tasks())
+
+
+@task
 def plan(params: dict[str, Any] | None = None, run_id: str | None = None, dag_run=None, ti=None) -> None:
     """The waves and every tenant's trigger (XCom ``rollout``); refuses bad input before any tenant starts.
 
@@ -61,10 +96,12 @@ def plan(params: dict[str, Any] | None = None, run_id: str | None = None, dag_ru
     from nexus_airflow.base import stopped
     from nexus_airflow.rollout import unused_wave_tasks
     from nexus_airflow.rollout_plan import build_plan
+    from nexus_airflow.rollout_preflight import PREFLIGHT_KEY, PREFLIGHT_TASK
 
     log = logging.getLogger("nexus.rollout")
+    rows = ti.xcom_pull(task_ids=PREFLIGHT_TASK, key=PREFLIGHT_KEY)
     try:
-        result = build_plan(params, run_id, getattr(dag_run, "triggering_user_name", None), ti, log)
+        result = build_plan(params, run_id, getattr(dag_run, "triggering_user_name", None), ti, log, rows)
     except ValueError as exc:
         ti.xcom_push(key="refusal", value=str(exc))  # what summary reports as the rollout's failure
         raise stopped(log, f"the rollout's form is refused: {exc}. Next: fix the form and trigger again.", code=2) from None
@@ -122,6 +159,7 @@ with DAG(
     tags=["nexus", "cutover", "rollout"],
 ) as dag:
     planned = previous = plan()
+    preflight() >> planned
     closes = []
     for k in range(MAX_WAVES):
         with TaskGroup(wave_group(k)):

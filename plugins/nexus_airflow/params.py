@@ -136,6 +136,9 @@ STALE_HEARTBEAT_FIELD = Field(
 
 
 APPROVAL_MODES = ("per_tenant", "per_wave")
+#: ``tenant_rollout``'s ``mode`` (``preflight``: only the preflight table) and what a preflight stop does.
+ROLLOUT_MODES = ("rollout", "preflight")
+ON_PREFLIGHT_STOP = ("skip", "halt", "run")
 USER_NAME_PATTERN = r"^[A-Za-z0-9_.@+-]{1,128}$"
 #: Who may answer a confirmation, shared by the cutover's form and the rollout's (one definition).
 APPROVER_FIELDS: dict[str, Field] = {
@@ -216,6 +219,14 @@ ROLLOUT_FIELDS: dict[str, Field] = {
     "tenants": Field(_REQUIRED, "Tenants", "Namespaces; each uses the connection nexus_tenant_<tenant>.",
                      {"type": "array", "items": {"type": "string", "pattern": TENANT_PATTERN}, "uniqueItems": True},
                      lambda v: list(v or ())),
+    "mode": Field("rollout", "Mode", "rollout: the preflight (every tenant's plan verdict), then the waves. preflight: "
+                  "only the preflight table; no fence is armed and no tenant run starts.",
+                  {"type": "string", "enum": list(ROLLOUT_MODES)}),
+    "on_preflight_stop": Field("skip", "When a tenant's preflight says stop",
+                               "skip: run the others and name it as skipped with its reason. halt: start no wave. "
+                               "run: start it anyway; its own run stops where the preflight said (a failure that "
+                               "counts against max_failed), e.g. when its connection is created after the preflight.",
+                               {"type": "string", "enum": list(ON_PREFLIGHT_STOP)}),
     "canary": Field(1, "Canary", "The first N tenants, or a list of tenant names, run first as wave 0.",
                     {"type": ["integer", "array"]}),
     "wave_size": Field(10, "Wave size", "Tenants per wave after the canary.", {"type": "integer", "minimum": 1, "maximum": 500},
@@ -235,6 +246,8 @@ ROLLOUT_FIELDS: dict[str, Field] = {
     "cutover_conf": Field({"host_controller": "manual"}, "Per-tenant form fields",
                           f"Applied to every tenant's run; allowed keys: {', '.join(SHARED_FIELDS)}.",
                           {"type": "object"}, lambda v: dict(v or {}), TIMING),
+    "preflight_concurrency": Field(8, "Preflight concurrency", "How many tenant databases the preflight reads at once.",
+                                   {"type": "integer", "minimum": 1, "maximum": 64}, int, TIMING),
 }
 
 

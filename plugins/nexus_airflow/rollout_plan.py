@@ -2,11 +2,16 @@
 
 Invariants (the vocabulary is :mod:`nexus_airflow.rollout`):
 
-* The plan refuses bad input before any tenant starts (the rollout fails with the
+* The preflight refuses bad input before any tenant database is read (:func:`check_form`), the plan
+  again on the waves it makes; both before any tenant starts (the rollout fails with the
   reason in its summary): malformed, duplicated or no tenants, an unknown shared
   field, a shared value the per-tenant form would refuse (named with the schema's
   reason), more waves than the DAG declares, ``per_wave`` with a wave larger than
   ``max_parallel`` (its tenants must all wait at the question at once).
+* A tenant whose preflight verdict is stop (:mod:`.rollout_preflight`) is skipped with
+  that reason (``on_preflight_stop: skip``), or the rollout halts before any wave
+  (``halt``), naming every such tenant; ``run`` starts it anyway (its own run stops
+  where the preflight said, counted against ``max_failed``).
 * Idempotent by tenant: a tenant already cut over (:mod:`nexus_cutover.standing`,
   the one definition) is skipped; one holding old work above a cutoff is skipped
   as a stop; one whose earlier run failed (it left its fence, or this rollout
@@ -95,23 +100,60 @@ def _earlier_failure(ti, tenant: str, own_run_id: str, standing: dict[str, Any] 
     return None, False
 
 
-def build_plan(params: dict[str, Any], run_id: str, requested_by: str | None, ti, log) -> dict[str, Any]:
-    """The rollout's plan (XCom ``rollout``); raises ValueError naming what to fix."""
+def form_tenants(params: dict[str, Any]) -> list[str]:
+    """The rollout's tenants in order (``tenants``, then ``tenants_variable``'s); ValueError naming a malformed
+    or duplicated one, or an empty list."""
     import re
 
     from nexus_airflow.params import TENANT_PATTERN
 
-    params = resolve(ROLLOUT_FIELDS, params)  # a field left empty on the form is its default
     tenants = _tenants(params)
     bad = [t for t in tenants if not re.match(TENANT_PATTERN, t)]
     dupes = sorted({t for t in tenants if tenants.count(t) > 1})
     if bad or dupes or not tenants:
         raise ValueError(f"tenants: malformed {bad}, duplicated {dupes}, or empty list")
+    return tenants
+
+
+def check_form(params: dict[str, Any]) -> list[str]:
+    """The form's own refusals, before any tenant database is read (the preflight's first step): the tenants,
+    the shared fields, the budget, and the waves the whole list would make (the canary, the number of waves,
+    ``per_wave`` wider than ``max_parallel``). Returns the tenants; ValueError naming what to fix."""
+    tenants = form_tenants(params)
+    _shared_conf(params)
+    ro.failure_budget(params["max_failed"], 1)
+    canary = params["canary"]
+    _check_waves(params, ro.plan_waves(tenants, canary if isinstance(canary, int) else list(canary),
+                                       params["wave_size"]))
+    return tenants
+
+
+def _check_waves(params: dict[str, Any], waves: list[dict[str, Any]]) -> None:
+    widest, max_parallel = max((len(w["tenants"]) for w in waves), default=0), params["max_parallel"]
+    if params["approval"] == "per_wave" and widest > max_parallel:
+        raise ValueError(f"approval per_wave needs every tenant of a wave waiting at once: the widest wave has "
+                         f"{widest} tenants but max_parallel is {max_parallel}; lower wave_size or raise max_parallel")
+
+
+def build_plan(params: dict[str, Any], run_id: str, requested_by: str | None, ti, log,
+               preflight: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The rollout's plan (XCom ``rollout``); raises ValueError naming what to fix. ``preflight``: the
+    preflight's rows; a tenant whose verdict is stop is skipped, or halts the rollout (``on_preflight_stop``)."""
+    from nexus_airflow.rollout_preflight import halt_reason, stopped_tenants
+
+    params = resolve(ROLLOUT_FIELDS, params)  # a field left empty on the form is its default
+    tenants = form_tenants(params)
     shared = _shared_conf(params)
+    stops = stopped_tenants(preflight) if params["on_preflight_stop"] != "run" else {}
+    if stops and params["on_preflight_stop"] == "halt":
+        raise ValueError(halt_reason(stops))
     approval, max_parallel = params["approval"], params["max_parallel"]
     ro.failure_budget(params["max_failed"], 1)  # refuses a negative budget up front
     runnable, skipped, reset = [], {}, set()
     for tenant in tenants:
+        if tenant in stops:  # its plan would stop: no fence is armed for it, it is named in the summary
+            skipped[tenant] = stops[tenant]
+            continue
         own = ro.run_id_for(run_id, tenant)
         standing = _standing(tenant, log)
         if standing and standing.get("old_work_above_cutoff"):  # no run can pass it: a reviewed recovery decision
@@ -132,10 +174,7 @@ def build_plan(params: dict[str, Any], run_id: str, requested_by: str | None, ti
         runnable.append(tenant)
     canary = params["canary"]
     waves = ro.plan_waves(runnable, canary if isinstance(canary, int) else list(canary), params["wave_size"])
-    widest = max((len(w["tenants"]) for w in waves), default=0)
-    if approval == "per_wave" and widest > max_parallel:
-        raise ValueError(f"approval per_wave needs every tenant of a wave waiting at once: the widest wave has "
-                         f"{widest} tenants but max_parallel is {max_parallel}; lower wave_size or raise max_parallel")
+    _check_waves(params, waves)
     triggers = {t: _trigger(t, w["wave"], run_id, shared, params, requested_by, t in reset)
                 for w in waves for t in w["tenants"]}
     return {"waves": waves, "approval": approval, "approvers": list(params["approvers"]),

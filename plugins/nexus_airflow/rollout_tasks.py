@@ -93,9 +93,14 @@ def close_wave(wave: int, run_id: str, ti, log) -> dict[str, Any]:
 
 def summarize(run_id: str, ti, log) -> dict[str, Any]:
     """Every tenant's outcome across the waves (XCom ``summary``); fails the rollout unless all succeeded."""
+    from nexus_airflow.rollout_preflight import PREFLIGHT_TASK
+
+    if ti.xcom_pull(task_ids=PREFLIGHT_TASK, key="mode") == "preflight":
+        return preflight_only(ti, log)
     plan = ti.xcom_pull(task_ids="plan", key=ro.PLAN_KEY)
     if not plan:
-        reason = ti.xcom_pull(task_ids="plan", key="refusal") or "the plan task failed (see its log)"
+        reason = (ti.xcom_pull(task_ids=PREFLIGHT_TASK, key="refusal") or ti.xcom_pull(task_ids="plan", key="refusal")
+                  or "the plan task failed (see its log)")
         ti.xcom_push(key=ro.SUMMARY_KEY, value={"tenants": {}, "succeeded": [], "not_succeeded": [], "refusal": reason})
         raise _fail(f"the rollout started no tenant: {reason}")
     tenants: dict[str, Any] = {}
@@ -127,6 +132,22 @@ def summarize(run_id: str, ti, log) -> dict[str, Any]:
     if result["not_succeeded"]:
         raise _fail(f"{len(result['not_succeeded'])} of {len(tenants)} tenant(s) did not succeed"
                     + (f" ({halted})" if halted else "") + ": " + ", ".join(result["not_succeeded"]))
+    return result
+
+
+def preflight_only(ti, log) -> dict[str, Any]:
+    """The summary of ``mode: preflight``: the preflight's counts and the tenants a rollout would skip; succeeds."""
+    from nexus_airflow.rollout_preflight import PREFLIGHT_KEY, PREFLIGHT_TASK, stopped_tenants
+    from nexus_cutover.projection.preflight import counts
+
+    rows = ti.xcom_pull(task_ids=PREFLIGHT_TASK, key=PREFLIGHT_KEY) or []
+    result = {"mode": "preflight", "preflight": counts(rows), "tenants": {}, "succeeded": [], "not_succeeded": [],
+              "skipped": {}, "would_skip": stopped_tenants(rows), "halted": None, "admission_pause": None}
+    text = (f"preflight only: {len(rows)} tenant(s), " + ", ".join(f"{n} {v}" for v, n in result["preflight"].items())
+            + "; no fence armed, no tenant run started")
+    log.info("%s%s", text, "".join(f"\n  {t}: {why}" for t, why in result["would_skip"].items()))
+    ti.xcom_push(key=ro.SUMMARY_KEY, value=result)
+    ti.xcom_push(key="summary_text", value=text)
     return result
 
 

@@ -10,7 +10,10 @@
   (``nexus_status.proofs``), the drain samples, and the counts of the tenants
   not shown;
 * ``GET /nexus-status/rollouts`` and ``GET /nexus-status/api/rollouts`` -- the
-  latest ``tenant_rollout`` runs (``nexus_status.rollouts``).
+  latest ``tenant_rollout`` runs (``nexus_status.rollouts``), each with its preflight table;
+* ``GET /nexus-status/api/rollouts/preflight.csv?run_id=`` -- one rollout run's preflight
+  table as a CSV download (``nexus_cutover.projection.preflight.to_csv``: RFC 4180 quoting,
+  ids exactly as stored, free text redacted).
 
 Access goes through the auth manager, not merely a login: every route needs
 permission to read the tenant connections (``requires_access_connection("GET")``:
@@ -29,8 +32,8 @@ from typing import Any
 
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.core_api.security import requires_access_connection, requires_access_dag
-from fastapi import Depends, FastAPI, Query
-from fastapi.responses import HTMLResponse
+from fastapi import Depends, FastAPI, HTTPException, Query
+from fastapi.responses import HTMLResponse, Response
 
 HERE = pathlib.Path(__file__).parent
 CUTOVER_DAG = "connector_projection_cutover"
@@ -75,6 +78,28 @@ def rollouts(limit: int = Query(5, ge=1, le=20)) -> dict[str, Any]:  # noqa: B00
     from nexus_status.rollouts import rollouts as read_rollouts
 
     return redact_tree(read_rollouts(limit))
+
+
+#: The free-text columns of the preflight table (redacted like every text of the page); ids are written as stored.
+PREFLIGHT_TEXT = ("reason", "plan_verdict", "drain_eta")
+
+
+@app.get("/api/rollouts/preflight.csv", dependencies=ROLLOUT_READS)
+def preflight_csv(run_id: str = Query(..., min_length=1, max_length=250)) -> Response:  # noqa: B008 - FastAPI query
+    """The preflight table of rollout run ``run_id`` as a CSV download (404 while it has none)."""
+    import re
+
+    from nexus_cutover.projection.preflight import to_csv
+    from nexus_status.redact import redact
+    from nexus_status.rollouts import preflight_rows
+
+    rows = preflight_rows(run_id)
+    if rows is None:
+        raise HTTPException(404, "no preflight table for this tenant_rollout run (yet)")
+    rows = [{**r, **{k: redact(r[k]) for k in PREFLIGHT_TEXT if isinstance(r.get(k), str)}} for r in rows]
+    name = "preflight_" + re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)[:120] + ".csv"
+    return Response(to_csv(rows), media_type="text/csv; charset=utf-8",
+                    headers={"Content-Disposition": f'attachment; filename="{name}"'})
 
 
 @app.get("/", response_class=HTMLResponse, dependencies=TENANT_READS)

@@ -22,6 +22,9 @@ The XCom contract this page reads (what exists; a wave still running has no
      "approval": {"by": ..., "at": ..., "answer": "approved" | "rejected" | "timed out"} | null}
 
 * task ``summary``, key ``summary``: the rollout's summary (shown as it is, redacted);
+* task ``preflight``, key ``preflight``: the preflight's table, one dict per tenant
+  (``nexus_cutover.projection.preflight.COLUMNS``); shown with its counts and a link to
+  its CSV (``/api/rollouts/preflight.csv?run_id=``, :func:`preflight_rows`);
 * each tenant's cutover run has the run id ``rollout.run_id_for(rollout_run_id, tenant)``:
   its state and step come from ``nexus_status.runs`` (the failed task's XCom ``report``);
 * the control is the Variable ``rollout.control_variable(run_id)`` (``pause`` /
@@ -69,18 +72,22 @@ def _rollout_xcoms(session, runs: list[dict[str, Any]]) -> dict[str, dict[str, A
     from sqlalchemy import select
 
     from nexus_airflow import rollout as contract
+    from nexus_airflow.rollout_preflight import PREFLIGHT_KEY, PREFLIGHT_TASK
 
-    out: dict[str, dict[str, Any]] = {r["run_id"]: {"plan": None, "waves": {}, "summary": None} for r in runs}
+    out: dict[str, dict[str, Any]] = {r["run_id"]: {"plan": None, "waves": {}, "summary": None, "preflight": None}
+                                      for r in runs}
     if not runs:
         return out
     rows = session.execute(
         select(XComModel.run_id, XComModel.task_id, XComModel.key, XComModel.value).where(
             XComModel.dag_run_id.in_([r["_pk"] for r in runs]),
-            XComModel.key.in_([contract.PLAN_KEY, contract.WAVE_KEY, contract.SUMMARY_KEY]))
+            XComModel.key.in_([contract.PLAN_KEY, contract.WAVE_KEY, contract.SUMMARY_KEY, PREFLIGHT_KEY]))
     ).all()
     for run_id, task_id, key, value in rows:
         value = _json(value)
-        if key == contract.PLAN_KEY and isinstance(value, dict):
+        if key == PREFLIGHT_KEY and task_id == PREFLIGHT_TASK and isinstance(value, list):
+            out[run_id]["preflight"] = value
+        elif key == contract.PLAN_KEY and isinstance(value, dict):
             out[run_id]["plan"] = value
         elif key == contract.WAVE_KEY and isinstance(value, dict) and task_id.endswith("." + contract.CLOSE_TASK):
             wave = value.get("wave")
@@ -160,6 +167,33 @@ def rollouts(limit: int = LATEST, cache=None) -> dict[str, Any]:
     etas = _tenant_etas(tenant_runs, steps, wanted, cache)
     return {"rollouts": [_rollout(r, xcoms[r["run_id"]], controls.get(r["run_id"]), tenant_runs, steps, etas,
                                   own.get(r["run_id"], [])) for r in runs]}
+
+
+def preflight_rows(run_id: str) -> list[dict[str, Any]] | None:
+    """The preflight table of the rollout run ``run_id`` (None: no such run, or no table yet)."""
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        runs = _rollout_runs(session, 1, run_id)
+        return _rollout_xcoms(session, runs)[run_id]["preflight"] if runs else None
+
+
+#: A preflight of more tenants shows only its wait and stop rows on the page (at most PAGE_ROWS; every row is in
+#: its CSV): the page refreshes every 10 s and a fleet of 2,000 proceeding tenants says nothing to act on.
+PAGE_ROWS = 200
+
+
+def preflight_view(run_id: str, rows: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    """The page's preflight section: the rows (see :data:`PAGE_ROWS`), their counts and the CSV's link."""
+    from urllib.parse import quote
+
+    from nexus_cutover.projection.preflight import PROCEED, counts
+
+    if rows is None:
+        return None
+    shown = rows if len(rows) <= PAGE_ROWS else [r for r in rows if r.get("verdict") != PROCEED][:PAGE_ROWS]
+    return {"rows": shown, "total": len(rows), "counts": counts(rows),
+            "csv": "api/rollouts/preflight.csv?run_id=" + quote(run_id, safe="")}
 
 
 def _plan_tenants(plan: dict[str, Any] | None) -> list[str]:
@@ -259,6 +293,7 @@ def _rollout(run, xc, control_raw, tenant_runs, steps, etas, own_tasks=()) -> di
             "approval": plan.get("approval"), "approvers": plan.get("approvers") or [],
             "max_failed": plan.get("max_failed"), "max_parallel": plan.get("max_parallel"),
             "skipped": plan.get("skipped") or {}, "waves": waves, "summary": xc["summary"],
+            "preflight": preflight_view(run["run_id"], xc.get("preflight")),
             "control": {"variable": contract.control_variable(run["run_id"]), "value": control_raw,
                         "state": control_state(control_raw)},
             "eta": rollout_eta(run["state"], waves, plan.get("max_parallel"))}

@@ -249,8 +249,10 @@ def test_waves_with_per_wave_approval_halt_past_the_budget_and_a_rerun_skips_wha
     with _traffic(tenants, names) as traffic:
         lead, approver = As(stack, "lead"), As(stack, "approver")
         silent, unconnected = names[2], names[NO_CONNECTION - 1]  # t03: its old writer comes back; t04: no connection
+        # on_preflight_stop run: t04's preflight says stop (no connection), it starts anyway and fails in its wave
         run1 = lead.trigger(ROLLOUT, _conf(tenants=names, canary=1, wave_size=3, max_parallel=3, max_failed=0,
-                                           approval="per_wave", approvers=["approver", "lead"]))["dag_run_id"]
+                                           approval="per_wave", approvers=["approver", "lead"],
+                                           on_preflight_stop="run"))["dag_run_id"]
         refused: list[int] = []
 
         def first_rollout(detail):
@@ -268,6 +270,10 @@ def test_waves_with_per_wave_approval_halt_past_the_budget_and_a_rerun_skips_wha
 
         assert _drive(stack, run1, first_rollout) == "failed"
         assert refused == [403, 403]  # self-approval refused by the API for both questions it was asked
+        preflight = {r["tenant"]: r for r in stack.xcom(ROLLOUT, run1, "preflight", key="preflight")}
+        assert list(preflight) == names and preflight[unconnected]["verdict"] == "stop"
+        assert f"nexus_tenant_{unconnected}" in preflight[unconnected]["reason"]
+        assert all(preflight[n]["verdict"] != "stop" for n in names if n != unconnected), preflight
         summary = stack.xcom(ROLLOUT, run1, "summary", key="summary")
         assert summary["halted"] == "halted after wave 1", summary
         t = summary["tenants"]

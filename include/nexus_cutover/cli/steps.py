@@ -34,7 +34,7 @@ from ..clock import utcnow
 from ..db import DSN_ENV_TENANT, dsn_from_env, make_engine, mask_dsn
 from ..errors import BadInput, LockTimeout, Refused
 from ..liveness import DEFAULT_STALE_HEARTBEAT_S
-from ..projection import steps
+from ..projection import dry_run, steps
 from ..projection.digest import DEFAULT_CHUNK_ROWS
 from ..projection.transition import CUTOVER
 from ..transition import PROCEED, Outcome, Verdict
@@ -302,117 +302,23 @@ def cmd_status(c: Command) -> tuple[int, dict[str, Any]]:
 
 # -- plan ---------------------------------------------------------------------------------
 
+#: Per declared step, what ``plan`` looks at (the domain's dry run: :mod:`nexus_cutover.projection.dry_run`).
+PLAN = dry_run.PLAN
+
+
+def plan_options(c: Command) -> dry_run.PlanOptions:
+    """The dry run's options from this invocation's flags."""
+    a = c.args
+    return dry_run.PlanOptions(namespace=a.namespace, holder=a.holder, packs=tuple(a.pack_install_id or ()),
+                               adopt=a.adopt, timeout_s=a.timeout, drain_timeout_s=a.drain_timeout,
+                               stale_heartbeat_s=a.stale_heartbeat, take_over=CLI_TAKE_OVER)
+
 
 def cmd_plan(c: Command) -> tuple[int, dict[str, Any]]:
     """Every declared step's dry run, in the declared order, and the verdict: proceed, wait (for what) or stop (why)."""
-    out: dict[str, Any] = {"namespace": c.args.namespace, "steps": []}
-    verdicts: list[tuple[str, Verdict]] = []
-    for step in CUTOVER:
-        out["steps"].append(step.name)
-        verdicts += [(step.name, v) for v in PLAN[step.name](c, out, CUTOVER.stage_of(step.name).number)]
-    verdict = CUTOVER.overall(verdicts)
-    out["verdict"] = verdict
-    c.say(f"VERDICT: the run would {verdict}")
-    return (EXIT_REFUSED if verdict.startswith("stop") else EXIT_OK), out
-
-
-def _plan_packs(c: Command, out: dict[str, Any], n: int) -> list[Verdict]:
-    out["packs"] = steps.resolve_packs(c.engine, c.args.namespace, c.args.pack_install_id or ())
-    c.say(f"{n}. packs: {', '.join(out['packs'])}")
-    return []
-
-
-def _plan_schema(c: Command, out: dict[str, Any], n: int) -> list[Verdict]:
-    result = steps.apply_schema(c.engine, dry_run=True)
-    out["schema"] = result.as_json()
-    c.say(f"{n}. schema: " + (f"would create {', '.join(result.missing)} (the DDL: -json, schema.plan)"
-                              if result.missing else "complete"))
-    return []
-
-
-def _plan_fence(c: Command, out: dict[str, Any], n: int) -> list[Verdict]:
-    """The fence's dry run; and what no step can proceed past: old-protocol work above a pack's cutoff."""
-    from ..projection.fence import OldWorkAboveCutoff
-
-    above_refused = False
-    try:
-        fence = _arm(c, out["packs"], dry_run=True).as_json()
-        found = [CUTOVER["arm_fence"].verdict(fence)]
-    except Refused as exc:
-        fence, found, above_refused = {"refused": str(exc)}, [Verdict(Outcome.STOP, str(exc))], isinstance(
-            exc, OldWorkAboveCutoff)
-    out["fence"] = fence
-    c.say(f"{n}. fence: {fence.get('outcome', fence.get('refused'))}")
-    out["old_work_above_cutoff"] = steps.cutover_standing(c.engine, c.args.namespace)["old_work_above_cutoff"]
-    for above in out["old_work_above_cutoff"]:  # a reviewed recovery decision, never "cut over"
-        c.say(f"{n}. STOP: {above['text']}")
-        if not above_refused:  # the fence's refusal already named it
-            found.append(Verdict(Outcome.STOP, above["text"]))
-    return found
-
-
-def _plan_drain(c: Command, out: dict[str, Any], n: int) -> list[Verdict]:
-    report = _drain_once(c, _now() + dt.timedelta(seconds=c.args.drain_timeout))
-    out["drain"] = report.as_json()
-    c.say(f"{n}. drain: {report.state}: {report.counts_text()}")
-    return [CUTOVER["wait_for_drain"].verdict(out["drain"])]
-
-
-def _plan_writers(c: Command, out: dict[str, Any], n: int) -> list[Verdict]:
-    ev = steps.writer_evidence(c.engine, c.args.namespace, stale_heartbeat=c.stale)
-    out["writers"] = ev.as_json()
-    live = out["writers"]["live"]
-    c.say(f"{n}. writers: {len(live)} live old writer(s)" + (f": {', '.join(live)}" if live else ""))
-    return [CUTOVER["check_old_writers"].verdict(out["writers"])]
-
-
-def _plan_checkpoints(c: Command, out: dict[str, Any], n: int) -> list[Verdict]:
-    from ..schema import missing_projection_schema
-
-    out["checkpoints"], found = [], []
-    missing = missing_projection_schema(c.engine)
-    planned = out.get("fence", {}).get("outcome") in ("would_arm", "would_adopt")
-    for pack in out["packs"]:
-        if missing:
-            out["checkpoints"].append({"pack_install_id": pack, "outcome": "not_audited", "missing_schema": missing})
-            c.say(f"{n}. checkpoint {pack}: audited once apply-schema created {', '.join(missing)}")
-            continue
-        result = steps.checkpoint(c.engine, pack, timeout_s=c.args.timeout, written_by=c.args.holder, dry_run=True,
-                                  fence_planned=planned)
-        out["checkpoints"].append(result.as_json())
-        c.say(f"{n}. checkpoint {result.summary()}")
-        found.append(CUTOVER["audit_and_checkpoint"].verdict(out["checkpoints"][-1]))
-    return found
-
-
-def _plan_readiness(c: Command, out: dict[str, Any], n: int) -> list[Verdict]:
-    r = steps.readiness(c.engine, c.args.namespace, stale_heartbeat=c.stale)
-    out["readiness"] = r.as_json()
-    c.say(f"{n}. new host: " + ("ready" if r.ready else "; ".join(r.reasons)))
-    return [CUTOVER["verify_readiness"].verdict(out["readiness"])]
-
-
-def _plan_nothing(c: Command, out: dict[str, Any], n: int) -> list[Verdict]:
-    """A step whose dry run plan does not look at: it asks a person, or acts on what the earlier steps did."""
-    return []
-
-
-#: Per declared step, what ``plan`` looks at (its dry run), in the declaration's order: (command, out, stage) ->
-#: the step's verdicts.
-PLAN: dict[str, Callable[[Command, dict[str, Any], int], list[Verdict]]] = {
-    "resolve_packs": _plan_packs,
-    "apply_schema": _plan_schema,
-    "arm_fence": _plan_fence,
-    "wait_for_drain": _plan_drain,
-    "check_old_writers": _plan_writers,
-    "confirm_writers_stopped": _plan_nothing,
-    "history_digest": _plan_nothing,
-    "audit_and_checkpoint": _plan_checkpoints,
-    "start_new_host": _plan_nothing,
-    "verify_readiness": _plan_readiness,
-    "resume_admission": _plan_nothing,
-    "final_old_writer_check": _plan_nothing,
-}
+    out = dry_run.plan(c.engine, plan_options(c), c.say)
+    c.say(f"VERDICT: the run would {out['verdict']}")
+    return (EXIT_REFUSED if out["verdict"].startswith("stop") else EXIT_OK), out
 
 
 def _now() -> dt.datetime:
