@@ -60,19 +60,31 @@ def _shared_conf(params: dict[str, Any]) -> dict[str, Any]:
     return given
 
 
-def _standing(tenant: str, log) -> dict[str, Any] | None:
-    """The tenant's cutover standing, or None when its database cannot be read (its run will say why)."""
-    from nexus_airflow.base import tenant_engine
-    from nexus_airflow.params import conn_id_for
+def standings(tenants: list[str], log, concurrency: int) -> dict[str, dict[str, Any] | None]:
+    """Each tenant's cutover standing (:func:`nexus_cutover.standing`'s), read ``concurrency`` tenants at a time
+    (the form's ``preflight_concurrency``), not one after another: None for a tenant whose database cannot be
+    read (its run will say why). Engines come from the tenants' connections as the preflight's do."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from nexus_airflow.rollout_preflight import tenant_engine_of
     from nexus_cutover.projection import steps
 
-    try:
-        with tenant_engine(conn_id_for(tenant), log) as engine:
-            return steps.cutover_standing(engine, tenant)
-    except Exception as exc:  # noqa: BLE001 - unreadable here; the tenant's own run reports it
-        log.warning("tenant %s: standing not readable (%s); it runs and its run reports why",
-                    tenant, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
-        return None
+    airflow = threading.Lock()
+
+    def one(tenant: str) -> dict[str, Any] | None:
+        try:
+            with tenant_engine_of(tenant, log, airflow) as engine:
+                return steps.cutover_standing(engine, tenant)
+        except Exception as exc:  # noqa: BLE001 - unreadable here; the tenant's own run reports it
+            log.warning("tenant %s: standing not readable (%s); it runs and its run reports why",
+                        tenant, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
+            return None
+
+    if not tenants:
+        return {}
+    with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(tenants))), thread_name_prefix="standing") as pool:
+        return dict(zip(tenants, pool.map(one, tenants), strict=True))
 
 
 def _earlier_failure(ti, tenant: str, own_run_id: str, standing: dict[str, Any] | None) -> tuple[str | None, bool]:
@@ -150,12 +162,13 @@ def build_plan(params: dict[str, Any], run_id: str, requested_by: str | None, ti
     approval, max_parallel = params["approval"], params["max_parallel"]
     ro.failure_budget(params["max_failed"], 1)  # refuses a negative budget up front
     runnable, skipped, reset = [], {}, set()
+    standing_of = standings([t for t in tenants if t not in stops], log, params["preflight_concurrency"])
     for tenant in tenants:
         if tenant in stops:  # its plan would stop: no fence is armed for it, it is named in the summary
             skipped[tenant] = stops[tenant]
             continue
         own = ro.run_id_for(run_id, tenant)
-        standing = _standing(tenant, log)
+        standing = standing_of[tenant]
         if standing and standing.get("old_work_above_cutoff"):  # no run can pass it: a reviewed recovery decision
             skipped[tenant] = "stop: " + "; ".join(a["text"] for a in standing["old_work_above_cutoff"])
             continue

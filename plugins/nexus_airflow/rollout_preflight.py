@@ -45,7 +45,7 @@ def run_preflight(params: dict[str, Any], run_id: str, context, log) -> list[dic
     airflow = threading.Lock()  # the pool's calls into Airflow (connections, run states), one at a time
     options = dry_run_options(values, run_id, context, log, airflow)
     try:
-        rows = preflight(tenants, lambda t: _engine(t, log, airflow), options,
+        rows = preflight(tenants, lambda t: tenant_engine_of(t, log, airflow), options,
                          concurrency=values["preflight_concurrency"])
     except BadInput as exc:  # a concurrency the form's schema let through (a trigger through the API): refused
         raise ValueError(str(exc)) from None
@@ -55,9 +55,10 @@ def run_preflight(params: dict[str, Any], run_id: str, context, log) -> list[dic
 
 
 @contextlib.contextmanager
-def _engine(tenant: str, log, airflow: threading.Lock) -> Iterator[Any]:
+def tenant_engine_of(tenant: str, log, airflow: threading.Lock) -> Iterator[Any]:
     """The tenant's engine from its connection ``nexus_tenant_<tenant>`` (resolved under ``airflow``: a task's
-    calls into Airflow are not all safe from several threads at once); the reads run outside the lock."""
+    calls into Airflow are not all safe from several threads at once); the reads run outside the lock. For the
+    rollout's reads of many tenants from one task (the preflight, the plan's standings)."""
     from nexus_airflow.hooks import NexusTenantHook
     from nexus_airflow.params import conn_id_for
 

@@ -152,3 +152,26 @@ def test_a_large_preflight_shows_its_wait_and_stop_rows_on_the_page_and_counts_t
     assert view["csv"] == "api/rollouts/preflight.csv?run_id=manual__2026-12-02T10%3A00%3A00%2B00%3A00"
     small = rows[:10]
     assert preflight_view("r", small)["rows"] == small  # a small fleet: every row
+
+
+def test_the_plan_reads_every_standing_from_a_bounded_pool_and_an_unreadable_one_is_none(fleet, caplog):
+    """The plan's standing reads (one per tenant, ``preflight_concurrency`` at a time): each reachable tenant's
+    standing as ``nexus_cutover.standing`` defines it; an unreachable database or a missing connection is None
+    (its own run reports why), logged without its DSN, and never hides the others."""
+    import logging
+
+    from nexus_airflow.rollout_plan import standings
+    from nexus_cutover.projection import steps
+
+    names = ["pf_go", "pf_gone", "pf_wait", "pf_none"]
+    log = logging.getLogger("test.standings")
+    with caplog.at_level(logging.WARNING, logger="test.standings"):
+        got = standings(names, log, concurrency=2)
+    assert list(got) == names
+    for name in ("pf_go", "pf_wait"):
+        assert got[name] == steps.cutover_standing(fleet[name], name)
+        assert got[name]["cut_over"] is False
+    assert got["pf_gone"] is None and got["pf_none"] is None
+    warned = caplog.text
+    assert "pf_gone" in warned and "pf_none" in warned and "s3cret" not in warned
+    assert standings([], log, concurrency=2) == {}
