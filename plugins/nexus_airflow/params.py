@@ -246,7 +246,8 @@ ROLLOUT_FIELDS: dict[str, Field] = {
     "cutover_conf": Field({"host_controller": "manual"}, "Per-tenant form fields",
                           f"Applied to every tenant's run; allowed keys: {', '.join(SHARED_FIELDS)}.",
                           {"type": "object"}, lambda v: dict(v or {}), TIMING),
-    "preflight_concurrency": Field(8, "Preflight concurrency", "How many tenant databases the preflight (and the plan's standing reads) read at once.",
+    "preflight_concurrency": Field(8, "Preflight concurrency",
+                                   "How many tenant databases the preflight (and the plan's standing reads) read at once.",
                                    {"type": "integer", "minimum": 1, "maximum": 64}, int, TIMING),
 }
 

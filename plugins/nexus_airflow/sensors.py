@@ -7,7 +7,8 @@ wait in the mode the task asks for:
 
 * ``deferrable=True`` (the DAGs' default): poke once in the worker; while the
   poller says ``waiting``, defer to :class:`~nexus_airflow.triggers.StatusPollTrigger`
-  with the sensor's remaining timeout, so a waiting tenant holds no worker slot;
+  with the sensor's remaining timeout plus two polls (the trigger's verdict past the
+  deadline comes first), so a waiting tenant holds no worker slot;
 * ``deferrable=False``, ``mode="poke"``: the base class pokes every
   ``poke_interval`` in the worker; ``mode="reschedule"``: one poke per
   execution, the worker slot given back and the task rescheduled in between.
@@ -172,7 +173,9 @@ class StatusPollSensor(BaseSensorOperator):
         self.defer(
             trigger=StatusPollTrigger(self.poller_path, kwargs, self.poke_interval),
             method_name="execute_complete",
-            timeout=max(self._deadline - _utcnow(), dt.timedelta(0)),
+            # What is left of the wait, plus two polls: the trigger's own verdict past the deadline (with the
+            # drain's rate and ETA) comes at most one poll after it; the resumed worker's last look is the backup.
+            timeout=max(self._deadline - _utcnow(), dt.timedelta(0)) + dt.timedelta(seconds=2 * self.poke_interval),
         )
 
     def _timed_out(self, context) -> Any:
