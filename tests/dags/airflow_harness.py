@@ -273,6 +273,11 @@ class HitlAnswerer(threading.Thread):
         key = (task_id, run_id, map_index, ti.get("try_number"))
         if detail.get("response_received") or key in self._answered or task_id not in self.answers:
             return
+        if ti.get("state") != "awaiting_input":
+            # Not parked yet (the worker writes the question, then parks): an answer now is stored but resumes
+            # nothing, and dag.test() then waits for input forever (seen in a clean-clone run). A person answers
+            # what the UI lists as waiting; asked again at the next poll.
+            return
         answer = self.answers[task_id]
         chosen = answer(detail) if callable(answer) else answer
         if chosen is None:
