@@ -19,6 +19,12 @@ from nexus_airflow import rollout as ro
 from nexus_airflow.rollout_lanes import wave_triggers
 from nexus_airflow.rollout_render import wave_body
 
+#: A tenant's ``confirm_writers_stopped`` waiting for its wave's answer, once it has published its evidence: it
+#: reschedules itself every poll, so between two looks it is also scheduled, queued or running. Only
+#: ``up_for_reschedule`` counted before, and a wave's tenants were seldom all in it at the same look (a 3-tenant
+#: wave waited 7 minutes for its question in a loaded test run).
+WAITING_FOR_THE_WAVE = ("up_for_reschedule", "scheduled", "queued", "running")
+
 
 class WaveConfirmOperator(HITLOperator):
     """``per_wave``: one writer-stop question for the whole wave, asked once every tenant is waiting at it."""
@@ -72,7 +78,7 @@ class WaveConfirmOperator(HITLOperator):
         states = ti.get_task_states(dag_id=ro.CUTOVER_DAG, task_ids=["confirm_writers_stopped"], run_ids=[rid])
         confirm = ro.state_word((states.get(rid) or {}).get("confirm_writers_stopped"))
         ev = results.evidence_shown(ti, run_id=rid)
-        if confirm != "up_for_reschedule" or not ev:
+        if confirm not in WAITING_FOR_THE_WAVE or not ev:
             return {"tenant": tenant, "status": "not ready"}
         drain = results.drain(ti, run_id=rid)
         return {"tenant": tenant, "status": "ready", "checked_at": ev["checked_at"], "evidence": ev,
