@@ -251,7 +251,8 @@ def test_field_history_and_rollout_forms_start_with_only_their_required_fields(d
     from selenium.webdriver.common.by import By
 
     person.driver.switch_to.frame(wait_until("the rollouts frame", lambda: person.driver.find_element(By.TAG_NAME, "iframe")))
-    empty = wait_until("the rollouts page", lambda: (t := person.text()) and "tenant_rollout" in t and t)
+    empty = wait_until("the rollouts page, loaded", lambda: (t := person.text()) and "tenant_rollout" in t
+                       and "loading…" not in t and t)
     person.driver.switch_to.default_content()
     person.screenshot("09_no_rollout_yet")
     assert "To start one" in empty and "Trigger" in empty
