@@ -64,7 +64,7 @@ def tenant_engine_of(tenant: str, log, airflow: threading.Lock) -> Iterator[Any]
 
     with airflow:
         hook = NexusTenantHook(conn_id_for(tenant))
-        log.info("preflight %s: %s (connection %s)", tenant, hook.masked_dsn, conn_id_for(tenant))
+        log.info("tenant %s: reading %s (connection %s)", tenant, hook.masked_dsn, conn_id_for(tenant))
         engine = hook.get_engine()
     try:
         yield engine
