@@ -56,20 +56,17 @@ def run_preflight(params: dict[str, Any], run_id: str, context, log) -> list[dic
 
 @contextlib.contextmanager
 def tenant_engine_of(tenant: str, log, airflow: threading.Lock) -> Iterator[Any]:
-    """The tenant's engine from its connection ``nexus_tenant_<tenant>`` (resolved under ``airflow``: a task's
-    calls into Airflow are not all safe from several threads at once); the reads run outside the lock. For the
-    rollout's reads of many tenants from one task (the preflight, the plan's standings)."""
-    from nexus_airflow.hooks import NexusTenantHook
+    """The tenant's engine as its cutover run opens it (:func:`nexus_airflow.base.tenant_engine`, connection
+    ``nexus_tenant_<tenant>``), opened under ``airflow`` (a task's calls into Airflow are not all safe from several
+    threads at once); the reads run outside the lock. For the rollout's reads of many tenants from one task (the
+    preflight, the plan's standings)."""
+    from nexus_airflow.base import tenant_engine
     from nexus_airflow.params import conn_id_for
 
-    with airflow:
-        hook = NexusTenantHook(conn_id_for(tenant))
-        log.info("tenant %s: reading %s (connection %s)", tenant, hook.masked_dsn, conn_id_for(tenant))
-        engine = hook.get_engine()
-    try:
+    with contextlib.ExitStack() as opened:
+        with airflow:
+            engine = opened.enter_context(tenant_engine(conn_id_for(tenant), log))
         yield engine
-    finally:
-        engine.dispose()
 
 
 def dry_run_options(values: dict[str, Any], run_id: str, context, log, airflow: threading.Lock):
