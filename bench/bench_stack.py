@@ -65,6 +65,7 @@ import benchlib  # noqa: E402
 from bench_preflight import GOAL as PREFLIGHT_GOAL  # noqa: E402
 
 from nexus_airflow.metrics import pause_summary  # noqa: E402  (the rollout summary's own median/p95)
+from nexus_cutover.polling import settled_after  # noqa: E402
 from scripts.demo_airflow import ApiError  # noqa: E402
 from scripts.stack import ProductionStack, descendants, mariadb_tenant, pids_with_env, signal_all  # noqa: E402
 from scripts.stack import wait_for as stack_wait_for  # noqa: E402
@@ -329,7 +330,8 @@ def measure_waiting(stack: ProductionStack, args, tenants_dir: Path) -> dict[str
     out["all_polled_s"] = round(time.monotonic() - started, 1)
     say(f"waiting: {n} deferred in {out['all_deferred_s']}s, on triggerer-1 in {out['all_assigned_s']}s, "
         f"all polled in {out['all_polled_s']}s")
-    time.sleep(args.poll_interval)  # past the first polls (each tenant's imports, its first has_column probe)
+    # past the first polls (each tenant's imports, its first has_column probe) and the wait's quick first looks
+    time.sleep(args.poll_interval + settled_after(args.poll_interval))
     out["one_triggerer"] = steady(stack, run_id, t1.pid, job1, n, base1, tenants_dir, args.window, args.poll_interval, per_poll)
     say(f"waiting: one triggerer: {out['one_triggerer']}")
     out["failover"] = failover(stack, run_id, job1, n, tenants_dir, args, per_poll)
@@ -368,7 +370,7 @@ def failover(stack: ProductionStack, run_id: str, job1: int, n: int, tenants_dir
     out["takeover_all_polled_s"] = round(time.monotonic() - killed_at, 1)
     say(f"failover: all {n} on the survivor after {out['takeover_all_assigned_s']}s, all polled there after "
         f"{out['takeover_all_polled_s']}s")
-    time.sleep(args.poll_interval)
+    time.sleep(args.poll_interval + settled_after(args.poll_interval))  # a trigger taken over starts its wait anew
     out["survivor"] = steady(stack, run_id, t2.pid, job2, n, base2, tenants_dir, args.window, args.poll_interval, per_poll)
     say(f"failover: survivor: {out['survivor']}")
     return out
@@ -519,9 +521,16 @@ def airflow_rollout(stack: ProductionStack, names: list[str], limit_s: float) ->
             "tenant_run_s_max": round(max(per), 1) if per else None,
             "confirmations_answered": len(answerer.answered), "unanswered_questions": answerer.other,
             "rollout_failed_tasks": failed_tasks, "rollout_summary": summary,
-            "pause_breakdown_median": {k: round(statistics.median(p[k] for p in pause_parts), 1)
-                                       for k in ("window_s", "in_tasks_s", "queued_s", "between_s")}
-            if pause_parts else None}
+            "pause_breakdown_median": _median_breakdown(pause_parts) if pause_parts else None}
+
+
+def _median_breakdown(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median of each part of :func:`pause_breakdown` over the tenants, and of each task's seconds in it."""
+    out: dict[str, Any] = {k: round(statistics.median(p[k] for p in parts), 1)
+                           for k in ("window_s", "in_tasks_s", "queued_s", "between_s")}
+    names = sorted({n for p in parts for n in p["tasks_s"]})
+    out["tasks_s"] = {n: round(statistics.median(p["tasks_s"].get(n, 0.0) for p in parts), 1) for n in names}
+    return out
 
 
 def _at(value: str | None) -> dt.datetime | None:
@@ -536,14 +545,19 @@ def pause_breakdown(tis: list[dict]) -> dict[str, float]:
     end_of = {t["task_id"].rsplit(".", 1)[-1]: t for t in tis}
     lo, hi = _at(end_of["arm_fence"]["end_date"]), _at(end_of["resume_admission"]["start_date"])
     inside = queued = 0.0
+    tasks: dict[str, float] = {}
     for t in tis:
         start, end, q = _at(t.get("start_date")), _at(t.get("end_date")), _at(t.get("queued_when"))
         if start and end and end > lo and start < hi:
-            inside += (min(end, hi) - max(start, lo)).total_seconds()
+            seconds = (min(end, hi) - max(start, lo)).total_seconds()
+            inside += seconds
+            name = t["task_id"].rsplit(".", 1)[-1]
+            tasks[name] = tasks.get(name, 0.0) + seconds
         if q and start and q <= start and start > lo and q < hi:  # (a resumed deferral is queued after its start)
             queued += (min(start, hi) - max(q, lo)).total_seconds()
     window = (hi - lo).total_seconds()
-    return {"window_s": window, "in_tasks_s": inside, "queued_s": queued, "between_s": window - inside - queued}
+    return {"window_s": window, "in_tasks_s": inside, "queued_s": queued, "between_s": window - inside - queued,
+            "tasks_s": tasks}
 
 
 def cutover_runs(stack: ProductionStack, rollout_run: str) -> list[dict]:

@@ -202,7 +202,9 @@ CUTOVER_FIELDS: dict[str, Field] = {
                                maximum=86400),
     "readiness_timeout": _seconds(1800, "Readiness timeout (s)", "How long verify_readiness waits for the new host to activate.",
                                   maximum=86400),
-    "poll_interval": poll_interval_field("How often the waiting steps (drain, writers, readiness) look at the tenant DB."),
+    "poll_interval": poll_interval_field("The longest gap between the looks of a waiting step (drain, writers, "
+                                         "readiness) at the tenant DB: a wait looks again after 1 s, 2 s, 4 s, ... "
+                                         "up to it."),
     "stale_heartbeat": STALE_HEARTBEAT_FIELD,
     **ROLLOUT_SET_FIELDS,
 }

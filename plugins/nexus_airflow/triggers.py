@@ -13,6 +13,9 @@ Invariants:
 * Each poll's ``message`` is logged (the task log shows the progress); the first
   non-``waiting`` result is fired as the single event, whose payload is the
   poller's result unchanged.
+* Polls are spaced by :func:`nexus_cutover.polling.gaps`: 1 s after the
+  first, then 2 s, 4 s, ... up to ``poll_interval`` (a wait that ends soon, a
+  host that is ready in seconds, is seen in seconds).
 * A poll that fails on the database (a restarted server, a dropped connection)
   is logged and retried every ``poll_interval`` until the poller's own deadline
   (``expired()``); only then, or at once for bad input or a refusal (which no
@@ -49,7 +52,8 @@ def _expired(poller) -> bool:
 
 
 class StatusPollTrigger(BaseTrigger):
-    """Poll ``poller(**poller_kwargs).poll()`` every ``poll_interval`` s until its state is not ``waiting``."""
+    """Poll ``poller(**poller_kwargs).poll()`` until its state is not ``waiting``: soon at first, then every
+    ``poll_interval`` s."""
 
     def __init__(self, poller: str, poller_kwargs: dict[str, Any], poll_interval: float = 30.0):
         super().__init__()
@@ -64,9 +68,11 @@ class StatusPollTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        from nexus_cutover.polling import gaps
+
         cls = import_poller(self.poller)
         instance = await asyncio.to_thread(cls, **self.poller_kwargs)
-        failures = 0
+        failures, next_gap = 0, gaps(self.poll_interval)
         try:
             while True:
                 try:
@@ -86,6 +92,6 @@ class StatusPollTrigger(BaseTrigger):
                 if result.get("state") != WAITING:
                     yield TriggerEvent(result)
                     return
-                await asyncio.sleep(self.poll_interval)
+                await asyncio.sleep(next(next_gap))
         finally:
             await asyncio.to_thread(instance.close)

@@ -190,3 +190,36 @@ def test_confirmation_passes_only_on_confirm(airflow_db):
     out = op.execute_complete({"params": {"tenant": NS}}, {"chosen_options": [op.approve_option], "params_input": {},
                                    "responded_at": dt.datetime(2026, 1, 1), "responded_by_user": {"id": "u", "name": "e"}})
     assert out["chosen_options"] == [op.approve_option]
+
+
+class CountingPoller:
+    """Waiting for its first ``waits`` polls, then done; records when each poll ran (monotonic seconds)."""
+
+    def __init__(self, waits: int):
+        self.waits, self.at = waits, []
+
+    def poll(self):
+        import time
+
+        self.at.append(time.monotonic())
+        if len(self.at) <= self.waits:
+            return {"state": "waiting", "message": f"poll {len(self.at)}"}
+        return {"state": "done", "message": "done", "at": self.at}
+
+    def close(self):
+        pass
+
+
+def test_trigger_looks_again_soon_then_backs_off_towards_the_interval(airflow_db):
+    """A wait that ends seconds after it started (a host ready in 3 s) is seen then, not a whole interval later:
+    the gaps between looks are 1 s, 2 s, ... (never below them), far under a 30 s poll_interval."""
+    from nexus_airflow.triggers import StatusPollTrigger
+
+    async def collect():
+        trigger = StatusPollTrigger(f"{__name__}.CountingPoller", {"waits": 2}, poll_interval=30)
+        return [e async for e in trigger.run()]
+
+    (event,) = asyncio.run(asyncio.wait_for(collect(), timeout=25))
+    at = event.payload["at"]
+    gaps = [round(b - a, 2) for a, b in zip(at, at[1:], strict=False)]
+    assert len(gaps) == 2 and 1.0 <= gaps[0] < 15 and 2.0 <= gaps[1] < 15 and gaps[1] > gaps[0], gaps

@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+from nexus_cutover.polling import settled_after
+
 from .support import (
     CUTOVER_DAG,
     FH_DAG,
@@ -112,6 +114,7 @@ def test_sigkill_triggerer_holding_waiting_drains_the_other_takes_over(stack, my
         wait_for("the survivor polling every tenant", lambda: all(
             count_lines(trigger_logs(stack, CUTOVER_DAG, r, "wait_for_drain").get(survivor_job, ""), POLLED)
             for r in run_ids), 3 * POLL_INTERVAL_S + 30, every_s=2)
+        time.sleep(settled_after(POLL_INTERVAL_S))  # each trigger taken over starts its wait's quick first looks anew
         window_start, polls_start = time.monotonic(), _poll_lines(stack, run_ids, survivor_job)
         time.sleep(3 * POLL_INTERVAL_S)
         poll_rate = (_poll_lines(stack, run_ids, survivor_job) - polls_start) / (time.monotonic() - window_start)

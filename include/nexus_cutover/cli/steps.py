@@ -29,7 +29,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from .. import tx
+from .. import polling, tx
 from ..clock import utcnow
 from ..db import DSN_ENV_TENANT, dsn_from_env, make_engine, mask_dsn
 from ..errors import BadInput, LockTimeout, Refused
@@ -124,8 +124,9 @@ def cmd_drain(c: Command) -> tuple[int, dict[str, Any]]:
         return report, CUTOVER["wait_for_drain"].verdict(report.as_json())
 
     report, verdict = look()
+    gaps = polling.gaps(c.args.poll_interval)
     while c.args.wait and verdict.outcome is Outcome.WAIT:
-        time.sleep(c.args.poll_interval)
+        time.sleep(next(gaps))
         report, verdict = look()
     if verdict.proceeds:
         return EXIT_OK, report.as_json()
@@ -333,7 +334,7 @@ def _wait(c: Command, step: str, look: Callable[[], tuple[dict[str, Any], str]],
 
     ``look()`` returns the step's result (its JSON form, what the verdict reads) and one progress line.
     """
-    started = time.monotonic()
+    started, gaps = time.monotonic(), polling.gaps(c.args.poll_interval)
     while True:
         result, line = look()
         c.say(f"  {line}")
@@ -342,7 +343,7 @@ def _wait(c: Command, step: str, look: Callable[[], tuple[dict[str, Any], str]],
             return verdict
         if time.monotonic() - started >= timeout_s:
             return Verdict(Outcome.STOP, f"{step} did not pass within {timeout_s:g}s: {line}", timed_out=True)
-        time.sleep(c.args.poll_interval)
+        time.sleep(next(gaps))
 
 
 def _confirm(c: Command, ev) -> str:
@@ -598,7 +599,8 @@ def build_parser() -> argparse.ArgumentParser:
             if name == "drain":
                 p.add_argument("--wait", action="store_true", help="wait until drained or stuck")
             flag(p, "drain-timeout", type=duration_arg, default=3600.0, metavar="DURATION", help="bound of the drain (default 1h)")
-            flag(p, "poll-interval", type=duration_arg, default=30.0, metavar="DURATION", help="between looks (default 30s)")
+            flag(p, "poll-interval", type=duration_arg, default=30.0, metavar="DURATION",
+                 help="the longest gap between looks: a wait looks again after 1s, 2s, 4s, ... up to it (default 30s)")
         if "run" in groups:
             flag(p, "writers-stop-timeout", type=duration_arg, default=3600.0, metavar="DURATION",
                  help="how long to wait for every old writer to stop (default 1h)")

@@ -1,0 +1,38 @@
+"""How a wait spaces its looks: soon at first, then every ``poll_interval``.
+
+Every wait of a cutover (the drain, the old writers, the new host's
+readiness) looks again 1 s after its first look, then 2 s, 4 s, ... until the
+gap reaches the run's ``poll_interval``, where it stays. A host that is ready
+two seconds after it was started is seen then, not one whole interval later:
+that interval was most of the CLI's admission pause (10.7 s of 10.7 s at
+``poll_interval`` 10 s, docs/performance.md), and every second of it is a
+second in which the tenant admits nothing. A wait that lasts costs the same
+looks as before after its first few, so a triggerer holding a thousand
+waiting tenants pays for the early looks once per wait, not per interval.
+
+The CLI's waits and the deferred sensors' trigger use this one schedule; the
+``poke``/``reschedule`` sensor modes keep Airflow's own fixed ``poke_interval``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+FIRST_GAP_S = 1.0
+
+
+def gaps(poll_interval: float) -> Iterator[float]:
+    """The seconds to wait before each next look: 1, 2, 4, ... capped at ``poll_interval`` (never above it)."""
+    cap = max(float(poll_interval), 0.0)
+    gap = min(FIRST_GAP_S, cap)
+    while True:
+        yield gap
+        gap = min(gap * 2, cap)
+
+
+def settled_after(poll_interval: float) -> float:
+    """Seconds from a wait's first look until its gaps reach ``poll_interval`` (where a steady state starts)."""
+    total, schedule = 0.0, gaps(poll_interval)
+    while (gap := next(schedule)) < poll_interval:
+        total += gap
+    return total
