@@ -306,30 +306,32 @@ class StartNewHostOperator(_StrictHITL):
         from nexus_cutover.projection import steps
 
         p = params_of(context)
+        stale = dt.timedelta(seconds=p.stale_heartbeat)
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
-            r = steps.readiness(engine, p.tenant, stale_heartbeat=dt.timedelta(seconds=p.stale_heartbeat))
-        live_hosts = [h["process_id"] for h in r.hosts if h["state"] == "live"]
-        if p.dry_run:
-            return {"dry_run": True, "plan": plan(self.log, [
-                f"start the new host via {p.host_controller} (live new hosts now: {live_hosts or 'none'})"])}
-        if live_hosts:
-            self.log.info("a new host already runs for %s (%s): not starting another", p.tenant, ", ".join(live_hosts))
-            return {"controller": p.host_controller, "already_running": live_hosts}
-        if p.host_controller == "command":
-            dsn = NexusTenantHook(p.conn_id).dsn_for_child_process()
-            result = host_controllers.start_command(p.tenant, dsn, self.log)
-        elif p.host_controller == "http":
-            result = host_controllers.start_http(p.tenant, p.host_http_conn_id, self._packs(context),
-                                                 context["run_id"], self.log)
-        else:
-            body = (
-                f"## Tenant `{p.tenant}`: start the matching new host\n\n"
-                f"Every pack checkpoint is written: {self._packs(context)}.\n\n"
-                "Start the new host and Connectors for this tenant (ProjectionProtocol 1), then choose "
-                f"**{self.approve_option}**. verify_readiness checks that it registered and activated.\n\n"
-                "Do not restart an old writer after this point."
-            )
-            self._ask(context, body)
+            r = steps.readiness(engine, p.tenant, stale_heartbeat=stale)
+            live_hosts = [h["process_id"] for h in r.hosts if h["state"] == "live"]
+            if p.dry_run:
+                return {"dry_run": True, "plan": plan(self.log, [
+                    f"start the new host via {p.host_controller} (live new hosts now: {live_hosts or 'none'})"])}
+            if live_hosts:
+                self.log.info("a new host already runs for %s (%s): not starting another", p.tenant,
+                              ", ".join(live_hosts))
+                return {"controller": p.host_controller, "already_running": live_hosts}
+            if p.host_controller == "command":
+                result = host_controllers.start_command(
+                    p.tenant, NexusTenantHook(p.conn_id).dsn_for_child_process(), self.log,
+                    ready=lambda: steps.readiness(engine, p.tenant, stale_heartbeat=stale).ready)
+            elif p.host_controller == "http":
+                result = host_controllers.start_http(p.tenant, p.host_http_conn_id, self._packs(context),
+                                                     context["run_id"], self.log)
+            else:
+                self._ask(context, (
+                    f"## Tenant `{p.tenant}`: start the matching new host\n\n"
+                    f"Every pack checkpoint is written: {self._packs(context)}.\n\n"
+                    "Start the new host and Connectors for this tenant (ProjectionProtocol 1), then choose "
+                    f"**{self.approve_option}**. verify_readiness checks that it registered and activated.\n\n"
+                    "Do not restart an old writer after this point."
+                ))
         fault_point("start_new_host.after_write")
         return result
 

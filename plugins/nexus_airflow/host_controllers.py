@@ -8,7 +8,9 @@ Invariants:
   reaches the child only through its environment (``NEXUS_TENANT_DSN``); the
   logged and returned argv never contain it. The child is detached (its own
   session) and keeps running after the task; an exit within the grace period is
-  a failure reported with the tail of its log.
+  a failure reported with the tail of its log. The grace ends early once the
+  host is ready (registered, activated, heartbeating): that wait is admission
+  paused.
 * ``http`` POSTs ``{tenant, pack_install_ids, projection_protocol: 1, run_id}``
   to the deployer endpoint of an Airflow HTTP connection (no secret in the body);
   any non-2xx answer fails the task.
@@ -24,11 +26,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 HOST_COMMAND_VARIABLE = "nexus_host_command"
 HTTP_ENDPOINT = "/api/v1/tenants/{tenant}/connector-projection-host"
 START_GRACE_S = 3.0
+READY_POLL_S = 0.2
 
 
 def default_host_argv() -> list[str]:
@@ -48,7 +52,10 @@ def host_argv(tenant: str) -> list[str]:
     return [a.replace("{tenant}", tenant) for a in argv]
 
 
-def start_command(tenant: str, dsn: str, log) -> dict[str, Any]:
+def start_command(tenant: str, dsn: str, log, ready: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """Start the host detached; watch it for :data:`START_GRACE_S` (an exit then fails with its log's tail),
+    or until ``ready()`` says it registered and activated, whichever comes first: the grace is inside the
+    admission pause, and a host that is ready has passed it."""
     argv = host_argv(tenant)
     log_path = os.path.join(tempfile.gettempdir(), f"nexus-host-{tenant}-{int(time.time())}.log")
     env = dict(os.environ, NEXUS_TENANT_DSN=dsn)
@@ -56,14 +63,27 @@ def start_command(tenant: str, dsn: str, log) -> dict[str, Any]:
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True)
-    deadline = time.monotonic() + START_GRACE_S
-    while time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.1)
-    if proc.returncode is not None:
+    started = time.monotonic()
+    while time.monotonic() - started < START_GRACE_S and proc.poll() is None:
+        if ready is not None and _looks_ready(ready, log):
+            log.info("the new host is ready %.1f s after its start", time.monotonic() - started)
+            break
+        time.sleep(READY_POLL_S)
+    if proc.poll() is not None:
         with open(log_path, "rb") as f:
             tail = f.read()[-4000:].decode(errors="replace")
         raise RuntimeError(f"the new host exited with {proc.returncode} right after starting; its log:\n{tail}")
     return {"controller": "command", "pid": proc.pid, "argv": argv, "log": log_path}
+
+
+def _looks_ready(ready: Callable[[], bool], log) -> bool:
+    """One look at the host's readiness; a look that fails only lets the grace run its course."""
+    try:
+        return bool(ready())
+    except Exception as exc:  # noqa: BLE001 - a shortcut that cannot be taken, never a failure of the start
+        log.warning("could not look at the new host's readiness (%s): watching it for the whole grace",
+                    type(exc).__name__)
+        return False
 
 
 def start_http(tenant: str, http_conn_id: str, pack_install_ids: list[str], run_id: str, log) -> dict[str, Any]:

@@ -1,0 +1,71 @@
+"""``start_new_host``'s ``command`` controller: the start grace catches a host that dies at once, and ends as soon
+as the host is ready (that grace is admission paused)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+
+import pytest
+
+LOG = logging.getLogger("test_host_controllers")
+
+
+@pytest.fixture
+def host_command(monkeypatch):
+    def use(code: str) -> None:
+        monkeypatch.setenv("AIRFLOW_VAR_NEXUS_HOST_COMMAND", json.dumps([sys.executable, "-c", code]))
+
+    return use
+
+
+def _stop(result):
+    os.killpg(result["pid"], signal.SIGTERM)
+
+
+def test_the_grace_ends_when_the_host_is_ready(airflow_db, host_command):
+    from nexus_airflow.host_controllers import START_GRACE_S, start_command
+
+    host_command("import time; time.sleep(60)")
+    looks = []
+
+    def ready():
+        looks.append(1)
+        return len(looks) >= 2
+
+    result = start_command("acme", "mysql://u:secret@h/db", LOG, ready=ready)
+    try:
+        assert result["controller"] == "command" and len(looks) == 2  # no look after it was ready
+        assert len(looks) < START_GRACE_S / 0.2
+        assert "secret" not in json.dumps(result)
+    finally:
+        _stop(result)
+
+
+def test_a_host_that_exits_at_once_fails_the_start_with_its_log_even_when_looks_are_taken(airflow_db, host_command):
+    from nexus_airflow.host_controllers import start_command
+
+    host_command("import sys; print('cannot reach the tenant database'); sys.exit(3)")
+    with pytest.raises(RuntimeError, match=r"exited with 3 right after starting(.|\n)*cannot reach the tenant database"):
+        start_command("acme", "mysql://u:secret@h/db", LOG, ready=lambda: False)
+
+
+def test_a_readiness_look_that_fails_lets_the_grace_run_its_course(airflow_db, host_command, caplog):
+    from nexus_airflow.host_controllers import START_GRACE_S, start_command
+
+    host_command("import time; time.sleep(60)")
+    looks = []
+
+    def broken():
+        looks.append(1)
+        raise ConnectionError("tenant database restarting")
+
+    result = start_command("acme", "mysql://u:secret@h/db", LOG, ready=broken)
+    try:
+        assert len(looks) >= START_GRACE_S / 0.2 - 2  # looked through the whole grace, the host kept
+        assert "could not look at the new host's readiness (ConnectionError)" in caplog.text
+    finally:
+        _stop(result)
