@@ -77,6 +77,8 @@ SETTINGS: dict[str, Any] = {
     "triggerer_capacity": 2000,
     "task_instance_heartbeat_timeout": 30,  # [scheduler]: a task of a dead worker is failed after this
     "dag_processor_refresh_interval": 30,
+    # [scheduler]: an idle loop sleeps this long; a tenant's next task waits for the loop after its last one ended
+    "scheduler_idle_sleep_time": 0.25,
 }
 
 #: The Airflow components, started in this order (stopped in the reverse order).
@@ -435,6 +437,7 @@ class ProductionStack(AirflowApi):
             "AIRFLOW__TRIGGERER__CAPACITY": str(SETTINGS["triggerer_capacity"]),
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": str(SETTINGS["task_instance_heartbeat_timeout"]),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": str(SETTINGS["dag_processor_refresh_interval"]),
+            "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": str(SETTINGS["scheduler_idle_sleep_time"]),
             # one set of secrets for every process (each would otherwise generate its own)
             "AIRFLOW__CORE__FERNET_KEY": Fernet.generate_key().decode(),
             "AIRFLOW__API_AUTH__JWT_SECRET": base64.urlsafe_b64encode(os.urandom(32)).decode(),
