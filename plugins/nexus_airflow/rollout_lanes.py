@@ -119,9 +119,8 @@ class WaveLaneOperator(BaseOperator):
                            method_name="execute_complete", kwargs={"resume_at": index})
             self.log.info("lane %d: starting %s (run %s)", self.lane, tenant, rid)
             raise self._trigger(trig, reset=bool(trig.get("reset_dag_run")) and state is not None, every_s=every_s)
-        states = {t["conf"]["tenant"]: ro.state_word(ti.get_dagrun_state(dag_id=ro.CUTOVER_DAG, run_id=t["trigger_run_id"]))
-                  if ti.get_dr_count(dag_id=ro.CUTOVER_DAG, run_ids=[t["trigger_run_id"]]) else "not started"
-                  for t in self.triggers}
+        by_run = ro.cutover_run_states(ti, [t["trigger_run_id"] for t in self.triggers])
+        states = {t["conf"]["tenant"]: by_run[t["trigger_run_id"]] for t in self.triggers}
         bad = {t: s for t, s in states.items() if s != "success"}
         if bad:
             raise ro.fail(f"lane {self.lane}: {len(bad)} tenant(s) did not succeed: "

@@ -1,12 +1,12 @@
 """The rollout's outcomes (``tenant_rollout``'s ``close`` and ``summary`` tasks): each tenant's run read through one
-function (:func:`tenant_outcome`), each wave's outcome and the rollout's summary.
+function (:func:`tenant_outcomes`), each wave's outcome and the rollout's summary.
 
 The other tasks: the plan :mod:`.rollout_plan`, the lanes :mod:`.rollout_lanes`, the wave question
 :mod:`.rollout_confirm` (its text :mod:`.rollout_render`).
 
 Invariants (the vocabulary is :mod:`nexus_airflow.rollout`):
 
-* A tenant's run is read through :func:`tenant_outcome` only (its state, the failed task and the reason its stop
+* A tenant's run is read through :func:`tenant_outcomes` only (its state, the failed task and the reason its stop
   reported, who confirmed its writer stop: :mod:`nexus_airflow.results`).
 * A wave's ``close`` passes within ``max_failed`` (its succeeded tenants' runs ended with their Asset event); past
   the budget the rollout halts and later waves' tenants are never started. A rejected wave is a decision, not
@@ -26,12 +26,18 @@ from nexus_airflow.rollout_lanes import wave_triggers
 _fail, _state_word = ro.fail, ro.state_word
 
 
-def tenant_outcome(ti, trigger: dict[str, Any]) -> dict[str, Any]:
-    """One tenant's outcome: its run's state and, when it did not succeed, the failed task and its reason."""
+def tenant_outcomes(ti, triggers: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each tenant's outcome (:func:`tenant_outcome`), the runs' states read together (:func:`ro.cutover_run_states`:
+    one read when all succeeded)."""
+    states = ro.cutover_run_states(ti, [t["trigger_run_id"] for t in triggers])
+    return {t["conf"]["tenant"]: tenant_outcome(ti, t, states[t["trigger_run_id"]]) for t in triggers}
+
+
+def tenant_outcome(ti, trigger: dict[str, Any], state: str) -> dict[str, Any]:
+    """One tenant's outcome: its run's ``state`` and, when it did not succeed, the failed task and its reason."""
     rid = trigger["trigger_run_id"]
-    if ti.get_dr_count(dag_id=ro.CUTOVER_DAG, run_ids=[rid]) == 0:
+    if state == "not started":
         return {"run_id": rid, "state": "not triggered", "failed_tasks": [], "reason": "the run was never created"}
-    state = _state_word(ti.get_dagrun_state(dag_id=ro.CUTOVER_DAG, run_id=rid))
     out: dict[str, Any] = {"run_id": rid, "state": state, "failed_tasks": []}
     confirmed = results.confirmation(ti, run_id=rid)
     if confirmed and confirmed.get("responded_by"):
@@ -61,7 +67,7 @@ def close_wave(wave: int, run_id: str, ti, log) -> dict[str, Any]:
             ti.xcom_push(key=ro.WAVE_KEY, value=outcome)
             raise _fail(f"rollout cancelled: wave {wave} not started")
         raise AirflowSkipException(f"wave {wave} did not start")
-    outcomes = {t["conf"]["tenant"]: tenant_outcome(ti, t) for t in triggers}
+    outcomes = tenant_outcomes(ti, triggers)
     answer = ti.xcom_pull(task_ids=f"{group}.confirm", key="answer")
     succeeded = [t for t, o in outcomes.items() if o["state"] == "success"]
     failed = {t: {"task": (o["failed_tasks"] or ["-"])[0], "reason": o.get("reason", o["state"]), "run_id": o["run_id"]}
