@@ -98,6 +98,8 @@ def test_sigkill_triggerer_holding_waiting_drains_the_other_takes_over(stack, my
         survivor = "triggerer-2" if victim == "triggerer-1" else "triggerer-1"
         assert live_triggerer_jobs(stack) - {victim_job}, "no second live triggerer job"
         rss_before = tree_rss_mb(stack.components[survivor].pid)
+        victim_rss = tree_rss_mb(stack.components[victim].pid)
+        survivor_held = sum(n for job, n in by_job.items() if job != victim_job)
 
         killed_at = time.monotonic()
         stack.kill(victim)
@@ -121,11 +123,15 @@ def test_sigkill_triggerer_holding_waiting_drains_the_other_takes_over(stack, my
         rss_after = tree_rss_mb(stack.components[survivor].pid)
         print(f"\nfault 2: {WAITING_TENANTS} tenants parked in {parked_s:.0f}s, {by_job[victim_job]} triggers on the "
               f"killed {victim} (job {victim_job}); taken over by {survivor} (job {survivor_job}) in {takeover_s:.0f}s; "
-              f"survivor RSS {rss_before:.0f} MB before, {rss_after:.0f} MB after "
-              f"({(rss_after - rss_before) / by_job[victim_job]:+.2f} MB per trigger taken over); "
-              f"poll rate {poll_rate:.2f} polls/s (one per tenant every {POLL_INTERVAL_S}s: "
+              f"survivor RSS {rss_before:.0f} MB before (holding {survivor_held}), {rss_after:.0f} MB after "
+              f"({(rss_after - rss_before) / by_job[victim_job]:+.2f} MB per trigger taken over; the killed one held "
+              f"{victim_rss:.0f} MB); poll rate {poll_rate:.2f} polls/s (one per tenant every {POLL_INTERVAL_S}s: "
               f"{WAITING_TENANTS / POLL_INTERVAL_S:.2f})")
-        assert rss_after < 2048 and (rss_after - rss_before) / by_job[victim_job] < 5.0, (rss_before, rss_after)
+        assert rss_after < 2048, (rss_before, rss_after)
+        if survivor_held:  # its first trigger's imports and engine were paid before: the growth is per trigger
+            assert (rss_after - rss_before) / by_job[victim_job] < 5.0, (rss_before, rss_after)
+        else:  # a survivor that ran none pays that first use now: it ends near what the killed one used for them
+            assert rss_after < 1.25 * victim_rss, (rss_before, rss_after, victim_rss)
         expected = WAITING_TENANTS / POLL_INTERVAL_S
         assert 0.5 * expected <= poll_rate <= 1.5 * expected, poll_rate
 
