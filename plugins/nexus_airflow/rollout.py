@@ -159,6 +159,24 @@ def run_states(run_ids: list[str], *, succeeded: Callable[[list[str]], int],
             **run_states(run_ids[half:], succeeded=succeeded, exists=exists, state_of=state_of)}
 
 
+def runs_matching(run_ids: list[str], *, count: Callable[[list[str]], int]) -> set[str]:
+    """The runs among ``run_ids`` that ``count(ids)`` counts (one read per call): one read when none matches, else
+    the runs are halved down to the matching ones, about 2 log2(n) reads per match instead of a read per run."""
+    if not run_ids or count(run_ids) == 0:
+        return set()
+    if len(run_ids) == 1:
+        return set(run_ids)
+    half = len(run_ids) // 2
+    return runs_matching(run_ids[:half], count=count) | runs_matching(run_ids[half:], count=count)
+
+
+def ended_cutover_runs(ti, run_ids: list[str]) -> set[str]:
+    """The cutover runs among ``run_ids`` that ended (succeeded or failed): :func:`runs_matching` over Task SDK
+    counts, one call while none has ended."""
+    return runs_matching(list(run_ids), count=lambda ids: ti.get_dr_count(
+        dag_id=CUTOVER_DAG, run_ids=ids, states=["success", "failed"]))
+
+
 def cutover_run_states(ti, run_ids: list[str]) -> dict[str, str]:
     """:func:`run_states` of cutover runs, read through the task's Task SDK calls."""
     return run_states(

@@ -1,4 +1,5 @@
-"""The rollout reads its tenants' run states with as few Task SDK calls as it takes (:func:`rollout.run_states`).
+"""The rollout reads its tenants' run states with as few Task SDK calls as it takes (:func:`rollout.run_states`,
+:func:`rollout.runs_matching`).
 
 Pure logic over a table of runs (the calls are plain functions over it, counted); the Airflow path is exercised
 by every rollout test (tests/rollout, tests/dags/test_rollout_*), whose waves end with failed and succeeded
@@ -11,7 +12,7 @@ import random
 
 import pytest
 
-from nexus_airflow.rollout import run_states
+from nexus_airflow.rollout import run_states, runs_matching
 
 
 class Runs:
@@ -62,3 +63,30 @@ def test_reads_grow_with_the_runs_that_did_not_succeed_not_with_the_wave(n, bad)
 def test_no_runs_no_reads():
     runs = Runs({})
     assert runs.read([]) == {} and runs.reads == 0
+
+
+def _ended(states: dict[str, str]):
+    reads = []
+
+    def count(ids: list[str]) -> int:
+        reads.append(len(ids))
+        return sum(states.get(i) in ("success", "failed") for i in ids)
+    return count, reads
+
+
+def test_a_wave_on_its_way_to_the_question_costs_one_count():
+    states = {f"run-{i}": random.Random(i).choice(["running", "queued"]) for i in range(200)}
+    count, reads = _ended(states)
+    assert runs_matching([*states, "never-created"], count=count) == set() and len(reads) == 1
+
+
+@pytest.mark.parametrize("n, ended", [(1, 1), (7, 7), (64, 1), (300, 3)])
+def test_exactly_the_ended_runs_are_named_in_about_two_log_n_reads_each(n, ended):
+    rng = random.Random(n + ended)
+    states = {f"run-{i}": "running" for i in range(n)}
+    for rid in rng.sample(sorted(states), ended):
+        states[rid] = rng.choice(["success", "failed"])
+    count, reads = _ended(states)
+    found = runs_matching(list(states), count=count)
+    assert found == {r for r, s in states.items() if s != "running"}
+    assert len(reads) <= 1 + ended * 2 * max(1, math.ceil(math.log2(n))), len(reads)
