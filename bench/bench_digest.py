@@ -10,8 +10,10 @@ audit's), then in the same run on the same server measure
 * the one-statement checksum: the digest's own row hash, ``BIT_XOR(CRC32(...))``
   over each whole table in a single statement (no chunks, no locator, no
   column fingerprints): the cheapest in-server checksum of every column;
-* the digest (keyset chunks of ``--chunk-rows``) and its verification, in a
-  child process that reports its peak RSS.
+* the digest (keyset chunks of ``--chunk-rows``) on the step's default number of
+  connections (``DEFAULT_DIGEST_CONNECTIONS``) and its verification, in a child
+  process that reports its peak RSS; and the digest on one connection (one
+  keyset walk, chunk after chunk), which must cover the same rows.
 
 ``--repeat`` repetitions, alternating (one child process per digest repetition); each figure is the
 median of its repetitions (all kept under ``samples``); printed as ratios and merged into ``bench/results.json``. The
@@ -36,6 +38,7 @@ import workload  # noqa: E402
 
 from nexus_cutover.db import make_engine  # noqa: E402
 from nexus_cutover.projection import digest as digests  # noqa: E402
+from nexus_cutover.projection.digest_limits import DEFAULT_DIGEST_CONNECTIONS  # noqa: E402
 
 CHILD = r"""
 import json, resource, sys, time
@@ -43,15 +46,17 @@ from nexus_cutover.db import make_engine
 from nexus_cutover.projection.digest import compute_digest, verify_digest
 engine = make_engine(sys.argv[1])
 takes, checks = [], []
-for _ in range(int(sys.argv[4])):
-    started = time.perf_counter()
-    digest = compute_digest(engine, sys.argv[2], chunk_rows=int(sys.argv[3]))
-    takes.append(time.perf_counter() - started)
+connections, verify = int(sys.argv[4]), sys.argv[5] == "verify"
+started = time.perf_counter()
+digest = compute_digest(engine, sys.argv[2], chunk_rows=int(sys.argv[3]), connections=connections)
+takes.append(time.perf_counter() - started)
+if verify:
     started = time.perf_counter()
     result = verify_digest(engine, digest)
     checks.append(time.perf_counter() - started)
     assert result.ok, result.summary()
-print(json.dumps({"digest_s": takes[0], "verify_s": checks[0], "rows": digest.rows, "chunks": digest.chunk_count,
+print(json.dumps({"digest_s": takes[0], "verify_s": checks[0] if checks else None, "hash": digest.short_hash,
+                  "rows": digest.rows, "chunks": digest.chunk_count,
                   "xcom_bytes": len(json.dumps(digest.as_json())),
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
@@ -67,6 +72,13 @@ def one_statement_checksum_seconds(engine) -> float:
     return time.perf_counter() - started
 
 
+def _child(url: str, chunk_rows: int, connections: int, *, verify: bool) -> dict:
+    """One digest (and with ``verify`` its verification) in a fresh process: its times, hash and peak RSS."""
+    child = subprocess.run([sys.executable, "-c", CHILD, url, workload.NAMESPACE, str(chunk_rows), str(connections),
+                            "verify" if verify else "-"], capture_output=True, text=True, check=True)
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
 def measure(lanes: int, generations: int, inputs: int, repeat: int, chunk_rows: int) -> dict:
     with benchlib.fresh_database("bench_digest", charset="utf8mb4") as url:  # as TiDB stores text
         engine = make_engine(url)
@@ -77,17 +89,20 @@ def measure(lanes: int, generations: int, inputs: int, repeat: int, chunk_rows: 
             for _ in range(repeat):  # floor, one statement and digest alternate, so drift hits all alike
                 floor = workload.server_floor_seconds(engine)
                 one_statement = one_statement_checksum_seconds(engine)
-                child = subprocess.run([sys.executable, "-c", CHILD, url, workload.NAMESPACE, str(chunk_rows), "1"],
-                                       capture_output=True, text=True, check=True)
-                run = json.loads(child.stdout.strip().splitlines()[-1])
-                reps.append({"floor_s": floor, "one_statement_s": one_statement, **run,
+                run = _child(url, chunk_rows, DEFAULT_DIGEST_CONNECTIONS, verify=True)
+                serial = _child(url, chunk_rows, 1, verify=False)
+                assert serial["rows"] == run["rows"], (serial, run)  # the same history rows on one connection
+                reps.append({"floor_s": floor, "one_statement_s": one_statement, **run, "serial_s": serial["digest_s"],
                              "digest_vs_floor": run["digest_s"] / floor, "verify_vs_floor": run["verify_s"] / floor,
-                             "digest_vs_one_statement": run["digest_s"] / one_statement})
+                             "digest_vs_one_statement": run["digest_s"] / one_statement,
+                             "serial_vs_one_statement": serial["digest_s"] / one_statement,
+                             "parallel_speedup": serial["digest_s"] / run["digest_s"]})
         finally:
             engine.dispose()
     assert run["rows"] == {"_System_Event": expected["events"], "_System_WorkItem": expected["work_items"]}, run
-    middle = {k: benchlib.median(r[k] for r in reps) for k in ("floor_s", "one_statement_s", "digest_s", "verify_s",
-                                                               "digest_vs_floor", "verify_vs_floor", "digest_vs_one_statement")}
+    middle = {k: benchlib.median(r[k] for r in reps) for k in (
+        "floor_s", "one_statement_s", "digest_s", "serial_s", "verify_s", "digest_vs_floor", "verify_vs_floor",
+        "digest_vs_one_statement", "serial_vs_one_statement", "parallel_speedup")}
     return {
         "generations": generations, "events": expected["events"], "work_items": expected["work_items"],
         "build_s": build_s, **run, **middle, "peak_rss_mb": max(r["peak_rss_mb"] for r in reps), "repetitions": reps,
@@ -104,14 +119,16 @@ def main() -> int:
     args = parser.parse_args()
     benchlib.server_url()  # exits with a hint when no server is named
     rows = []
-    print(f"{'H':>6} {'rows':>9} {'floor s':>8} {'1-stmt s':>8} {'digest s':>8} {'verify s':>8} "
-          f"{'d/floor':>7} {'v/floor':>7} {'d/1-stmt':>8} {'rss MB':>7} {'XCom kB':>8}")
+    print(f"digest on {DEFAULT_DIGEST_CONNECTIONS} connections (serial: on one)")
+    print(f"{'H':>6} {'rows':>9} {'floor s':>8} {'1-stmt s':>8} {'digest s':>8} {'serial s':>8} {'verify s':>8} "
+          f"{'d/floor':>7} {'v/floor':>7} {'d/1-stmt':>8} {'s/1-stmt':>8} {'rss MB':>7} {'XCom kB':>8}")
     for h in args.generations:
         r = measure(args.lanes, h, args.inputs, args.repeat, args.chunk_rows)
         rows.append(r)
         print(f"{h:>6} {r['events'] + r['work_items']:>9} {r['floor_s']:>8.3f} {r['one_statement_s']:>8.3f} "
-              f"{r['digest_s']:>8.3f} {r['verify_s']:>8.3f} {r['digest_vs_floor']:>7.2f} {r['verify_vs_floor']:>7.2f} "
-              f"{r['digest_vs_one_statement']:>8.2f} {r['peak_rss_mb']:>7.1f} {r['xcom_bytes'] / 1024:>8.1f}", flush=True)
+              f"{r['digest_s']:>8.3f} {r['serial_s']:>8.3f} {r['verify_s']:>8.3f} {r['digest_vs_floor']:>7.2f} "
+              f"{r['verify_vs_floor']:>7.2f} {r['digest_vs_one_statement']:>8.2f} {r['serial_vs_one_statement']:>8.2f} "
+              f"{r['peak_rss_mb']:>7.1f} {r['xcom_bytes'] / 1024:>8.1f}", flush=True)
     top, bottom = rows[-1], rows[0]
     pairs = list(zip(top["repetitions"], bottom["repetitions"], strict=True))
     figures = {
@@ -119,6 +136,8 @@ def main() -> int:
             digest_vs_server_floor=[t["digest_vs_floor"] for t, _ in pairs],
             digest_verify_vs_server_floor=[t["verify_vs_floor"] for t, _ in pairs],
             digest_vs_one_statement_checksum=[t["digest_vs_one_statement"] for t, _ in pairs],
+            digest_serial_vs_one_statement_checksum=[t["serial_vs_one_statement"] for t, _ in pairs],
+            digest_parallel_speedup=[t["parallel_speedup"] for t, _ in pairs],
             digest_peak_rss_mb=([t["peak_rss_mb"] for t, _ in pairs], 1),
             digest_rss_growth_mb=([t["peak_rss_mb"] - b["peak_rss_mb"] for t, b in pairs], 1),
         ),

@@ -77,7 +77,8 @@ COMPANIONS = {
     "admission_vs_insert": ("admission_events_per_s",),
     "materialize_vs_setbased": ("materialize_rows_per_s",),
     "triggerer_mb_per_waiting_tenant": ("triggerer_cpu_ms_per_tenant_per_min", "triggerer_poke_queries_per_s"),
-    "digest_vs_server_floor": ("digest_vs_one_statement_checksum",),
+    "digest_vs_server_floor": ("digest_vs_one_statement_checksum", "digest_serial_vs_one_statement_checksum",
+                               "digest_parallel_speedup"),
 }
 
 

@@ -156,7 +156,7 @@ class HistoryDigestOperator(BaseOperator):
                 return {"dry_run": True, "taken": False, "missing_schema": missing,
                         "plan": plan(self.log, [f"(read only) take the history digest once apply_schema has created "
                                                 f"{', '.join(missing)}"])}
-            digest = steps.history_digest(engine, p.tenant, timeout_s=p.digest_timeout,
+            digest = steps.history_digest(engine, p.tenant, timeout_s=p.digest_timeout, connections=p.digest_connections,
                                           on_chunk=lambda _table, _chunk: fault_point("history_digest.mid_way"))
         self.log.info("%s; taken in %.1fs%s", digest.summary_text(), digest.seconds, " (dry run)" if p.dry_run else "")
         context["ti"].xcom_push(key=results.DIGEST_KEY, value=digest.as_json())

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nexus_airflow.faults import poll_floor_s
+from nexus_cutover.projection.digest_limits import DEFAULT_DIGEST_CONNECTIONS, MAX_DIGEST_CONNECTIONS
 
 TENANT_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 CONN_ID_PATTERN = r"^$|^[A-Za-z0-9_.-]{1,200}$"
@@ -200,6 +201,11 @@ CUTOVER_FIELDS: dict[str, Field] = {
     "digest_timeout": _seconds(1800, "History digest timeout (s)",
                                "Bound of the history digest and of its verification at the end (each is read only).",
                                maximum=86400),
+    "digest_connections": Field(DEFAULT_DIGEST_CONNECTIONS, "History digest connections",
+                                "Connections the history digest reads its chunks on at once (the same digest as on "
+                                "one): the digest runs while admission is paused, and a larger server takes it sooner. "
+                                "Each is a connection to the tenant's server for the digest's length.",
+                                {"type": "integer", "minimum": 1, "maximum": MAX_DIGEST_CONNECTIONS}, int, TIMING),
     "readiness_timeout": _seconds(1800, "Readiness timeout (s)", "How long verify_readiness waits for the new host to activate.",
                                   maximum=86400),
     "poll_interval": poll_interval_field("The longest gap between the looks of a waiting step (drain, writers, "
@@ -216,7 +222,7 @@ MAX_PARALLEL_CAP = 16
 #: Fields of the per-tenant form a rollout may set for every tenant (never a DSN: connections are per tenant).
 SHARED_FIELDS = ("drain_timeout", "stale_heartbeat", "host_controller", "host_http_conn_id", "dry_run",
                  "poll_interval", "writers_stop_timeout", "confirm_timeout", "checkpoint_timeout", "digest_timeout",
-                 "readiness_timeout")
+                 "digest_connections", "readiness_timeout")
 ROLLOUT_FIELDS: dict[str, Field] = {
     "tenants": Field(_REQUIRED, "Tenants", "Namespaces; each uses the connection nexus_tenant_<tenant>.",
                      {"type": "array", "items": {"type": "string", "pattern": TENANT_PATTERN}, "uniqueItems": True},
@@ -326,6 +332,7 @@ class RunParams:
     confirm_timeout: int
     checkpoint_timeout: int
     digest_timeout: int
+    digest_connections: int
     readiness_timeout: int
     approvers: tuple[str, ...] = ()
     allow_self_approval: bool = False

@@ -15,8 +15,11 @@ from tests.dags.airflow_harness import DAGS_FOLDER, PLUGINS_FOLDER, load_dag
 DAG_ID = "connector_projection_cutover"
 ORDER = CUTOVER.names
 #: What the DAG file may import of the domain at parse time: the declarations (standard library only), no more.
+#: The domain modules a DAG file may load at parse time: declarations with no imports of their own (the steps of
+#: each migration; the digest's connection bound, which the form declares).
 DECLARATIONS = ["nexus_cutover", "nexus_cutover.field_history", "nexus_cutover.field_history.transition",
-                "nexus_cutover.projection", "nexus_cutover.projection.transition", "nexus_cutover.transition"]
+                "nexus_cutover.projection", "nexus_cutover.projection.digest_limits",
+                "nexus_cutover.projection.transition", "nexus_cutover.transition"]
 
 
 @pytest.fixture(scope="module")

@@ -131,7 +131,9 @@ def test_digest_saved_then_verified_names_a_row_changed_since(tenant):
     engine, url = tenant
     saved = tenant_digest_path(url)
     assert cli(url, "apply-schema", "-json").returncode == 0
-    taken = cli(url, "digest", "-namespace", NS, "-out", saved, "-chunk-rows", "3", "-json")
+    refused = cli(url, "digest", "-namespace", NS, "-digest-connections", "17")
+    assert refused.returncode == 2 and "-digest-connections: must be from 1 to 16, got 17" in refused.stderr
+    taken = cli(url, "digest", "-namespace", NS, "-out", saved, "-chunk-rows", "3", "-digest-connections", "2", "-json")
     assert taken.returncode == 0, taken.stderr
     summary = as_json(taken)["digest"]
     assert summary["chunks"]["_System_Event"] > 1 and len(summary["hash"]) == 16

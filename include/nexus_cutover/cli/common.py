@@ -64,6 +64,19 @@ def positive_int_arg(text: str) -> int:
     return value
 
 
+def bounded_int_arg(lowest: int, highest: int) -> Callable[[str], int]:
+    """An argparse type: an integer from ``lowest`` to ``highest``, else an error naming the range."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from exc
+        if not lowest <= value <= highest:
+            raise argparse.ArgumentTypeError(f"must be from {lowest} to {highest}, got {value}")
+        return value
+    return parse
+
+
 def flag(parser: argparse.ArgumentParser, name: str, **kwargs: Any) -> None:
     """Declare ``-name`` and ``--name`` as one option."""
     parser.add_argument(f"-{name}", f"--{name}", dest=name.replace("-", "_"), **kwargs)

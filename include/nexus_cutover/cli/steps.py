@@ -36,9 +36,10 @@ from ..errors import BadInput, LockTimeout, Refused
 from ..liveness import DEFAULT_STALE_HEARTBEAT_S
 from ..projection import dry_run, steps
 from ..projection.digest import DEFAULT_CHUNK_ROWS
+from ..projection.digest_limits import DEFAULT_DIGEST_CONNECTIONS, MAX_DIGEST_CONNECTIONS
 from ..projection.transition import CUTOVER
 from ..transition import PROCEED, Outcome, Verdict
-from .common import configure_logging, default_holder, duration_arg, flag, print_json, run_command
+from .common import bounded_int_arg, configure_logging, default_holder, duration_arg, flag, print_json, run_command
 
 PROGRAM = "nexus-cutover"
 log = logging.getLogger(PROGRAM)
@@ -214,7 +215,8 @@ def _released_at(c: Command) -> dt.datetime:
 
 
 def cmd_digest(c: Command) -> tuple[int, dict[str, Any]]:
-    digest = steps.history_digest(c.engine, c.args.namespace, timeout_s=c.args.timeout, chunk_rows=c.args.chunk_rows)
+    digest = steps.history_digest(c.engine, c.args.namespace, timeout_s=c.args.timeout, chunk_rows=c.args.chunk_rows,
+                                  connections=c.args.digest_connections)
     if c.args.out:
         _save_digest(digest, c.args.out)
         c.say(f"saved to {c.args.out}: check it later with `nexus-cutover verify -namespace {c.args.namespace} "
@@ -445,7 +447,8 @@ def _run_confirm(c: Command, out: dict[str, Any]) -> Verdict:
 
 
 def _run_digest(c: Command, out: dict[str, Any]) -> Verdict:
-    c.digest = steps.history_digest(c.engine, c.args.namespace, timeout_s=c.args.timeout, chunk_rows=c.args.chunk_rows)
+    c.digest = steps.history_digest(c.engine, c.args.namespace, timeout_s=c.args.timeout, chunk_rows=c.args.chunk_rows,
+                                    connections=c.args.digest_connections)
     out["history_digest"] = c.digest.summary()
     c.say(f"  {c.digest.summary_text()}")
     if c.args.digest_out:
@@ -592,6 +595,9 @@ def build_parser() -> argparse.ArgumentParser:
         if "digest" in groups:
             flag(p, "chunk-rows", type=int, default=DEFAULT_CHUNK_ROWS, metavar="N",
                  help=f"history rows per digest chunk (default {DEFAULT_CHUNK_ROWS})")
+            flag(p, "digest-connections", type=bounded_int_arg(1, MAX_DIGEST_CONNECTIONS), default=DEFAULT_DIGEST_CONNECTIONS, metavar="N",
+                 help=f"connections the digest reads its chunks on at once, 1 to {MAX_DIGEST_CONNECTIONS} (default "
+                      f"{DEFAULT_DIGEST_CONNECTIONS}; SQLite reads on one)")
             flag(p, "digest-out" if name == "run" else "out", metavar="FILE", help="save the full digest (JSON) here")
         if "expect" in groups:
             flag(p, "expect", metavar="FILE", help="a digest saved by `digest -out` or `run -digest-out`: re-check it")

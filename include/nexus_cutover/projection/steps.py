@@ -46,6 +46,7 @@ from . import fence as fences
 from . import writers
 from .checkpoint import CheckpointResult, run_checkpoint
 from .digest import DEFAULT_CHUNK_ROWS, DigestVerification, HistoryDigest, compute_digest, verify_digest
+from .digest_limits import DEFAULT_DIGEST_CONNECTIONS
 from .drain import DrainReport, drain_report
 from .plan import resolve_packs as _resolve_packs
 from .plan import schema_plan
@@ -186,16 +187,19 @@ def recheck_writers(
 
 def history_digest(
     engine: Engine, namespace: str, *, timeout_s: float, chunk_rows: int = DEFAULT_CHUNK_ROWS,
-    on_chunk: Callable[[str, Any], None] | None = None,
+    connections: int = DEFAULT_DIGEST_CONNECTIONS, on_chunk: Callable[[str, Any], None] | None = None,
 ) -> HistoryDigest:
     """Step 3c. The digest of every history Event and WorkItem row of the namespace (read only).
 
     Taken after the confirmation, while the fence holds: history can no longer
     change, so any difference found by :func:`verify_history` was made after
     this point. Chunk checksums are computed in the server; an interrupted
-    digest wrote nothing and is simply taken again.
+    digest wrote nothing and is simply taken again. The chunks are read on
+    ``connections`` connections at once (the same digest as on one): it runs
+    inside the admission pause, and a larger server shortens it.
     """
-    return compute_digest(engine, namespace, chunk_rows=chunk_rows, deadline=Deadline(timeout_s), on_chunk=on_chunk)
+    return compute_digest(engine, namespace, chunk_rows=chunk_rows, deadline=Deadline(timeout_s), on_chunk=on_chunk,
+                          connections=connections)
 
 
 def checkpoint(
