@@ -54,11 +54,15 @@ def duration_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
-def positive_int_arg(text: str) -> int:
+def _int_arg(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from exc
+
+
+def positive_int_arg(text: str) -> int:
+    value = _int_arg(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {value}")
     return value
@@ -67,10 +71,7 @@ def positive_int_arg(text: str) -> int:
 def bounded_int_arg(lowest: int, highest: int) -> Callable[[str], int]:
     """An argparse type: an integer from ``lowest`` to ``highest``, else an error naming the range."""
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from exc
+        value = _int_arg(text)
         if not lowest <= value <= highest:
             raise argparse.ArgumentTypeError(f"must be from {lowest} to {highest}, got {value}")
         return value
