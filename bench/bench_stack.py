@@ -65,6 +65,7 @@ import benchlib  # noqa: E402
 from bench_preflight import GOAL as PREFLIGHT_GOAL  # noqa: E402
 
 from nexus_airflow.metrics import pause_summary  # noqa: E402  (the rollout summary's own median/p95)
+from nexus_airflow.rollout import MAX_WAVES  # noqa: E402
 from nexus_cutover.polling import settled_after  # noqa: E402
 from scripts.demo_airflow import ApiError  # noqa: E402
 from scripts.stack import ProductionStack, descendants, mariadb_tenant, pids_with_env, signal_all  # noqa: E402
@@ -477,8 +478,10 @@ def measure_rollout(stack: ProductionStack, args) -> dict[str, Any]:
     say(f"rollout: {len(names)} MariaDB tenants built in {time.monotonic() - t0:.0f}s")
     stack.wait_for_dag(ROLLOUT_DAG, 120)
     stack.wait_for_dag(CUTOVER_DAG, 120)
-    out: dict[str, Any] = {"tenants": len(names), "parallel": 4, "poll_interval_s": rollout_conf()["poll_interval"]}
-    out["airflow"] = airflow_rollout(stack, names, args.rollout_limit)
+    wave_size = rollout_wave_size(len(names))
+    out: dict[str, Any] = {"tenants": len(names), "parallel": 4, "wave_size": wave_size,
+                           "poll_interval_s": rollout_conf()["poll_interval"]}
+    out["airflow"] = airflow_rollout(stack, names, args.rollout_limit, wave_size)
     cli_names = [f"cl{tag}{i:03d}" for i in range(args.rollout_tenants)]
     dsns = rollout_tenants(stack, server, cli_names, connections=False)
     out["cli_floor"] = cli_rollout(dsns, rollout_conf()["poll_interval"])
@@ -498,10 +501,17 @@ def measure_rollout(stack: ProductionStack, args) -> dict[str, Any]:
     return out
 
 
-def airflow_rollout(stack: ProductionStack, names: list[str], limit_s: float) -> dict[str, Any]:
+def rollout_wave_size(tenants: int) -> int:
+    """The form's default wave size (10), or the smallest that keeps the canary and the waves within the DAG's
+    :data:`MAX_WAVES` (the form refuses more: 300 tenants need waves of 16)."""
+    return max(10, -(-(tenants - 1) // (MAX_WAVES - 1)))
+
+
+def airflow_rollout(stack: ProductionStack, names: list[str], limit_s: float, wave_size: int) -> dict[str, Any]:
     answerer = Answerer(stack)
     started = time.monotonic()
-    rollout_run = stack.trigger(ROLLOUT_DAG, {"tenants": names, "cutover_conf": rollout_conf()})["dag_run_id"]
+    rollout_run = stack.trigger(ROLLOUT_DAG, {"tenants": names, "wave_size": wave_size,
+                                              "cutover_conf": rollout_conf()})["dag_run_id"]
     done: dict[str, dict] = {}
     state = "queued"
     while time.monotonic() - started < limit_s:
