@@ -54,6 +54,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -383,14 +384,18 @@ def failover(stack: ProductionStack, run_id: str, job1: int, n: int, tenants_dir
 # --------------------------------------------------------------------------- rollout
 
 
-def drained_tenant(namespace: str):
+def drained_tenant(namespace: str, extra: Callable[[Any, Any], None] | None = None):
+    """One pack's drained history; ``extra(scenario, pack)`` adds to it before it is written."""
     def build(engine) -> None:
         from nexus_cutover.schema import create_legacy_schema
         from nexus_sim.scenario import TenantScenario, drained_pack_history
 
         create_legacy_schema(engine)
         sc = TenantScenario(namespace=namespace)
-        drained_pack_history(sc.pack("pk-one"), random.Random(11), lanes=3, generations=4)
+        pack = sc.pack("pk-one")
+        drained_pack_history(pack, random.Random(11), lanes=3, generations=4)
+        if extra is not None:
+            extra(sc, pack)
         sc.write(engine)
 
     return build
@@ -456,13 +461,68 @@ def stop_host(pid: int | None) -> None:
         stop_pid_if_ours(int(pid), "nexus")
 
 
-def rollout_tenants(stack: ProductionStack, server: str, names: list[str], *, connections: bool) -> dict[str, str]:
-    """One MariaDB database per tenant (built 4 at a time); returns tenant -> DSN (never printed)."""
+#: The old worker of the tenant whose drain times out: its item stays leased to it while it heartbeats.
+SLOW_OLD_WORKER = "old-worker-slow"
+
+
+def audit_refusing_tenant(namespace: str):
+    """Drained, plus a lane whose coalesced ordinal-0 inputs sit beside positive ordinals: the audit refuses
+    (``mixed_history_indirect``) and the tenant's run stops at ``audit_and_checkpoint``, writing nothing."""
+    def mixed(_sc, pack) -> None:
+        lane = pack.lane("lane-mixed")
+        lane.generation(2, legacy=True)
+        lane.generation(1)
+    return drained_tenant(namespace, mixed)
+
+
+def slow_drain_tenant(namespace: str):
+    """Drained, plus one old WorkItem ``processing`` under a live lease of :data:`SLOW_OLD_WORKER`, which
+    heartbeats (the bench's :class:`Heartbeat`) and never completes it: the drain waits to its timeout."""
+    def leased(sc, pack) -> None:
+        from nexus_cutover import catalog
+        from nexus_cutover.clock import utcnow
+
+        pack.lane("lane-slow").generation(1, status="processing", lease_owner=SLOW_OLD_WORKER,
+                                          lease_expires_at=utcnow() + dt.timedelta(hours=2))
+        sc.process(catalog.ROLE_PROJECTION_WORKER, process_id=SLOW_OLD_WORKER)
+    return drained_tenant(namespace, leased)
+
+
+class Heartbeat(threading.Thread):
+    """Keeps a registry row's heartbeat fresh every ``every_s`` until stopped (an old worker that is alive)."""
+
+    def __init__(self, dsn: str, process_id: str, every_s: float = 5.0):
+        super().__init__(daemon=True)
+        self.dsn, self.process_id, self.every_s, self.halt = dsn, process_id, every_s, threading.Event()
+
+    def run(self) -> None:
+        from sqlalchemy import update
+
+        from nexus_cutover import catalog
+        from nexus_cutover.clock import utcnow
+        from nexus_cutover.db import make_engine
+
+        engine = make_engine(self.dsn)
+        try:
+            while not self.halt.wait(self.every_s):
+                with engine.begin() as conn:
+                    conn.execute(update(catalog.ProcessRegistry)
+                                 .where(catalog.ProcessRegistry.c.ProcessId == self.process_id)
+                                 .values(LastHeartbeatAt=utcnow()))
+        finally:
+            engine.dispose()
+
+
+def rollout_tenants(stack: ProductionStack, server: str, names: list[str], *, connections: bool,
+                    builders: dict[str, Any] | None = None, unreachable: tuple[str, ...] = ()) -> dict[str, str]:
+    """One MariaDB database per tenant (built 4 at a time; ``builders`` per tenant, else drained); returns
+    tenant -> DSN (never printed). An ``unreachable`` tenant's connection names a port nothing listens on."""
 
     def one(name: str) -> tuple[str, str]:
-        made = mariadb_tenant(server, f"nx_bench_{name}", drained_tenant(name))
+        made = mariadb_tenant(server, f"nx_bench_{name}", (builders or {}).get(name, drained_tenant)(name))
         if connections:
-            stack.put_connection(f"nexus_tenant_{name}", **made["conn"])
+            conn = {**made["conn"], "port": 1} if name in unreachable else made["conn"]
+            stack.put_connection(f"nexus_tenant_{name}", **conn)
         return name, made["dsn"]
 
     with ThreadPoolExecutor(4) as pool:
@@ -507,11 +567,55 @@ def rollout_wave_size(tenants: int) -> int:
     return max(10, -(-(tenants - 1) // (MAX_WAVES - 1)))
 
 
-def airflow_rollout(stack: ProductionStack, names: list[str], limit_s: float, wave_size: int) -> dict[str, Any]:
+def measure_rollout_faults(stack: ProductionStack, args) -> dict[str, Any]:
+    """Issue 27's bad input: a rollout where one tenant's database is unreachable, one refuses at the audit and
+    one's drain times out (one per wave after the canary, ``max_failed`` 1 per wave, ``on_preflight_stop`` run:
+    each starts and stops where it must). The others must succeed; the three are read back from the rollout's
+    summary with their task and reason."""
+    server = benchlib.server_url()
+    tag = uuid.uuid4().hex[:4]
+    names = [f"rf{tag}{i:03d}" for i in range(args.fault_tenants)]
+    wave_size = max(2, rollout_wave_size(len(names))) if not args.quick else 2
+    unreachable, refusing, slow = names[1], names[1 + wave_size], names[1 + 2 * wave_size]
+    builders = {refusing: audit_refusing_tenant, slow: slow_drain_tenant}
+    t0 = time.monotonic()
+    dsns = rollout_tenants(stack, server, names, connections=True, builders=builders, unreachable=(unreachable,))
+    say(f"rollout with faults: {len(names)} MariaDB tenants built in {time.monotonic() - t0:.0f}s "
+        f"(unreachable {unreachable}, audit refusal {refusing}, drain timeout {slow})")
+    stack.wait_for_dag(ROLLOUT_DAG, 120)
+    stack.wait_for_dag(CUTOVER_DAG, 120)
+    heartbeat = Heartbeat(dsns[slow], SLOW_OLD_WORKER)
+    heartbeat.start()
+    drain_timeout = 60
+    try:
+        run = airflow_rollout(stack, names, args.rollout_limit, wave_size,
+                              extra={"max_failed": 1, "on_preflight_stop": "run"},
+                              cutover={"drain_timeout": drain_timeout})
+    finally:
+        heartbeat.halt.set()
+    tenants = (run.get("rollout_summary") or {}).get("tenants") or {}
+    expected = {unreachable: "resolve_packs", refusing: "audit_and_checkpoint", slow: "wait_for_drain"}
+    named = {n: {k: tenants.get(n, {}).get(k) for k in ("state", "task", "reason")} for n in expected}
+    others = [n for n in names if n not in expected]
+    out = {"tenants": len(names), "wave_size": wave_size, "max_failed": 1, "drain_timeout_s": drain_timeout,
+           "faults": {"unreachable": unreachable, "audit_refusal": refusing, "drain_timeout": slow}, "named": named,
+           "others_succeeded": sum(tenants.get(n, {}).get("state") == "success" for n in others),
+           "others": len(others), "airflow": run}
+    out["as_expected"] = (out["others_succeeded"] == len(others)
+                          and all(named[n]["state"] == "failed" and named[n]["task"] == task and named[n]["reason"]
+                                  for n, task in expected.items()))
+    if run["wall_s"] and out["others_succeeded"]:
+        out["wall_s_per_succeeded_tenant"] = round(run["wall_s"] / out["others_succeeded"], 1)
+    say(f"rollout with faults: {out['others_succeeded']}/{len(others)} others succeeded; named: {named}")
+    return out
+
+
+def airflow_rollout(stack: ProductionStack, names: list[str], limit_s: float, wave_size: int, *,
+                    extra: dict[str, Any] | None = None, cutover: dict[str, Any] | None = None) -> dict[str, Any]:
     answerer = Answerer(stack)
     started = time.monotonic()
-    rollout_run = stack.trigger(ROLLOUT_DAG, {"tenants": names, "wave_size": wave_size,
-                                              "cutover_conf": rollout_conf()})["dag_run_id"]
+    rollout_run = stack.trigger(ROLLOUT_DAG, {"tenants": names, "wave_size": wave_size, **(extra or {}),
+                                              "cutover_conf": {**rollout_conf(), **(cutover or {})}})["dag_run_id"]
     done: dict[str, dict] = {}
     state = "queued"
     while time.monotonic() - started < limit_s:
@@ -698,6 +802,9 @@ def run(args, save) -> dict[str, Any]:
                 save(results)  # kept should the rollout fail
             if "rollout" in args.only:
                 results["rollout"] = {"measured_at": benchlib.now_utc(), **measure_rollout(stack, args)}
+                save(results)
+            if "faults" in args.only:
+                results["rollout_faults"] = {"measured_at": benchlib.now_utc(), **measure_rollout_faults(stack, args)}
         except BaseException:
             say("failed; stack logs:\n" + stack.log_tails(25))
             raise
@@ -727,8 +834,8 @@ def save(key: str, results: dict[str, Any]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes (a few minutes)")
-    parser.add_argument("--only", nargs="+", choices=("waiting", "rollout", "preflight"),
-                        default=["waiting", "rollout", "preflight"])
+    parser.add_argument("--only", nargs="+", choices=("waiting", "rollout", "preflight", "faults"),
+                        default=["waiting", "rollout", "preflight", "faults"])
     parser.add_argument("--preflight-tenants", type=int, help="preflight tenants (default 32, quick 6)")
     parser.add_argument("--preflight-concurrency", type=int, help="preflight concurrency (default 8, quick 3)")
     parser.add_argument("--tenants", type=int, help="waiting tenants (default 1000, quick 20)")
@@ -739,13 +846,15 @@ def main() -> int:
     parser.add_argument("--rollout-tenants", type=int,
                         help="rollout tenants (default 11: the canary and one wave of 10, what fits ~15 minutes on "
                              "2 cores; issue 13 asks 100: --rollout-tenants 100 --rollout-limit 7200; quick 2)")
+    parser.add_argument("--fault-tenants", type=int,
+                        help="tenants of the rollout with three faults (--only faults; default 300, quick 8)")
     parser.add_argument("--keep", type=Path, help="copy the stack's process and task logs here before the cleanup")
     parser.add_argument("--rollout-limit", type=float, default=900.0, help="give the Airflow rollout up after, s")
     args = parser.parse_args()
     q = args.quick
     for name, full, quick in (("tenants", 1000, 20), ("poll_interval", 30.0, 5.0), ("window", 90.0, 10.0),
                               ("idle", 20.0, 5.0), ("rollout_tenants", 11, 2), ("preflight_tenants", 32, 6),
-                              ("preflight_concurrency", 8, 3)):
+                              ("preflight_concurrency", 8, 3), ("fault_tenants", 300, 8)):
         if getattr(args, name) is None:
             setattr(args, name, quick if q else full)
     benchlib.server_url()
