@@ -128,8 +128,11 @@ def domain_errors(context, log) -> Iterator[None]:
     except (BadInput, Refused) as exc:
         stop(context, log, f"{type(exc).__name__}: {exc}", {"error": type(exc).__name__, "message": str(exc)},
              code=exc.exit_code)
-    except CutoverError as exc:
-        log.error("%s: %s", type(exc).__name__, exc)
+    except CutoverError as exc:  # not a stop (a lost database may come back): failed as is, its reason kept
+        message = f"{type(exc).__name__}: {exc}"
+        if "ti" in context:  # the rollout's summary and the status view read a failed step's reason from it
+            context["ti"].xcom_push(key="report", value={"error": type(exc).__name__, "message": message})
+        log.error("%s", message)
         raise
 
 

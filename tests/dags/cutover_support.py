@@ -38,6 +38,7 @@ def base_conf(conn_id: str, **overrides: Any) -> dict[str, Any]:
         "confirm_timeout": 300,
         "checkpoint_timeout": 30,
         "digest_timeout": 60,
+        "digest_connections": 2,
         "host_controller": "http",
         "host_http_conn_id": "nexus_deployer_test",
         "approval": "per_tenant",

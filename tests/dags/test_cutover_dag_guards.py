@@ -291,3 +291,14 @@ def test_a_fence_a_cli_invocation_holds_is_never_taken_silently_and_is_taken_whe
     with engine.connect() as conn:
         reason, released_by = conn.execute(select(catalog.AdmissionFence.c.Reason, catalog.AdmissionFence.c.ReleasedBy)).one()
     assert f"adopted from {cli_holder}" in reason and released_by == f"airflow:{DAG_ID}:{taken.run_id}"
+
+
+def test_an_unreachable_tenant_database_fails_the_first_step_with_its_reason_in_the_report(dag, tenant_connection):
+    """Nothing listens on port 1: ``resolve_packs`` fails (not a stop: a database may come back, clear it then)
+    and its XCom ``report`` names why, which the rollout's summary and the status view show."""
+    conn_id = tenant_connection("nexus_tenant_gone", "mysql+pymysql://cutover:s3cret@127.0.0.1:1/tenant_gone")
+    result = run_dag(dag, base_conf(conn_id))
+    assert result.state == "failed" and result.state_of("resolve_packs") == "failed"
+    report = result.xcom("resolve_packs", key="report")
+    assert report["error"] == "Unreachable" and report["message"].startswith("Unreachable: ")
+    assert "s3cret" not in json.dumps(report)  # the DSN's password never in XCom
