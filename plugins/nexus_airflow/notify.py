@@ -104,7 +104,8 @@ class CutoverNotifier(BaseNotifier):
         except Exception:  # noqa: BLE001 - the report is a bonus; the exception is the reason
             report = None
         if report:
-            parts.append(_report_summary(report))
+            summary = _report_summary(report)
+            parts = [p for p in parts if p not in summary] + [summary]  # a report that repeats the exception: once
         return " | ".join(parts) or "no reason recorded: read the task log"
 
     def message(self, context) -> tuple[str, str]:
