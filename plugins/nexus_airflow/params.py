@@ -202,8 +202,9 @@ CUTOVER_FIELDS: dict[str, Field] = {
                                "Bound of the history digest and of its verification at the end (each is read only).",
                                maximum=86400),
     "digest_connections": Field(DEFAULT_DIGEST_CONNECTIONS, "History digest connections",
-                                "Connections the history digest reads its chunks on at once (the same digest as on "
-                                "one): the digest runs while admission is paused, and a larger server takes it sooner. "
+                                "Connections the history digest reads its chunks on at once (the same rows and the "
+                                "same verification as on one): the digest runs while admission is paused, and a larger "
+                                "server takes it sooner. "
                                 "Each is a connection to the tenant's server for the digest's length.",
                                 {"type": "integer", "minimum": 1, "maximum": MAX_DIGEST_CONNECTIONS}, int, TIMING),
     "readiness_timeout": _seconds(1800, "Readiness timeout (s)", "How long verify_readiness waits for the new host to activate.",

@@ -595,9 +595,10 @@ def build_parser() -> argparse.ArgumentParser:
         if "digest" in groups:
             flag(p, "chunk-rows", type=int, default=DEFAULT_CHUNK_ROWS, metavar="N",
                  help=f"history rows per digest chunk (default {DEFAULT_CHUNK_ROWS})")
-            flag(p, "digest-connections", type=bounded_int_arg(1, MAX_DIGEST_CONNECTIONS), default=DEFAULT_DIGEST_CONNECTIONS, metavar="N",
-                 help=f"connections the digest reads its chunks on at once, 1 to {MAX_DIGEST_CONNECTIONS} (default "
-                      f"{DEFAULT_DIGEST_CONNECTIONS}; SQLite reads on one)")
+            flag(p, "digest-connections", type=bounded_int_arg(1, MAX_DIGEST_CONNECTIONS),
+                 default=DEFAULT_DIGEST_CONNECTIONS, metavar="N",
+                 help=f"connections the digest reads its chunks on at once, 1 to {MAX_DIGEST_CONNECTIONS} "
+                      f"(default {DEFAULT_DIGEST_CONNECTIONS}; SQLite reads on one)")
             flag(p, "digest-out" if name == "run" else "out", metavar="FILE", help="save the full digest (JSON) here")
         if "expect" in groups:
             flag(p, "expect", metavar="FILE", help="a digest saved by `digest -out` or `run -digest-out`: re-check it")

@@ -195,8 +195,8 @@ def history_digest(
     change, so any difference found by :func:`verify_history` was made after
     this point. Chunk checksums are computed in the server; an interrupted
     digest wrote nothing and is simply taken again. The chunks are read on
-    ``connections`` connections at once (the same digest as on one): it runs
-    inside the admission pause, and a larger server shortens it.
+    ``connections`` connections at once (the same rows and verification as on
+    one): it runs inside the admission pause, and a larger server shortens it.
     """
     return compute_digest(engine, namespace, chunk_rows=chunk_rows, deadline=Deadline(timeout_s), on_chunk=on_chunk,
                           connections=connections)
