@@ -425,8 +425,7 @@ class Answerer:
         self.other: list[str] = []
 
     def tick(self) -> None:
-        body = self.stack.request("GET", "/api/v2/dags/~/dagRuns/~/hitlDetails?limit=1000")
-        for d in body.get("hitl_details", []):
+        for d in self.details():
             ti = d["task_instance"]
             key = f"{ti['dag_id']}/{ti['dag_run_id']}/{ti['task_id']}/{ti.get('map_index', -1)}"
             if d.get("response_received") or key in self.answered:
@@ -442,12 +441,22 @@ class Answerer:
             self.stack.answer_hitl(ti["dag_id"], ti["dag_run_id"], ti["task_id"], CONFIRM, ti.get("map_index", -1))
             self.answered.add(key)
 
+    def details(self) -> list[dict]:
+        """Every HITL detail, page by page: the API serves at most 100 a page whatever ``limit`` says (a 300-tenant
+        rollout's questions past the first 100 went unanswered and timed out when only the first page was read)."""
+        out: list[dict] = []
+        while True:
+            page = self.stack.request("GET", f"/api/v2/dags/~/dagRuns/~/hitlDetails?limit=100&offset={len(out)}")
+            rows = page.get("hitl_details", [])
+            out += rows
+            if not rows or len(out) >= int(page.get("total_entries", len(out))):
+                return out
+
     def answer_waits(self) -> dict[str, float]:
         """Per cutover run, the seconds its writer-stop question waited for this answerer (asked -> answered:
         the grace and this loop's own latency, a person's time in a real rollout, not the product's)."""
-        body = self.stack.request("GET", "/api/v2/dags/~/dagRuns/~/hitlDetails?limit=1000")
         return {d["task_instance"]["dag_run_id"]: (_at(d["responded_at"]) - _at(d["created_at"])).total_seconds()
-                for d in body.get("hitl_details", [])
+                for d in self.details()
                 if d["task_instance"]["dag_id"] == CUTOVER_DAG and d.get("responded_at") and CONFIRM in d["options"]}
 
 
@@ -718,7 +727,12 @@ def pause_breakdown(tis: list[dict]) -> dict[str, float]:
 
 
 def cutover_runs(stack: ProductionStack, rollout_run: str) -> list[dict]:
-    runs = stack.request("GET", f"/api/v2/dags/{CUTOVER_DAG}/dagRuns?limit=1000")["dag_runs"]
+    runs: list[dict] = []
+    while True:  # page by page: the API serves at most 100 a page (its maximum_page_limit)
+        page = stack.request("GET", f"/api/v2/dags/{CUTOVER_DAG}/dagRuns?limit=100&offset={len(runs)}")
+        runs += page["dag_runs"]
+        if not page["dag_runs"] or len(runs) >= int(page.get("total_entries", len(runs))):
+            break
     return [r for r in runs if r["dag_run_id"].startswith(f"rollout__{rollout_run}__")]
 
 
