@@ -171,6 +171,12 @@ def _state(stack, dag_id: str, run_id: str) -> str | None:
         raise
 
 
+def _reports(stack, tenant_run: str) -> dict:
+    """Every XCom ``report`` of a tenant's run, by task: the message of an assertion on one of them."""
+    return {t["task_id"]: stack.xcom(CUTOVER, tenant_run, t["task_id"], key="report")
+            for t in stack.task_instances(CUTOVER, tenant_run)}
+
+
 def _where(stack, rollout_run: str, tenant_run: str) -> dict:
     """Where a rollout and one tenant's run stand (every task's state): the message of a wait that ran out."""
     where = {}
@@ -393,8 +399,15 @@ def test_pause_holds_new_tenants_resume_starts_them_and_cancel_stops_before_the_
         assert time.monotonic() < deadline, _where(stack, run_id, first)
         time.sleep(3)
     assert _state(stack, ROLLOUT, run_id) == "failed", _where(stack, run_id, first)
-    report = stack.xcom(CUTOVER, first, "confirm_writers_stopped", key="report")
-    assert report and report["cancelled_by_rollout"] == run_id and "fence stays armed" in report["message"], report
+    assert _state(stack, CUTOVER, first) == "failed", _where(stack, run_id, first)
+    # The cancel is read at the answer (the confirmation) and again at the history digest, the last step before
+    # the checkpoints: the tenant stops at one of the two, naming the rollout, its fence armed. CI once found no
+    # report on the confirmation (not reproduced since): every task's state and report say which stop it was.
+    reports = _reports(stack, first)
+    stops = {task: r for task, r in reports.items() if isinstance(r, dict) and r.get("cancelled_by_rollout") == run_id}
+    assert list(stops) in (["confirm_writers_stopped"], ["history_digest"]), (_where(stack, run_id, first), reports)
+    report = next(iter(stops.values()))
+    assert "fence stays armed" in report["message"] and "before its checkpoint" in report["message"], report
     assert _checkpointed(created[0][1], created[0][2]) is False
     summary = stack.xcom(ROLLOUT, run_id, "summary", key="summary")
     assert summary["halted"] == "cancelled after wave 0", summary
