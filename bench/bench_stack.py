@@ -14,7 +14,8 @@ defers every task instance straight to the triggerer (no worker), where the real
 the real ``DrainPoller``. triggerer-2 is stopped first, so triggerer-1 takes every trigger. Measured on that
 process tree from /proc: RSS (and PSS) idle, then with every tenant waiting (per tenant: the difference / N),
 CPU (utime+stime) over ``--window`` s per tenant-minute, the polls made (one line per poll in each trigger's
-log) times the statements one poll sends (counted by SQLite's trace callback on a copy, the same poller),
+log, with ``--quiet-log-s 0``: the product logs a wait's change only) times the statements one poll sends
+(counted by SQLite's trace callback on a copy, the same poller),
 and the tenant-database files held open, sampled every 0.5 s (an open handle between polls would stay
 visible; polls in flight are the only expected ones). Then triggerer-2 is started again, triggerer-1 is
 SIGKILLed: the time until the survivor holds every trigger and until every tenant polled there, and the
@@ -288,8 +289,14 @@ def idle(pid: int, seconds: float) -> dict[str, float]:
     return {**memory_mb(pid), "cpu_core_fraction": cpu / (time.monotonic() - t0)}
 
 
+def every_poll_logged(args) -> bool:
+    """Whether each poll writes a trigger log line (``--quiet-log-s 0``): only then are polls counted from the logs.
+    With the product's change-only log a tenant that does not change logs its first poll, then one line per 5 min."""
+    return args.quiet_log_s is not None and args.quiet_log_s == 0
+
+
 def steady(stack: ProductionStack, run_id: str, pid: int, job: int, n: int, base: dict, tenants_dir: Path,
-           window_s: float, interval_s: float, per_poll: int) -> dict[str, Any]:
+           window_s: float, interval_s: float, per_poll: int, polls_logged: bool = True) -> dict[str, Any]:
     """One measured window on the triggerer ``pid`` (job ``job``) holding all ``n`` waiting tenants."""
     polls0 = sum(trigger_log_polls(stack, run_id).get(job, {}).values())
     c0, t0 = cpu_s(pid), time.monotonic()
@@ -307,8 +314,10 @@ def steady(stack: ProductionStack, run_id: str, pid: int, job: int, n: int, base
         "cpu_s": round(cpu, 2), "cpu_core_fraction": round(cpu / elapsed, 3),
         "cpu_ms_per_tenant_minute": round(cpu / elapsed * 60_000 / n, 3),
         "cpu_ms_per_tenant_minute_above_idle": round((cpu - idle_cpu) / elapsed * 60_000 / n, 3),
-        "polls": polls, "polls_per_s": round(polls / elapsed, 2), "expected_polls_per_s": round(n / interval_s, 2),
-        "statements_per_poll": per_poll, "statements_per_s": round(polls * per_poll / elapsed, 1),
+        **({"polls": polls, "polls_per_s": round(polls / elapsed, 2),
+            "statements_per_s": round(polls * per_poll / elapsed, 1)} if polls_logged else
+           {"polls": "not counted: polls are logged on a change only (--quiet-log-s 0 logs and counts each)"}),
+        "expected_polls_per_s": round(n / interval_s, 2), "statements_per_poll": per_poll,
         "rss_mb_max": round(max(s.rss, default=0.0), 1), "open_tenant_files_samples": len(s.fds),
         "open_tenant_files_max": max(s.fds, default=0),
         "open_tenant_files_mean": round(sum(s.fds) / max(1, len(s.fds)), 3),
@@ -338,7 +347,8 @@ def measure_waiting(stack: ProductionStack, args, tenants_dir: Path) -> dict[str
         f"all polled in {out['all_polled_s']}s")
     # past the first polls (each tenant's imports, its first has_column probe) and the wait's quick first looks
     time.sleep(args.poll_interval + settled_after(args.poll_interval))
-    out["one_triggerer"] = steady(stack, run_id, t1.pid, job1, n, base1, tenants_dir, args.window, args.poll_interval, per_poll)
+    out["one_triggerer"] = steady(stack, run_id, t1.pid, job1, n, base1, tenants_dir, args.window, args.poll_interval, per_poll,
+                                  every_poll_logged(args))
     say(f"waiting: one triggerer: {out['one_triggerer']}")
     out["failover"] = failover(stack, run_id, job1, n, tenants_dir, args, per_poll)
     state = deferral_state(stack, run_id)
@@ -377,7 +387,8 @@ def failover(stack: ProductionStack, run_id: str, job1: int, n: int, tenants_dir
     say(f"failover: all {n} on the survivor after {out['takeover_all_assigned_s']}s, all polled there after "
         f"{out['takeover_all_polled_s']}s")
     time.sleep(args.poll_interval + settled_after(args.poll_interval))  # a trigger taken over starts its wait anew
-    out["survivor"] = steady(stack, run_id, t2.pid, job2, n, base2, tenants_dir, args.window, args.poll_interval, per_poll)
+    out["survivor"] = steady(stack, run_id, t2.pid, job2, n, base2, tenants_dir, args.window, args.poll_interval, per_poll,
+                             every_poll_logged(args))
     say(f"failover: survivor: {out['survivor']}")
     return out
 
@@ -818,6 +829,9 @@ def run(args, save) -> dict[str, Any]:
         extra = {"AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder(root)), "NEXUS_BENCH_WAITING_TENANTS": str(args.tenants),
                  "NEXUS_BENCH_POLL_INTERVAL_S": str(args.poll_interval),
                  "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"admin:admin,{APPROVER}:admin", **conns}
+        if args.quiet_log_s is not None:
+            extra["NEXUS_TRIGGER_QUIET_LOG_S"] = str(args.quiet_log_s)
+        results["trigger_quiet_log_s"] = args.quiet_log_s  # None: the product's default
         stack = ProductionStack(root / "stack", extra_env=extra)
         t0 = time.monotonic()
         stack.start(timeout_s=300)
@@ -871,6 +885,9 @@ def main() -> int:
     parser.add_argument("--poll-interval", type=float, help="trigger poll interval, s (default 30, quick 5)")
     parser.add_argument("--window", type=float, help="measured window, s (default 90, quick 10)")
     parser.add_argument("--idle", type=float, help="idle baseline window, s (default 20, quick 5)")
+    parser.add_argument("--quiet-log-s", type=float,
+                        help="the triggerers' NEXUS_TRIGGER_QUIET_LOG_S (default: unset, the product's 300 s; 0 logs "
+                             "every poll, as before the change-only log)")
     parser.add_argument("--ramp-limit", type=float, default=600.0)
     parser.add_argument("--rollout-tenants", type=int,
                         help="rollout tenants (default 11: the canary and one wave of 10, what fits ~15 minutes on "

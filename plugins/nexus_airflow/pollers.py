@@ -143,8 +143,16 @@ class DrainPoller(_EnginePoller):
         message += f"; {eta_text(remaining, rate)}"
         drain_metrics(self.namespace, remaining, rate)
         return {"state": state, "message": message, "remaining": remaining, "rate_per_min": rate,
-                "eta_min": eta_minutes(remaining, rate),
+                "eta_min": eta_minutes(remaining, rate), "progress": progress(report),
                 "report": as_json, "report_text": report.report_text()}
+
+
+def progress(report) -> list:
+    """What a drain's progress is, for the trigger's log: old projection work by status and its live workers
+    (ordinary work, which moves with the tenant's traffic, is not progress of the drain)."""
+    from nexus_cutover import catalog
+
+    return [report.counts.get(s, 0) for s in catalog.WORK_LIVE_STATUSES] + [len(report.live_old_workers)]
 
 
 def drain_metrics(tenant: str, remaining: int, rate: float | None) -> None:

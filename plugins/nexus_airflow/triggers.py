@@ -10,9 +10,13 @@ Invariants:
   "message": str}``. Every blocking call (constructing, polling, closing) runs in
   a worker thread (``asyncio.to_thread``), so the triggerer's event loop --
   shared by thousands of waiting tenants -- never blocks on the database.
-* Each poll's ``message`` is logged (the task log shows the progress); the first
-  non-``waiting`` result is fired as the single event, whose payload is the
-  poller's result unchanged.
+* A poll's ``message`` is logged when its progress changed (the result's
+  ``progress``, else its message) and, while nothing changes, once every
+  :func:`quiet_log_s` (default 5 min) with how long it has been unchanged: the task
+  log shows every change, and a thousand tenants that wait without change do not
+  each write a line per poll (the triggerer's largest per-poll cost after the
+  poll itself). The first non-``waiting`` result is logged and fired as the
+  single event, whose payload is the poller's result unchanged.
 * Polls are spaced by :func:`nexus_cutover.polling.gaps`: 1 s after the
   first, then 2 s, 4 s, ... up to ``poll_interval`` (a wait that ends soon, a
   host that is ready in seconds, is seen in seconds).
@@ -25,6 +29,9 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import os
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -51,9 +58,53 @@ def _expired(poller) -> bool:
     return bool(expired()) if callable(expired) else True  # no deadline known: do not retry blindly
 
 
+#: Seconds between two log lines of a wait whose progress does not change (0: every poll), from the
+#: triggerer's environment; the runbook's settings table.
+QUIET_LOG_ENV = "NEXUS_TRIGGER_QUIET_LOG_S"
+QUIET_LOG_DEFAULT_S = 300.0
+
+
+def quiet_log_s() -> float:
+    """How often an unchanged wait is logged: ``$NEXUS_TRIGGER_QUIET_LOG_S`` if it is a number >= 0, else 5 min."""
+    try:
+        value = float(os.environ.get(QUIET_LOG_ENV, QUIET_LOG_DEFAULT_S))
+    except ValueError:
+        return QUIET_LOG_DEFAULT_S
+    return value if value >= 0 else QUIET_LOG_DEFAULT_S
+
+
+class ProgressLog:
+    """Which waiting polls to log: a change of progress at once, an unchanged one every ``quiet_s`` seconds."""
+
+    def __init__(self, quiet_s: float):
+        self.quiet_s = quiet_s
+        self.progress: Any = None
+        self.logged_at = 0.0
+        self.unchanged = 0
+        self.since: str | None = None
+
+    def line(self, result: dict[str, Any], now: float) -> str | None:
+        """The line to log for this poll's ``result`` (None: nothing new to say yet)."""
+        progress = result.get("progress", result.get("message"))
+        message = str(result.get("message", ""))
+        if self.since is None or progress != self.progress or result.get("state") != WAITING:
+            self.progress, self.logged_at, self.unchanged = progress, now, 0
+            self.since = dt.datetime.now(dt.UTC).strftime("%H:%M:%SZ")
+            return message
+        self.unchanged += 1
+        if now - self.logged_at < self.quiet_s:
+            return None
+        self.logged_at = now
+        return f"unchanged since {self.since} ({self.unchanged} more poll(s)): {message}"
+
+
 class StatusPollTrigger(BaseTrigger):
     """Poll ``poller(**poller_kwargs).poll()`` until its state is not ``waiting``: soon at first, then every
     ``poll_interval`` s."""
+
+    #: While a wait's progress does not change, its poll is logged once in this many seconds (None: the
+    #: triggerer's :func:`quiet_log_s`).
+    quiet_log_s: float | None = None
 
     def __init__(self, poller: str, poller_kwargs: dict[str, Any], poll_interval: float = 30.0):
         super().__init__()
@@ -72,7 +123,8 @@ class StatusPollTrigger(BaseTrigger):
 
         cls = import_poller(self.poller)
         instance = await asyncio.to_thread(cls, **self.poller_kwargs)
-        failures, next_gap = 0, gaps(self.poll_interval)
+        failures, next_gap, progress_log = 0, gaps(self.poll_interval), ProgressLog(
+            quiet_log_s() if self.quiet_log_s is None else self.quiet_log_s)
         try:
             while True:
                 try:
@@ -88,7 +140,9 @@ class StatusPollTrigger(BaseTrigger):
                     await asyncio.sleep(self.poll_interval)
                     continue
                 failures = 0
-                self.log.info("%s", result.get("message", ""))
+                line = progress_log.line(result, time.monotonic())
+                if line is not None:
+                    self.log.info("%s", line)
                 if result.get("state") != WAITING:
                     yield TriggerEvent(result)
                     return

@@ -60,6 +60,62 @@ class FlakyPoller:
         pass
 
 
+class ScriptedPoller:
+    """Returns ``script``'s results in order: (state, progress, message) each."""
+
+    def __init__(self, script: list[list]):
+        self.script = list(script)
+
+    def poll(self):
+        state, progress, message = self.script.pop(0)
+        return {"state": state, "message": message, **({"progress": progress} if progress is not None else {})}
+
+    def close(self):
+        pass
+
+
+def _logged_lines(capsys, trigger_class, script) -> list[str]:
+    """The lines the trigger logs (Airflow's structured log on stdout) while it runs ``script`` to its end."""
+    import re
+
+    async def run():
+        return [e async for e in trigger_class(f"{__name__}.ScriptedPoller", {"script": script}, poll_interval=0).run()]
+
+    capsys.readouterr()
+    events = asyncio.run(asyncio.wait_for(run(), timeout=60))
+    assert [e.payload["state"] for e in events] == ["done"]
+    line = re.compile(r"\[info\s*\] (.*?)\s+\[[\w.]*\b" + trigger_class.__name__ + r"\]")
+    return [m.group(1) for m in map(line.search, capsys.readouterr().out.splitlines()) if m]
+
+
+def test_a_wait_logs_each_change_of_progress_not_each_poll(airflow_db, capsys, monkeypatch):
+    """A thousand tenants waiting without change must not each write a line per poll: a poll is logged when its
+    progress (else its message) changed, an unchanged one once per ``quiet_log_s``, the final one always."""
+    from nexus_airflow.triggers import QUIET_LOG_ENV, StatusPollTrigger, quiet_log_s
+
+    monkeypatch.delenv(QUIET_LOG_ENV, raising=False)
+    assert quiet_log_s() == 300.0
+    for raw, seconds in (("0", 0.0), ("12.5", 12.5), ("-1", 300.0), ("soon", 300.0)):
+        monkeypatch.setenv(QUIET_LOG_ENV, raw)
+        assert quiet_log_s() == seconds, raw
+    monkeypatch.delenv(QUIET_LOG_ENV)
+
+    script = [["waiting", [5, 0], "5 left; ETA unknown"], ["waiting", [5, 0], "5 left; 0.1 items/min"],
+              ["waiting", [5, 0], "5 left; 0.0 items/min"], ["waiting", [3, 0], "3 left"],
+              ["waiting", None, "not ready: host h1 starting"], ["waiting", None, "not ready: host h1 starting"],
+              ["waiting", None, "not ready: host h1 warming"], ["done", [0, 0], "0 left; drained"]]
+    assert _logged_lines(capsys, StatusPollTrigger, script) == [
+        "5 left; ETA unknown", "3 left", "not ready: host h1 starting", "not ready: host h1 warming", "0 left; drained"]
+
+    class EveryPoll(StatusPollTrigger):  # nothing is quiet for 0 s: every unchanged poll says how long it has been
+        quiet_log_s = 0.0
+
+    lines = _logged_lines(capsys, EveryPoll, script)
+    assert len(lines) == len(script) and lines[0] == "5 left; ETA unknown" and lines[3] == "3 left", lines
+    assert lines[1].startswith("unchanged since ") and lines[1].endswith("(1 more poll(s)): 5 left; 0.1 items/min")
+    assert lines[2].endswith("(2 more poll(s)): 5 left; 0.0 items/min"), lines
+
+
 def _events(poller_kwargs):
     from nexus_airflow.triggers import StatusPollTrigger
 
@@ -131,6 +187,7 @@ def test_drain_poller_reports_counts_and_trend(airflow_db, tenant_connection, ba
     _, first = lane.generation(1, status="pending")
     lane.generation(1, status="processing", lease_owner="w", lease_expires_at=utcnow() + dt.timedelta(minutes=5))
     sc.process(catalog.ROLE_PROJECTION_WORKER, process_id="w")
+    ordinary = sc.ordinary_work(None, status="pending")
     sc.write(engine)
     conn_id = tenant_connection(f"nexus_tenant_poll_{backend}", url)
     kwargs = {"conn_id": conn_id, "namespace": NS, "deadline": deadline_in(600), "stale_heartbeat_s": 600}
@@ -144,6 +201,14 @@ def test_drain_poller_reports_counts_and_trend(airflow_db, tenant_connection, ba
                          .values(Status="completed"))
         two = poller.poll()
         assert two["remaining"] == 1 and "-1 since last poll" in two["message"] and "-1 since start" in two["message"]
+        # the trigger logs a change of progress: old projection work by status and live old workers, not ordinary work
+        assert (one["progress"], two["progress"]) == ([1, 0, 0, 1, 1], [0, 0, 0, 1, 1]), (one, two)
+        with engine.begin() as conn:  # ordinary work moves with the tenant's traffic: not the drain's progress
+            conn.execute(catalog.WorkItem.update().where(catalog.WorkItem.c.WorkId == ordinary["WorkId"])
+                         .values(Status="completed"))
+        three = poller.poll()
+        assert three["progress"] == two["progress"] and "live ordinary" in two["message"], (two, three)
+        assert "live ordinary" not in three["message"], three
     finally:
         poller.close()
     with engine.begin() as conn:

@@ -20,7 +20,9 @@ _stack: ProductionStack | None = None
 def stack(tmp_path_factory, mysql_server_url):
     global _stack
     root = tmp_path_factory.mktemp("stack")
-    s = ProductionStack(root, extra_env={"NEXUS_AIRFLOW_PAUSE_DIR": str(root / "pause")})
+    s = ProductionStack(root, extra_env={"NEXUS_AIRFLOW_PAUSE_DIR": str(root / "pause"),
+                                            # every poll logged: the fault tests count a survivor's polls in its log
+                                            "NEXUS_TRIGGER_QUIET_LOG_S": "0"})
     (root / "pause").mkdir()
     try:
         s.start(timeout_s=240)
