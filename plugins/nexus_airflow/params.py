@@ -190,6 +190,12 @@ CUTOVER_FIELDS: dict[str, Field] = {
                    "invocation or armed by hand, to take over once you know it is finished. Empty: a fence of a "
                    "finished Airflow run is taken over by itself; any other holder's stops the run, naming it.",
                    {"type": "string", "maxLength": 128}, lambda v: v or None, CONNECTIONS),
+    "digest_connections": Field(DEFAULT_DIGEST_CONNECTIONS, "History digest connections",
+                                "Connections the history digest reads its chunks on at once (the same rows and the "
+                                "same verification as on one): the digest runs while admission is paused, and a larger "
+                                "server takes it sooner. "
+                                "Each is a connection to the tenant's server for the digest's length.",
+                                {"type": "integer", "minimum": 1, "maximum": MAX_DIGEST_CONNECTIONS}, int, CONNECTIONS),
     **APPROVER_FIELDS,
     "drain_timeout": _seconds(3600, "Drain timeout (s)", "How long wait_for_drain may wait for old projection work to become terminal."),
     "writers_stop_timeout": _seconds(3600, "Writers stop timeout (s)",
@@ -201,12 +207,6 @@ CUTOVER_FIELDS: dict[str, Field] = {
     "digest_timeout": _seconds(1800, "History digest timeout (s)",
                                "Bound of the history digest and of its verification at the end (each is read only).",
                                maximum=86400),
-    "digest_connections": Field(DEFAULT_DIGEST_CONNECTIONS, "History digest connections",
-                                "Connections the history digest reads its chunks on at once (the same rows and the "
-                                "same verification as on one): the digest runs while admission is paused, and a larger "
-                                "server takes it sooner. "
-                                "Each is a connection to the tenant's server for the digest's length.",
-                                {"type": "integer", "minimum": 1, "maximum": MAX_DIGEST_CONNECTIONS}, int, TIMING),
     "readiness_timeout": _seconds(1800, "Readiness timeout (s)", "How long verify_readiness waits for the new host to activate.",
                                   maximum=86400),
     "poll_interval": poll_interval_field("The longest gap between the looks of a waiting step (drain, writers, "
