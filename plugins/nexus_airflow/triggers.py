@@ -15,8 +15,9 @@ Invariants:
   :func:`quiet_log_s` (default 5 min) with how long it has been unchanged: the task
   log shows every change, and a thousand tenants that wait without change do not
   each write a line per poll (the triggerer's largest per-poll cost after the
-  poll itself). The first non-``waiting`` result is logged and fired as the
-  single event, whose payload is the poller's result unchanged.
+  poll itself); so is the first poll after failed ones. The first non-``waiting``
+  result is logged and fired as the single event, whose payload is the poller's
+  result unchanged.
 * Polls are spaced by :func:`nexus_cutover.polling.gaps`: 1 s after the
   first, then 2 s, 4 s, ... up to ``poll_interval`` (a wait that ends soon, a
   host that is ready in seconds, is seen in seconds).
@@ -139,8 +140,10 @@ class StatusPollTrigger(BaseTrigger):
                                      text, self.poll_interval)
                     await asyncio.sleep(self.poll_interval)
                     continue
-                failures = 0
                 line = progress_log.line(result, time.monotonic())
+                if line is None and failures:  # the first poll after failed ones says it got through
+                    line = str(result.get("message", ""))
+                failures = 0
                 if line is not None:
                     self.log.info("%s", line)
                 if result.get("state") != WAITING:

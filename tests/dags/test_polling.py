@@ -67,8 +67,15 @@ class ScriptedPoller:
         self.script = list(script)
 
     def poll(self):
+        from sqlalchemy.exc import OperationalError
+
         state, progress, message = self.script.pop(0)
+        if state == "error":  # a poll that fails on the database (retried: not expired)
+            raise OperationalError("SELECT 1", {}, Exception(message))
         return {"state": state, "message": message, **({"progress": progress} if progress is not None else {})}
+
+    def expired(self):
+        return False
 
     def close(self):
         pass
@@ -103,15 +110,19 @@ def test_a_wait_logs_each_change_of_progress_not_each_poll(airflow_db, capsys, m
     script = [["waiting", [5, 0], "5 left; ETA unknown"], ["waiting", [5, 0], "5 left; 0.1 items/min"],
               ["waiting", [5, 0], "5 left; 0.0 items/min"], ["waiting", [3, 0], "3 left"],
               ["waiting", None, "not ready: host h1 starting"], ["waiting", None, "not ready: host h1 starting"],
-              ["waiting", None, "not ready: host h1 warming"], ["done", [0, 0], "0 left; drained"]]
+              ["waiting", None, "not ready: host h1 warming"], ["error", None, "(2013, 'Lost connection')"],
+              ["waiting", None, "not ready: host h1 warming"], ["waiting", None, "not ready: host h1 warming"],
+              ["done", [0, 0], "0 left; drained"]]
     assert _logged_lines(capsys, StatusPollTrigger, script) == [
-        "5 left; ETA unknown", "3 left", "not ready: host h1 starting", "not ready: host h1 warming", "0 left; drained"]
+        "5 left; ETA unknown", "3 left", "not ready: host h1 starting", "not ready: host h1 warming",
+        "not ready: host h1 warming",  # the first poll after a failed one (the failure is a warning line)
+        "0 left; drained"]
 
     class EveryPoll(StatusPollTrigger):  # nothing is quiet for 0 s: every unchanged poll says how long it has been
         quiet_log_s = 0.0
 
     lines = _logged_lines(capsys, EveryPoll, script)
-    assert len(lines) == len(script) and lines[0] == "5 left; ETA unknown" and lines[3] == "3 left", lines
+    assert len(lines) == len(script) - 1 and lines[0] == "5 left; ETA unknown" and lines[3] == "3 left", lines
     assert lines[1].startswith("unchanged since ") and lines[1].endswith("(1 more poll(s)): 5 left; 0.1 items/min")
     assert lines[2].endswith("(2 more poll(s)): 5 left; 0.0 items/min"), lines
 
