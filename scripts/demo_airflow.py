@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import pathlib
+import re
 import signal
 import socket
 import subprocess
@@ -164,9 +165,41 @@ class AirflowApi:
         return [d for d in body.get("hitl_details", []) if not d.get("response_received")]
 
     def answer_hitl(self, dag_id: str, run_id: str, task_id: str, option: str, map_index: int = -1) -> dict:
+        """Answer a waiting question once the scheduler has handled the exit of the try that asked it
+        (:meth:`park_handled`): answered sooner, Airflow 3.3.2 can fail the task instead of resuming it."""
+        deadline = time.monotonic() + 120
+        while not self.park_handled(dag_id, run_id, task_id, map_index):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the scheduler never logged the exit of {dag_id}.{task_id} ({run_id}) parked "
+                                   f"awaiting input; see {', '.join(map(str, self.scheduler_logs()))}")
+            time.sleep(0.5)
         return self.request(
             "PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/{map_index}/hitlDetails",
             {"chosen_options": [option], "params_input": {}})
+
+    def scheduler_logs(self) -> list[pathlib.Path]:
+        """The files this deployment's scheduler logs to (none known: answers are not held back; the
+        production stack's tests answer after their own waits, and its scheduler restarts in them)."""
+        return []
+
+    def park_handled(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> bool:
+        """Whether the scheduler logged the end of the try that parked this task awaiting input.
+
+        Airflow 3.3.2 resumes an answered question at once (the task goes back to the queue) while the
+        parked try's exit may still wait in the executor's event buffer (seconds on a loaded machine); an
+        event handled after the requeue finds the task "queued" and fails it ("Executor reported that the
+        task instance ... finished with state success, but the task instance's state attribute is queued"):
+        the answer is lost and nothing after it runs. A person needs seconds to answer; a script does not.
+        """
+        paths = [p for p in self.scheduler_logs() if p.exists()]
+        if not paths:
+            return True
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"
+        ti = self.request("GET", path + (f"/{map_index}" if map_index >= 0 else ""))
+        parked = re.compile(re.escape(f"TaskInstance Finished: dag_id={dag_id}, task_id={task_id}, run_id={run_id}, "
+                                      f"map_index={map_index},").encode()
+                            + rb"[^\n]* state=awaiting_input,[^\n]* try_number=" + str(ti["try_number"]).encode() + b",")
+        return any(parked.search(p.read_bytes()) for p in paths)
 
 
 class AirflowStack(AirflowApi):
@@ -182,6 +215,9 @@ class AirflowStack(AirflowApi):
         self.proc: subprocess.Popen | None = None
         self.token: str | None = None
         self.log_path = self.home / "standalone.log"
+
+    def scheduler_logs(self) -> list[pathlib.Path]:
+        return [self.home / "standalone.log"]  # every component's lines, prefixed with its name
 
     # -- lifecycle ----------------------------------------------------------
 
