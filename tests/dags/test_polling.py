@@ -203,6 +203,8 @@ def test_drain_poller_reports_counts_and_trend(airflow_db, tenant_connection, ba
     conn_id = tenant_connection(f"nexus_tenant_poll_{backend}", url)
     kwargs = {"conn_id": conn_id, "namespace": NS, "deadline": deadline_in(600), "stale_heartbeat_s": 600}
     poller = DrainPoller(**kwargs)
+    # a waiting tenant keeps no connection and no compiled statements between polls (its memory on a triggerer)
+    assert type(poller.engine.pool).__name__ == "NullPool" and poller.engine._compiled_cache is None
     try:
         one = poller.poll()
         assert one["state"] == "waiting" and one["remaining"] == 2
