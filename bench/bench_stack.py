@@ -455,13 +455,7 @@ class Answerer:
     def details(self) -> list[dict]:
         """Every HITL detail, page by page: the API serves at most 100 a page whatever ``limit`` says (a 300-tenant
         rollout's questions past the first 100 went unanswered and timed out when only the first page was read)."""
-        out: list[dict] = []
-        while True:
-            page = self.stack.request("GET", f"/api/v2/dags/~/dagRuns/~/hitlDetails?limit=100&offset={len(out)}")
-            rows = page.get("hitl_details", [])
-            out += rows
-            if not rows or len(out) >= int(page.get("total_entries", len(out))):
-                return out
+        return self.stack.paged("/api/v2/dags/~/dagRuns/~/hitlDetails", "hitl_details")
 
     def answer_waits(self) -> dict[str, float]:
         """Per cutover run, the seconds its writer-stop question waited for this answerer (asked -> answered:
@@ -738,12 +732,7 @@ def pause_breakdown(tis: list[dict]) -> dict[str, float]:
 
 
 def cutover_runs(stack: ProductionStack, rollout_run: str) -> list[dict]:
-    runs: list[dict] = []
-    while True:  # page by page: the API serves at most 100 a page (its maximum_page_limit)
-        page = stack.request("GET", f"/api/v2/dags/{CUTOVER_DAG}/dagRuns?limit=100&offset={len(runs)}")
-        runs += page["dag_runs"]
-        if not page["dag_runs"] or len(runs) >= int(page.get("total_entries", len(runs))):
-            break
+    runs = stack.paged(f"/api/v2/dags/{CUTOVER_DAG}/dagRuns", "dag_runs")  # every page: the API serves 100 a page
     return [r for r in runs if r["dag_run_id"].startswith(f"rollout__{rollout_run}__")]
 
 

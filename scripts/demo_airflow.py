@@ -160,6 +160,17 @@ class AirflowApi:
             raise
         return entry.get("value")
 
+    def paged(self, path: str, key: str) -> list[dict]:
+        """Every entry ``key`` of a list endpoint, page by page: the API serves at most 100 a page (its
+        ``maximum_page_limit``) whatever ``limit`` asks. ``path`` may carry filters, not limit or offset."""
+        out: list[dict] = []
+        sep = "&" if "?" in path else "?"
+        while True:
+            page = self.request("GET", f"{path}{sep}limit=100&offset={len(out)}")
+            out += page.get(key, [])
+            if not page.get(key) or len(out) >= int(page.get("total_entries", len(out))):
+                return out
+
     def pending_hitl(self, dag_id: str, run_id: str) -> list[dict]:
         body = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/hitlDetails")
         return [d for d in body.get("hitl_details", []) if not d.get("response_received")]
