@@ -1,19 +1,25 @@
 """Registers the tenant status view (``plugins/nexus_status``): a FastAPI app and two nav entries (tenants, rollouts),
-and the API server middleware that makes a refused trigger form's answer readable (``nexus_status.form_errors``)."""
+and the API server middleware that makes a refused trigger form's answer readable (``nexus_status.form_errors``).
+
+Airflow loads every plugin in every process it starts, each task's included (to integrate macros and listeners);
+only the API server reads ``fastapi_apps`` and ``fastapi_root_middlewares``. So the FastAPI app and the middleware
+are imported when those are first read, never at import: importing the app pulls in FastAPI and the API server's
+security modules (~550 modules, ~0.9 s of CPU), which every task process of a cutover paid before
+(docs/performance.md, "Every task loaded the status view"). ``plugins/.airflowignore`` keeps the plugin manager
+from running the packages' own files as plugin modules.
+"""
 
 from __future__ import annotations
 
+from functools import cached_property
+
 from airflow.plugins_manager import AirflowPlugin
-from nexus_status.app import app
-from nexus_status.form_errors import ReadableFormErrors
 
 URL_PREFIX = "/nexus-status"
 
 
 class NexusStatusPlugin(AirflowPlugin):
     name = "nexus_status"
-    fastapi_apps = [{"app": app, "url_prefix": URL_PREFIX, "name": "Nexus tenant status"}]
-    fastapi_root_middlewares = [{"middleware": ReadableFormErrors, "name": "Readable trigger-form errors"}]
     external_views = [
         {
             "name": "Nexus tenants",
@@ -30,3 +36,15 @@ class NexusStatusPlugin(AirflowPlugin):
             "url_route": "nexus-rollouts",
         },
     ]
+
+    @cached_property
+    def fastapi_apps(self) -> list[dict]:
+        from nexus_status.app import app
+
+        return [{"app": app, "url_prefix": URL_PREFIX, "name": "Nexus tenant status"}]
+
+    @cached_property
+    def fastapi_root_middlewares(self) -> list[dict]:
+        from nexus_status.form_errors import ReadableFormErrors
+
+        return [{"middleware": ReadableFormErrors, "name": "Readable trigger-form errors"}]
