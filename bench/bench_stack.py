@@ -683,7 +683,30 @@ def airflow_rollout(stack: ProductionStack, names: list[str], limit_s: float, wa
             "confirmations_answered": len(answerer.answered), "unanswered_questions": answerer.other,
             "rollout_failed_tasks": failed_tasks, "rollout_summary": summary,
             "pause_breakdown_median": _median_breakdown(pause_parts) if pause_parts else None,
+            "slot_held_after_task_end": slot_held_after_end(stack),
             "admission_pause_less_answer_wait": _pause_less_answer_wait(summary, done, waits)}
+
+
+def slot_held_after_end(stack: ProductionStack, dag_id: str = CUTOVER_DAG) -> dict[str, Any] | None:
+    """How long each task of ``dag_id`` kept its worker slot after it ended: from its log's last line to its
+    supervisor's "Workload finished" line in the worker's log (the Celery task ends there and frees the slot).
+    Airflow 3.3.2's supervisor can sleep up to ``[workers] min_heartbeat_interval`` after its process exited."""
+    finished: dict[str, dt.datetime] = {}
+    for log in (stack.root / "logs").glob("worker-*.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            if m := re.match(r"(\S+?)Z? .*Workload finished .*workload_id=(\S+)", line):
+                finished[m.group(2)] = dt.datetime.fromisoformat(m.group(1))
+    held = []
+    for path in (stack.home / "logs" / f"dag_id={dag_id}").rglob("attempt=*.log"):
+        lines = [json.loads(x) for x in path.read_text(errors="replace").splitlines() if x.startswith("{")]
+        ti_id = next((x["ti_id"] for x in lines if "ti_id" in x), None)
+        if ti_id in finished and lines:
+            held.append((finished[ti_id] - dt.datetime.fromisoformat(lines[-1]["timestamp"].rstrip("Z"))).total_seconds())
+    held = [h for h in held if h >= 0]  # a parked HITL try's log goes on in its resumed try: not a slot held
+    if not held:
+        return None
+    summary = pause_summary(held) or {}
+    return {"tasks": summary.pop("tenants"), **summary, "over_2s": sum(1 for h in held if h > 2.0)}
 
 
 def _pause_less_answer_wait(summary: dict | None, done: dict[str, dict], waits: dict[str, float]) -> dict | None:

@@ -61,6 +61,10 @@ def airflow_env(home: pathlib.Path, port: int, *, parallelism: int = 4) -> dict[
         # a task's start call to the execution API (default 5 s) timed out on a loaded 2-core machine and the
         # task ended failed while still "queued"; slow is not wrong, so give it a minute
         "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
+        # a task's supervisor notices its process's exit on a socket's EOF; when the EOF comes a moment before the
+        # exit it sleeps until its next heartbeat check, [workers] min_heartbeat_interval (5 s): 4 tasks in 10 of a
+        # cutover run held their slot 5 s after their end (bench-stack). 1 s bounds that at a heartbeat a second
+        "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
