@@ -82,12 +82,12 @@ def run_preflight(urls: dict[str, str], concurrency: int) -> tuple[float, dict[s
     import logging
     import threading
 
-    from nexus_airflow.rollout_preflight import _engine
+    from nexus_airflow.rollout_preflight import tenant_engine_of
 
     log, lock = logging.getLogger("bench.preflight"), threading.Lock()
     log.setLevel(logging.WARNING)  # the task logs each tenant's masked DSN: not the bench's output
     started = time.perf_counter()
-    rows = pf.preflight(list(urls), lambda t: _engine(t, log, lock), options, concurrency=concurrency)
+    rows = pf.preflight(list(urls), lambda t: tenant_engine_of(t, log, lock), options, concurrency=concurrency)
     return time.perf_counter() - started, {r["tenant"]: r["plan_verdict"] for r in rows}
 
 
