@@ -18,9 +18,9 @@ the cutover is triggered from the UI).
 from __future__ import annotations
 
 import argparse
-import signal
 import threading
 
+from nexus_cutover.cli.common import stop_on_signals
 from nexus_cutover.db import DSN_ENV_TENANT, dsn_from_env, make_engine
 from nexus_sim.old_runtime import OldRuntimeSimulator
 
@@ -34,8 +34,7 @@ def main() -> int:
     parser.add_argument("--stop-after-fenced-drain", action="store_true")
     args = parser.parse_args()
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop_on_signals(stop)
     engine = make_engine(dsn_from_env(DSN_ENV_TENANT))
     sim = OldRuntimeSimulator(
         engine,

@@ -86,3 +86,34 @@ def test_flag_defaults_and_usage_errors_exit_2(capsys):
             _parser().parse_args(argv)
         assert info.value.code == 2
     assert "invalid duration '5x'" in capsys.readouterr().err
+
+
+_SIGNAL_WHILE_WAITING = """
+import os, signal, sys, threading
+from nexus_cutover.cli.common import stop_on_signals
+
+stop = threading.Event()
+if sys.argv[1] == "product":
+    stop_on_signals(stop, (signal.SIGUSR1,))
+else:  # the handler the CLIs had: set() inside the handler
+    signal.signal(signal.SIGUSR1, lambda *_: stop.set())
+with stop._cond:  # where stop.wait() holds its condition lock, before and after it sleeps
+    os.kill(os.getpid(), signal.SIGUSR1)  # the handler runs here, the lock held
+    print("handler returned", flush=True)
+print("stopped" if stop.wait(10) else "not stopped", flush=True)
+"""
+
+
+@pytest.mark.parametrize("handler", ["product", "set-in-handler"])
+def test_a_signal_while_the_stop_event_is_held_still_stops(handler):
+    """SIGTERM landing while the main thread holds the stop event's lock (inside ``stop.wait()``): the product's
+    handler returns and the event is set; ``stop.set()`` inside the handler waits on that lock forever."""
+    import subprocess
+    import sys
+
+    try:
+        out = subprocess.run([sys.executable, "-c", _SIGNAL_WHILE_WAITING, handler], capture_output=True, text=True,
+                             timeout=5, check=True).stdout.split("\n")
+    except subprocess.TimeoutExpired:
+        out = ["hung"]
+    assert out[:2] == (["handler returned", "stopped"] if handler == "product" else ["hung"])

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
-import signal
 import threading
 import uuid
 from collections.abc import Iterable
@@ -44,7 +43,7 @@ from sqlalchemy import Column, Connection, Engine, and_, case, func, insert, or_
 from nexus_cutover import catalog
 from nexus_cutover import tx as policy
 from nexus_cutover.catalog import Event, IngressReceipt, WorkItem
-from nexus_cutover.cli.common import configure_logging, flag, run_command
+from nexus_cutover.cli.common import configure_logging, flag, run_command, stop_on_signals
 from nexus_cutover.clock import utcnow
 from nexus_cutover.db import DSN_ENV_TENANT, Deadline, dsn_from_env, make_engine, translate_errors
 from nexus_cutover.errors import CutoverError
@@ -476,8 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging()
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop_on_signals(stop)
 
     def body() -> int:
         engine = make_engine(dsn_from_env(DSN_ENV_TENANT))

@@ -17,8 +17,10 @@ import logging
 import os
 import re
 import secrets
+import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -99,6 +101,22 @@ def default_holder(program: str = "cli") -> str:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     tail = f":pid{os.getpid()}:{stamp}.{secrets.token_hex(2)}"
     return f"{program}:{user}@{socket.gethostname()}"[: 128 - len(tail)] + tail
+
+
+def stop_on_signals(stop: threading.Event, signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> None:
+    """Set ``stop`` when one of ``signals`` arrives, from a short thread, never inside the handler itself.
+
+    A signal handler runs in the main thread between two bytecodes, possibly while that thread is inside
+    ``stop.wait()`` holding the event's (non-reentrant) condition lock: ``stop.set()`` there waits for that lock
+    forever and the process never stops (a SIGTERMed host hung past its 30 s in a CI run). A thread takes the
+    lock once the main thread lets go of it.
+    """
+
+    def _on_signal(_signum, _frame) -> None:
+        threading.Thread(target=stop.set, name="stop-on-signal", daemon=True).start()
+
+    for sig in signals:
+        signal.signal(sig, _on_signal)
 
 
 def print_json(obj: Any) -> None:

@@ -9,12 +9,11 @@ stderr and never show the DSN.
 from __future__ import annotations
 
 import argparse
-import signal
 import threading
 
 from ..db import DSN_ENV_TENANT, dsn_from_env, make_engine
 from ..runtime.host import run_host
-from .common import configure_logging, flag, run_command
+from .common import configure_logging, flag, run_command, stop_on_signals
 
 PROGRAM = "nexus-host"
 
@@ -34,12 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose)
     stop = threading.Event()
-
-    def _on_signal(signum, _frame):
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _on_signal)
+    stop_on_signals(stop)
 
     def body() -> int:
         engine = make_engine(dsn_from_env(DSN_ENV_TENANT))
