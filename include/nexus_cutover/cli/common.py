@@ -108,8 +108,8 @@ def stop_on_signals(stop: threading.Event, signals: tuple[int, ...] = (signal.SI
 
     A signal handler runs in the main thread between two bytecodes, possibly while that thread is inside
     ``stop.wait()`` holding the event's (non-reentrant) condition lock: ``stop.set()`` there waits for that lock
-    forever and the process never stops (a SIGTERMed host hung past its 30 s in a CI run). A thread takes the
-    lock once the main thread lets go of it.
+    forever and the process never stops (the likely cause of a SIGTERMed host that did not stop within 30 s in one
+    ``make test`` run). A thread takes the lock once the main thread lets go of it.
     """
 
     def _on_signal(_signum, _frame) -> None:
