@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 
 import pytest
 
@@ -108,9 +110,6 @@ print("stopped" if stop.wait(10) else "not stopped", flush=True)
 def test_a_signal_while_the_stop_event_is_held_still_stops(handler):
     """SIGTERM landing while the main thread holds the stop event's lock (inside ``stop.wait()``): the product's
     handler returns and the event is set; ``stop.set()`` inside the handler waits on that lock forever."""
-    import subprocess
-    import sys
-
     try:
         out = subprocess.run([sys.executable, "-c", _SIGNAL_WHILE_WAITING, handler], capture_output=True, text=True,
                              timeout=5, check=True).stdout.split("\n")
