@@ -2,9 +2,13 @@
 
 Invariants:
 
-* A receipt is a duplicate when an Event with its key (PackInstallId,
-  SourceLane, ReceiptId; ``ux_Event_Receipt``) exists **byte for byte**. A
-  duplicate changes no membership and creates no work.
+* A receipt is a duplicate when a *source* Event (``ReplayOfWorkId IS NULL``)
+  with its key (PackInstallId, SourceLane, ReceiptId; ``ux_Event_Receipt``)
+  exists **byte for byte**. A duplicate changes no membership and creates no
+  work. A replay Event's made-up ReceiptId (``replay:<WorkId>:<ordinal>``,
+  :mod:`.replay`) shares that key space: a receipt equal to it, even byte for
+  byte, is a collision (it holds none of the receipt's payload), never a
+  duplicate.
 * A receipt whose key the tenant's collation equates with an admitted Event's
   key (``ux_Event_Receipt`` would refuse it), or with an earlier receipt's of
   the same batch, while the bytes differ, is a *collision*
@@ -42,7 +46,7 @@ COVERED = "covered"
 def existing_events_query(pack_install_id: str, keys_by_lane: dict[str, set[str]]) -> Select:
     """Events with the given receipt ids per source lane (ranges on ``ux_Event_Receipt``)."""
     by_lane = [and_(Event.c.SourceLane == lane, Event.c.ReceiptId.in_(sorted(receipts))) for lane, receipts in sorted(keys_by_lane.items())]
-    return select(Event.c.EventId, Event.c.EnqueueOrdinal, Event.c.ReceiptId, *columns(Event)).where(
+    return select(Event.c.EventId, Event.c.EnqueueOrdinal, Event.c.ReceiptId, Event.c.ReplayOfWorkId, *columns(Event)).where(
         Event.c.PackInstallId == pack_install_id, or_(*by_lane)
     )
 
@@ -58,8 +62,9 @@ def existing_events(conn: Connection, pack_install_id: str, keys: Iterable[tuple
 
 
 def sort_receipts(conn: Connection, pack_install_id: str, inputs: Sequence[Input]) -> tuple[list[Any], list[Collision]]:
-    """``(duplicates, collisions)`` of a batch: the admitted Events holding an input's exact key, and the inputs whose
-    key the collation equates with an admitted Event's or an earlier input's while the bytes differ (each once).
+    """``(duplicates, collisions)`` of a batch: the admitted source Events holding an input's exact key, and the inputs
+    whose key the collation equates with an admitted Event's or an earlier input's while the bytes differ, or that
+    hold a replay Event's key (each once).
 
     ``pack_install_id`` is the pack's stored spelling: an Event of another spelling holds a colliding key.
     """
@@ -78,12 +83,14 @@ def sort_receipts(conn: Connection, pack_install_id: str, inputs: Sequence[Input
         k = key(item.source_lane, item.receipt_id)
         row = admitted.get(k)
         if row is not None:
-            if (row.PackInstallId, row.SourceLane, row.ReceiptId) == (pack_install_id, item.source_lane, item.receipt_id):
+            same_bytes = (row.PackInstallId, row.SourceLane, row.ReceiptId) == (pack_install_id, item.source_lane, item.receipt_id)
+            if same_bytes and row.ReplayOfWorkId is None:
                 duplicates[row.EventId] = row
             else:
                 collisions.setdefault(
                     (item.source_lane, item.receipt_id),
-                    Collision(item.source_lane, item.receipt_id, row.SourceLane, row.ReceiptId, row.EventId),
+                    Collision(item.source_lane, item.receipt_id, row.SourceLane, row.ReceiptId, row.EventId,
+                              row.ReplayOfWorkId),
                 )
             continue
         earlier = first.setdefault(k, item)

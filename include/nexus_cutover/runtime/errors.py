@@ -117,6 +117,9 @@ class Collision:
     """A receipt key equal to ``other``'s as the collation compares them, different byte for byte.
 
     ``event_id``: the admitted Event holding ``other``; None when ``other`` is an earlier receipt of the same batch.
+    ``replay_of_work_id``: set when ``other`` is the ReceiptId the runtime made up for a replay Event (of that
+    WorkItem): then the keys may be equal byte for byte, and are a collision all the same (contract, "Projection
+    identity and ordinals": a receipt duplicates only a source receipt; the replay holds none of its payload).
     """
 
     source_lane: str
@@ -124,9 +127,16 @@ class Collision:
     other_lane: str
     other_receipt: str
     event_id: int | None
+    replay_of_work_id: int | None = None
 
     def describe(self) -> str:
         where = f"admitted as EventId {self.event_id}" if self.event_id is not None else "earlier in the same batch"
+        if self.replay_of_work_id is not None:
+            return (
+                f"receipt {_key_text(self.source_lane, self.receipt_id)} has the key of replay EventId {self.event_id} "
+                f"(the runtime's replay of WorkItem {self.replay_of_work_id}, {_key_text(self.other_lane, self.other_receipt)}): "
+                "a source receipt duplicates only a source receipt, and the replay holds none of this receipt's payload"
+            )
         return (
             f"receipt {_key_text(self.source_lane, self.receipt_id)} collides with "
             f"{_key_text(self.other_lane, self.other_receipt)} ({where}): the tenant's collation treats the two keys "
