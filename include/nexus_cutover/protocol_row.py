@@ -21,6 +21,7 @@ from sqlalchemy import Connection, bindparam, insert, select
 from .catalog import PROTOCOL_RANGES, ConnectorProjectionProtocol
 from .clock import utcnow
 from .errors import CutoverError
+from .holders import stored_holder
 
 
 class WrongProtocolVersion(CutoverError):
@@ -68,7 +69,7 @@ def require_version_1(row: ProtocolRow) -> ProtocolRow:
 def insert_protocol_row(conn: Connection, pack_install_id: str, legacy_max_ordinal: int, written_by: str) -> ProtocolRow:
     """Insert the version-1 row inside the caller's locked transaction."""
     now = utcnow()
-    row = ProtocolRow(pack_install_id, PROTOCOL_RANGES, legacy_max_ordinal, now, written_by[:128])
+    row = ProtocolRow(pack_install_id, PROTOCOL_RANGES, legacy_max_ordinal, now, stored_holder(written_by))
     conn.execute(
         insert(ConnectorProjectionProtocol).values(
             PackInstallId=row.pack_install_id,

@@ -142,8 +142,14 @@ HOLDING_RUN_STATES = ("queued", "running")
 
 
 def run_holder(context) -> str:
-    """This run's holder name, as written to ``ArmedBy`` / ``ReleasedBy`` / ``WrittenBy``."""
-    return f"{RUN_HOLDER_PREFIX}:{context['dag'].dag_id}:{context['run_id']}"[:128]
+    """This run's holder name, whole: ``airflow:<dag_id>:<run_id>``. The domain stores it in ``ArmedBy`` /
+    ``ReleasedBy`` / ``WrittenBy`` as :func:`nexus_cutover.holders.stored_holder` spells it (unique at any length)."""
+    return holder_of_run(context['dag'].dag_id, context['run_id'])
+
+
+def holder_of_run(dag_id: str, run_id: str) -> str:
+    """The holder name of run ``run_id`` of ``dag_id`` (whole, not yet in its stored spelling)."""
+    return f"{RUN_HOLDER_PREFIX}:{dag_id}:{run_id}"
 
 
 #: How a person takes over a fence from the cutover DAG (FenceHeld's "Next:"); ``{holder}`` is filled in.
@@ -160,14 +166,24 @@ def holder_state(context, log):
     whose state cannot be read counts as active: adopting a fence on a guess
     could interleave two cutovers, refusing only waits. Any other holder (a
     fence armed by hand or by a CLI invocation) is ``unknown``: never adopted
-    unless the person names it (the run's ``adopt`` field).
+    unless the person names it (the run's ``adopt`` field); so is a run whose
+    holder name was too long for ``ArmedBy`` (its stored spelling ends in a
+    digest, :func:`nexus_cutover.holders.is_digested`): its run id cannot be
+    read back from it, so its state cannot be asked.
+
+    Called by the domain before it takes any tenant lock (never under one).
     """
+    from nexus_cutover.holders import is_digested
     from nexus_cutover.projection.fence import HOLDER_ACTIVE, HOLDER_FINISHED, HOLDER_UNKNOWN
 
     def state_of(holder: str) -> str:
         prefix, _, rest = holder.partition(":")
         dag_id, _, run_id = rest.partition(":")
         if prefix != RUN_HOLDER_PREFIX or not dag_id or not run_id:
+            return HOLDER_UNKNOWN
+        if is_digested(holder):
+            log.warning("the fence's holder %s is a run whose id was too long to store whole: its state cannot be read "
+                        "here; it is adopted only when named (adopt)", holder)
             return HOLDER_UNKNOWN
         try:
             state = str(context["ti"].get_dagrun_state(dag_id=dag_id, run_id=run_id))

@@ -22,7 +22,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from nexus_airflow.base import domain_errors, stop, tenant_engine
+from nexus_airflow.base import domain_errors, holder_of_run, stop, tenant_engine
 from nexus_airflow.params import (
     _REQUIRED,
     NOTIFY_FIELD,
@@ -218,7 +218,7 @@ class Stage3Operator(_GateOperator):
         from nexus_cutover.field_history.status import render_comparison
 
         ti = context["ti"]
-        updated_by = f"airflow:{ti.dag_id}:{ti.run_id}"[:128]
+        updated_by = holder_of_run(ti.dag_id, ti.run_id)
         from nexus_cutover.db import Deadline
 
         report = stage_3(engine, producer_release=p.require_producer_release(), updated_by=updated_by, namespace=p.tenant,

@@ -71,7 +71,7 @@ def tenant_engine_of(tenant: str, log, airflow: threading.Lock) -> Iterator[Any]
 
 def dry_run_options(values: dict[str, Any], run_id: str, context, log, airflow: threading.Lock):
     """tenant -> the dry run's options, as the tenant's cutover run of this rollout would act."""
-    from nexus_airflow.base import DAG_TAKE_OVER, RUN_HOLDER_PREFIX, holder_state
+    from nexus_airflow.base import DAG_TAKE_OVER, holder_of_run, holder_state
     from nexus_airflow.params import CUTOVER_FIELDS, default_stale_heartbeat
     from nexus_cutover.projection.dry_run import PlanOptions
 
@@ -86,7 +86,7 @@ def dry_run_options(values: dict[str, Any], run_id: str, context, log, airflow: 
     drain = CUTOVER_FIELDS["drain_timeout"].value(conf, "drain_timeout")
     stale = default_stale_heartbeat(CUTOVER_FIELDS["stale_heartbeat"].value(conf, "stale_heartbeat"))
     return lambda tenant: PlanOptions(
-        namespace=tenant, holder=f"{RUN_HOLDER_PREFIX}:{ro.CUTOVER_DAG}:{ro.run_id_for(run_id, tenant)}"[:128],
+        namespace=tenant, holder=holder_of_run(ro.CUTOVER_DAG, ro.run_id_for(run_id, tenant)),
         timeout_s=float(timeout), drain_timeout_s=float(drain), stale_heartbeat_s=float(stale),
         holder_state=locked_state, take_over=DAG_TAKE_OVER)
 

@@ -55,11 +55,13 @@ class ChosenRun:
     later: list[tuple[str, str]] = field(default_factory=list)  # (run_id, state), newest first
 
 
-def holder_run_id(holder: str | None, dag_id: str) -> str | None:
-    """The run id (or its first characters: ``ArmedBy`` is cut at 128) a fence holder names, if a run of ``dag_id``."""
-    prefix, _, rest = (holder or "").partition(":")
-    holder_dag, _, run_id = rest.partition(":")
-    return run_id if prefix == "airflow" and holder_dag == dag_id and run_id else None
+def holds(holder: str | None, dag_id: str, run_id: str) -> bool:
+    """Whether the stored fence holder ``holder`` (``ArmedBy``) is run ``run_id`` of ``dag_id``: stored spellings
+    compared (:func:`nexus_cutover.holders.same_holder`), so a run id too long to store whole is still matched."""
+    from nexus_airflow.base import holder_of_run
+    from nexus_cutover.holders import same_holder
+
+    return same_holder(holder, holder_of_run(dag_id, run_id))
 
 
 def runs_that_matter(session, tenants: set[str], holders: dict[str, str | None] | None = None
@@ -87,8 +89,8 @@ def runs_that_matter(session, tenants: set[str], holders: dict[str, str | None] 
             newest_first.setdefault((dag_id, tenant), []).append((run_id, str(state)))
     chosen: dict[tuple[str, str], ChosenRun] = {}
     for (dag_id, tenant), runs in newest_first.items():
-        held = holder_run_id((holders or {}).get(tenant), dag_id)
-        at = next((i for i, (run_id, _s) in enumerate(runs) if held and run_id.startswith(held)), 0)
+        holder = (holders or {}).get(tenant)
+        at = next((i for i, (run_id, _s) in enumerate(runs) if holds(holder, dag_id, run_id)), 0)
         chosen[(dag_id, tenant)] = ChosenRun(*runs[at], later=runs[:at][:LATER_RUNS])
     return chosen
 

@@ -18,6 +18,7 @@ from sqlalchemy import Connection, insert, select, update
 
 from .. import catalog
 from ..clock import utcnow
+from ..holders import stored_holder
 
 Setting = catalog.RuntimeSetting
 NAMES = (catalog.SETTING_READ_MODE, catalog.SETTING_SEQUENCE_RESERVATION)
@@ -76,7 +77,7 @@ def set_setting_in(conn: Connection, name: str, value: str, updated_by: str) -> 
     current = conn.execute(select(Setting.c.Value).where(Setting.c.Name == name).with_for_update()).first()
     if current is not None and current[0] == value:
         return False
-    values = {"Value": value, "UpdatedBy": updated_by[:128], "UpdatedAt": utcnow()}
+    values = {"Value": value, "UpdatedBy": stored_holder(updated_by), "UpdatedAt": utcnow()}
     if current is None:
         conn.execute(insert(Setting).values(Name=name, **values))
     else:

@@ -10,8 +10,10 @@ at a time"):
   (:class:`SeveralCutoverFences`), for arming, releasing and the checkpoint's
   precondition alike: which one holds the tenant is then not clear.
 * The fence records its holder in ``ArmedBy``; holders are unique (every run
-  and every command-line invocation its own). Arming again as the same holder
-  reuses it. Another holder's fence is adopted only when that holder is
+  and every command-line invocation its own) at any length: ``ArmedBy`` and
+  ``ReleasedBy`` hold :func:`~nexus_cutover.holders.stored_holder`'s spelling,
+  never a cut name, and holders are compared byte for byte in Python, never by
+  the column's collation. Arming again as the same holder reuses it. Another holder's fence is adopted only when that holder is
   provably finished (``holder_state`` says :data:`HOLDER_FINISHED`: an Airflow
   run in a final state) or the person names it (``adopt``): a fence armed by
   hand or by a CLI invocation, whose state nobody here can read
@@ -35,6 +37,12 @@ at a time"):
   holder is :class:`ReleasedByAnother` (not a success). Nothing here deletes a row.
 * The admission pause of a released cutover fence is ``ReleasedAt - ArmedAt`` of its own row
   (:func:`admission_pause_s`), read back in the releasing transaction; never derived from ids.
+* No call out of the process under the lock: what is known of the holder of
+  the fence in force (``holder_state``: for the DAG, a call into Airflow) is
+  asked after a read-only look and before the locked transaction, and passed
+  into it as a value (:class:`HolderLook`). The locked transaction re-reads the
+  fence; if it is not the one looked at (another fence, another holder), it
+  refuses with :class:`FenceChanged` and writes nothing: a rerun looks again.
 * Check where it is relied on: every decision is re-read and every write made
   in one transaction of the policy (:func:`nexus_cutover.tx.run`: READ
   COMMITTED) holding the namespace lifecycle lock, inside a bounded
@@ -62,6 +70,7 @@ from ..clock import utcnow
 from ..db import Deadline
 from ..errors import BadInput, Refused
 from ..fencing import fence_in_force, is_cutover_fence, override_active
+from ..holders import same_holder, stored_holder
 from ..locks import lifecycle_lock_names
 from ..protocol_row import read_protocol_row
 from ..schema import has_table
@@ -194,13 +203,15 @@ class ReleasedByAnother(Refused):
 
 
 class FenceChanged(Refused):
-    """The fence row changed under the lock between this transaction's check and its write: nothing written."""
+    """The fence row changed under the lock between this transaction's check and its write, or between the look at
+    its holder and the locked transaction: nothing written."""
 
-    def __init__(self, namespace: str, fence_id: int, what: str):
+    def __init__(self, namespace: str, fence_id: int | None, what: str, *, why: str | None = None):
+        which = f"cutover fence {fence_id}" if fence_id is not None else "the cutover fence"
+        why = why or "another session wrote it without the namespace lock"
         super().__init__(
-            f"cutover fence {fence_id} of namespace {namespace!r} changed while it was being {what} (another "
-            "session wrote it without the namespace lock): nothing was written. Next: look at the fence "
-            "(nexus-cutover status), then run again."
+            f"{which} of namespace {namespace!r} changed while it was being {what} ({why}): nothing was written. "
+            "Next: look at the fence (nexus-cutover status), then run again."
         )
 
 
@@ -326,7 +337,8 @@ def arm_fence(
     """
     packs = sorted(set(packs))
     deadline = Deadline(timeout_s)
-    decide = _Holders(armed_by[:128], holder_state, adopt, take_over)
+    me = stored_holder(armed_by)
+    decide = _Holders(me, look_at_holder(engine, namespace, me, holder_state, deadline), adopt, take_over)
     if dry_run:  # read only: not even the lock rows are created
         return tx.read(
             engine, lambda conn: _arm(conn, namespace, decide, reason, packs, dry_run=True, seam=None),
@@ -348,28 +360,60 @@ def held_by_another(
     What a run calls before its first write (the additive schema), so a held tenant is refused before anything is
     written; :func:`arm_fence` decides again under the lock, where it acts.
     """
-    decide = _Holders(holder[:128], holder_state, adopt, take_over)
-    with tx.reading(bind, f"reading the fences of namespace {namespace!r}") as conn:
+    me = stored_holder(holder)
+    look = look_at_holder(bind, namespace, me, holder_state)
+    if look.fence is not None:
+        _Holders(me, look, adopt, take_over)(namespace, look.fence)
+
+
+@dataclass(frozen=True)
+class HolderLook:
+    """The cutover fence in force at a read-only look before any lock (None: none), and what ``holder_state`` said
+    of its holder (None when there is no fence or it is the caller's own): the value a locked decision uses instead
+    of calling out of the process under the lock (module invariants)."""
+
+    fence: dict[str, Any] | None
+    state: str | None
+
+    def is_of(self, fence: dict[str, Any]) -> bool:
+        """Whether ``fence`` (read under the lock) is the one looked at, with the same holder."""
+        return self.fence is not None and (fence["FenceId"], fence["ArmedBy"]) == (self.fence["FenceId"], self.fence["ArmedBy"])
+
+
+def look_at_holder(bind: Engine | Connection, namespace: str, me: str, holder_state: HolderState,
+                   deadline: Deadline | None = None) -> HolderLook:
+    """Read the cutover fence in force (one read transaction, no lock), then, with no transaction open, ask
+    ``holder_state`` about its holder unless it is ``me`` (a stored spelling). :class:`SeveralCutoverFences` at once."""
+    with tx.reading(bind, f"reading the fences of namespace {namespace!r}", deadline=deadline) as conn:
         existing = the_cutover_fence(namespace, fences_in_force(conn, namespace, utcnow()))
-    if existing is not None:
-        decide(namespace, existing)
+    if existing is None or existing["ArmedBy"] == me:
+        return HolderLook(existing, None)
+    return HolderLook(existing, holder_state(existing["ArmedBy"]))
 
 
 class _Holders:
-    """Who may take which fence: reuse by the same holder, adoption of a finished or named one, else FenceHeld."""
+    """Who may take which fence: reuse by the same holder, adoption of a finished or named one, else FenceHeld.
 
-    def __init__(self, me: str, holder_state: HolderState, adopt: str | None, take_over: str):
-        self.me, self.holder_state, self.adopt, self.take_over = me, holder_state, adopt, take_over
+    ``me`` is a stored spelling (:func:`~nexus_cutover.holders.stored_holder`); ``look`` what was learnt of the
+    fence's holder before the lock. Every comparison is Python's, byte for byte."""
+
+    def __init__(self, me: str, look: HolderLook, adopt: str | None, take_over: str):
+        self.me, self.look, self.adopt, self.take_over = me, look, adopt, take_over
 
     def __call__(self, namespace: str, fence: dict[str, Any]) -> str | None:
-        """None: the fence is this holder's (reuse); else how it may be adopted. Raises FenceHeld otherwise."""
+        """None: the fence is this holder's (reuse); else how it may be adopted. Raises FenceHeld otherwise, and
+        FenceChanged when the fence is not the one whose holder was looked at."""
         holder = fence["ArmedBy"]
         if holder == self.me:
             return None
-        state = self.holder_state(holder)
+        if not self.look.is_of(fence):
+            raise FenceChanged(namespace, fence["FenceId"], "taken", why=(
+                f"it is held by {holder!r}, which is not the fence in force when this run looked at its holder "
+                "before taking the namespace lock"))
+        state = self.look.state
         if state == HOLDER_FINISHED:
             return "its run finished"
-        if state == HOLDER_UNKNOWN and self.adopt is not None and self.adopt == holder:
+        if state == HOLDER_UNKNOWN and same_holder(holder, self.adopt):
             return f"named by {self.me}"
         raise FenceHeld(namespace, fence, self.me, state=state, take_over=self.take_over)
 
@@ -506,7 +550,7 @@ def _release(
     *, dry_run: bool, seam: Seam | None,
 ) -> FenceResult:
     now = utcnow()
-    me = released_by[:128]
+    me = stored_holder(released_by)
     fence = fence_row(conn, fence_id, for_update=not dry_run)
     if fence is None or fence["Namespace"] != namespace:
         raise BadInput(f"admission fence {fence_id} does not exist in namespace {namespace!r}")

@@ -30,6 +30,7 @@ from .. import catalog, tx
 from ..catalog import Event, WorkItem
 from ..clock import utcnow
 from ..db import Deadline
+from ..holders import stored_holder
 from ..identity import ProjectionIdentity, columns, matches, of_row
 from .model import ClaimedWork
 from .tx import run_transaction
@@ -64,7 +65,7 @@ def claim_in(conn: Connection, work_id: int, owner: str, lease_s: float = DEFAUL
         .ordered_values(
             (WorkItem.c.Attempt, case((WorkItem.c.Status == "processing", WorkItem.c.Attempt + 1), else_=WorkItem.c.Attempt)),
             (WorkItem.c.Status, "processing"),
-            (WorkItem.c.LeaseOwner, owner[:128]),
+            (WorkItem.c.LeaseOwner, stored_holder(owner)),
             (WorkItem.c.LeaseExpiresAt, now + dt.timedelta(seconds=lease_s)),
             (WorkItem.c.NextAttemptAt, None),
             (WorkItem.c.UpdatedAt, now),
@@ -90,7 +91,7 @@ def claim_in(conn: Connection, work_id: int, owner: str, lease_s: float = DEFAUL
         lane_ordinal=row.LaneOrdinal,
         selected_event_id=row.SelectedEventId,
         attempt=row.Attempt,
-        lease_owner=owner[:128],
+        lease_owner=stored_holder(owner),
         replay_of_work_id=row.ReplayOfWorkId,
     )
 

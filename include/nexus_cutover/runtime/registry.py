@@ -23,6 +23,7 @@ from sqlalchemy import Connection, Engine, insert, select, update
 from .. import tx
 from ..catalog import ProcessRegistry
 from ..clock import utcnow
+from ..errors import BadInput
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,13 @@ RUNTIME_BINARY_VERSION = "5.0.0"
 
 
 def default_process_id(prefix: str) -> str:
-    return f"{prefix}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"[:128]
+    """``<prefix>-<host>-<pid>-<random>``, at most the column's width: a long host name is cut, never the tail that
+    makes the id unique."""
+    tail = f"-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    return f"{prefix}-{socket.gethostname()}"[: _ID_WIDTH - len(tail)] + tail
+
+
+_ID_WIDTH = ProcessRegistry.c.ProcessId.type.length
 
 
 def register(
@@ -43,6 +50,14 @@ def register(
     *,
     binary_version: str = RUNTIME_BINARY_VERSION,
 ) -> None:
+    """Register (or re-register, after a restart) ``process_id``: its row, live from now.
+
+    A process id longer than the column is bad input (never cut: two processes would share one row); one the
+    column's collation equates with another process's id while the bytes differ is refused too (the upsert would
+    take over that process's row)."""
+    if not process_id or len(process_id) > _ID_WIDTH:
+        raise BadInput(f"process id {process_id!r} must be 1 to {_ID_WIDTH} characters (it is {len(process_id)}): "
+                       "choose a shorter --process-id")
     t = ProcessRegistry
     now = utcnow()
     values = {
@@ -58,6 +73,9 @@ def register(
 
     def upsert(conn: Connection) -> None:
         exists = conn.execute(select(t.c.ProcessId).where(t.c.ProcessId == process_id).with_for_update()).first()
+        if exists is not None and exists.ProcessId != process_id:
+            raise BadInput(f"process id {process_id!r} is the registry's {exists.ProcessId!r} as the tenant's collation "
+                           "compares them (they differ in case or trailing spaces): choose another --process-id")
         if exists is None:
             conn.execute(insert(t).values(ProcessId=process_id, **values))
         else:
