@@ -279,3 +279,25 @@ def test_an_override_created_between_check_and_write_is_named_and_nothing_writte
     assert seam.outcome == COMMITTED and result.outcome == REFUSED
     ((finding, overrides),) = [(f.finding, f.override_ids) for f in result.findings]
     assert finding == audit.FENCE_OVERRIDE_ACTIVE and len(overrides) == 1 and protocol_rows(engine) == []
+
+
+# -- the lifecycle entrypoint on a greenfield pack: the activation's rule, on the path that writes the same row ----
+
+
+@pytest.mark.parametrize("conflict", list(ACTIVATION_CONFLICTS))
+def test_the_lifecycle_entrypoint_never_writes_cutoff_0_after_a_conflicting_commit(engine, conflict):
+    """``connector-projection-cutover`` of a greenfield pack writes the row ``activate-pack`` writes, under its rule
+    (contract, "Audit"): an old runtime going live (or the fence it relied on going away) between check and act
+    rolls the write back."""
+    fenced, change = ACTIVATION_CONFLICTS[conflict]
+    greenfield(engine, fenced=fenced)
+    seam = Conflict(url_of(engine), change)
+    result = run_checkpoint(engine, PACK, timeout_s=30, written_by="eng", stale_heartbeat=STALE,
+                            between_check_and_act=seam)
+    assert seam.outcome == expected_outcome(engine, conflict)
+    if seam.outcome == COMMITTED:
+        assert result.outcome == REFUSED and protocol_rows(engine) == [], f"written after {conflict!r} committed"
+        assert {f.finding for f in result.findings} <= {audit.OLD_RUNTIME_LIVE, audit.FENCE_NOT_IN_FORCE}
+    else:
+        assert result.outcome == WRITTEN and len(protocol_rows(engine)) == 1, (conflict, result.as_json())
+        assert result.legacy_max_ordinal == 0

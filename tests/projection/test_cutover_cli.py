@@ -72,6 +72,48 @@ def test_refusal_exits_3_names_offenders_and_writes_nothing(tenant_url):
     engine.dispose()
 
 
+def test_a_greenfield_pack_is_refused_over_a_live_old_runtime_and_written_once_it_stopped_or_under_the_fence(tenant_url):
+    """Contract, "Audit": the entrypoint writes a greenfield pack's cutoff 0 under ``activate-pack``'s rule."""
+    from nexus_cutover.projection.fence import arm_fence
+
+    engine = make_engine(tenant_url)
+    make_cutover_ready(engine)
+    sc = TenantScenario()
+    sc.pack("pk-old").lane("a").generation(2)  # the namespace's old runtime still serves its other pack
+    sc.pack("pk-green")
+    sc.process(catalog.ROLE_PROJECTION_WORKER, process_id="old-worker-1")
+    for stopped in range(3):  # a long-lived registry: stopped rows beside the live one
+        sc.process(catalog.ROLE_INGRESS_WRITER, process_id=f"old-writer-{stopped}", stopped=True)
+    sc.write(engine)
+    refused = run_cli(tenant_url, "-pack-install-id", "pk-green", "-json")
+    assert refused.returncode == 3, refused.stderr
+    out = json.loads(refused.stdout)
+    assert out["outcome"] == "refused" and out["legacy_max_ordinal"] is None
+    (finding,) = out["findings"]
+    assert finding["finding"] == "old_runtime_live" and "old-worker-1" in json.dumps(finding)
+    with engine.connect() as conn:
+        assert conn.execute(select(catalog.ConnectorProjectionProtocol)).all() == []
+    fence = arm_fence(engine, sc.namespace, armed_by="eng", timeout_s=10)  # under the cutover fence: written
+    fenced = run_cli(tenant_url, "-pack-install-id", "pk-green", "-json")
+    assert fenced.returncode == 0, fenced.stderr
+    assert (json.loads(fenced.stdout)["outcome"], json.loads(fenced.stdout)["legacy_max_ordinal"]) == ("written", 0)
+    assert fence.outcome == "armed"
+    engine.dispose()
+
+
+def test_a_greenfield_pack_is_written_once_the_old_runtime_stopped(tenant_url):
+    engine = make_engine(tenant_url)
+    make_cutover_ready(engine)
+    sc = TenantScenario()
+    sc.pack("pk-green")
+    sc.process(catalog.ROLE_RECEIPT_MATERIALIZER, process_id="old-materializer", stopped=True)
+    sc.write(engine)
+    done = run_cli(tenant_url, "-pack-install-id", "pk-green", "-json")
+    assert done.returncode == 0, done.stderr
+    assert (json.loads(done.stdout)["outcome"], json.loads(done.stdout)["legacy_max_ordinal"]) == ("written", 0)
+    engine.dispose()
+
+
 def test_falls_back_to_nexus_tenant_dsn(sqlite_url):
     seeded(sqlite_url).dispose()
     proc = run_cli(sqlite_url, "-pack-install-id", "pk-7f3a", env_name="NEXUS_TENANT_DSN")

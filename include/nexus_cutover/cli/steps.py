@@ -158,7 +158,7 @@ def _checkpoint_outcome(c: Command, result) -> tuple[int, dict[str, Any]]:
 
 def cmd_checkpoint(c: Command) -> tuple[int, dict[str, Any]]:
     result = steps.checkpoint(c.engine, c.args.pack_install_id, timeout_s=c.args.timeout, written_by=c.args.holder,
-                              dry_run=c.args.dry_run)
+                              dry_run=c.args.dry_run, stale_heartbeat=c.stale)
     return _checkpoint_outcome(c, result)
 
 

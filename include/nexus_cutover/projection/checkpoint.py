@@ -20,8 +20,13 @@ Invariants:
   by hand waits for this transaction), and the precondition is checked again
   after the protocol row is written: an override committed in between (L2's
   process takes no lock of ours) is seen and the write rolled back, the call
-  refused with that finding. A greenfield pack needs no fence; an existing
-  protocol row is returned whatever the fence.
+  refused with that finding. A greenfield pack needs no fence, but its cutoff 0
+  is written under the rule of ``activate-pack`` (contract, "Audit" and
+  "Greenfield activation"; :func:`old_runtime_finding`, one rule for both
+  paths): without the namespace's cutover fence in force, it refuses
+  (``old_runtime_live``, the processes named) while an old-protocol runtime of
+  the namespace is live, checked before the write and again after it. An
+  existing protocol row is returned whatever the fence.
 * An existing version-1 row is returned unchanged without re-auditing; a row
   with another version is an error; a refusal writes nothing; there is no
   option that skips a refusal.
@@ -32,6 +37,7 @@ Invariants:
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,11 +49,21 @@ from ..catalog import Event, PackInstall, WorkItem
 from ..clock import utcnow
 from ..db import Deadline
 from ..errors import BadInput
+from ..liveness import DEFAULT_STALE_HEARTBEAT_S
 from ..locks import lifecycle_lock_names
 from ..protocol_row import ProtocolRow, insert_protocol_row, read_protocol_row, require_version_1
 from ..schema import require_projection_schema
-from .audit import FENCE_NOT_IN_FORCE, FENCE_OVERRIDE_ACTIVE, SEVERAL_CUTOVER_FENCES, AuditReport, Finding, audit_pack
+from .audit import (
+    FENCE_NOT_IN_FORCE,
+    FENCE_OVERRIDE_ACTIVE,
+    OLD_RUNTIME_LIVE,
+    SEVERAL_CUTOVER_FENCES,
+    AuditReport,
+    Finding,
+    audit_pack,
+)
 from .fence import Seam, active_overrides, cutover_fences, fences_in_force
+from .writers import live_statement
 
 log = logging.getLogger(__name__)
 
@@ -186,13 +202,41 @@ def fence_findings(conn: Connection, namespace: str, *, for_update: bool = False
     return findings
 
 
+#: The old-protocol processes that could admit or serve work of the pack (contract, "Greenfield activation").
+OLD_RUNTIME_ROLES = (catalog.ROLE_INGRESS_WRITER, catalog.ROLE_RECEIPT_MATERIALIZER, catalog.ROLE_PROJECTION_WORKER)
+DEFAULT_STALE_HEARTBEAT = dt.timedelta(seconds=DEFAULT_STALE_HEARTBEAT_S)
+
+
+def old_runtime_finding(conn: Connection, namespace: str, stale_heartbeat: dt.timedelta, *, for_update: bool = True
+                        ) -> Finding | None:
+    """``old_runtime_live`` naming the live old-protocol processes of :data:`OLD_RUNTIME_ROLES`, unless none is live
+    or the namespace's cutover fence is in force (``for_update``: its rows locked, a release by hand waits for the
+    caller). The one rule of every path that writes cutoff 0 (``activate-pack``, the lifecycle entrypoint)."""
+    if cutover_fences(fences_in_force(conn, namespace, utcnow(), for_update=for_update)):
+        return None
+    live = conn.execute(live_statement(namespace, OLD_RUNTIME_ROLES, catalog.PROTOCOL_OLD, utcnow(), stale_heartbeat)).all()
+    if not live:
+        return None
+    return Finding(OLD_RUNTIME_LIVE, None, process_ids=[r.ProcessId for r in live])
+
+
+def precondition_findings(conn: Connection, pack_install_id: str, namespace: str, stale_heartbeat: dt.timedelta, *,
+                          for_update: bool) -> list[Finding]:
+    """What must hold before (and again after) the checkpoint's write: the fence precondition for a pack with
+    history, the old-runtime rule for a greenfield one (module invariants). Empty when it holds."""
+    if is_greenfield(conn, pack_install_id):
+        live = old_runtime_finding(conn, namespace, stale_heartbeat, for_update=for_update)
+        return [live] if live is not None else []
+    return fence_findings(conn, namespace, for_update=for_update)
+
+
 def _audit_under(
     conn: Connection, pack_install_id: str, namespace: str, deadline: Deadline, batch_size: int, *, check_fence: bool = True,
-    lock_fence: bool = False,
+    lock_fence: bool = False, stale_heartbeat: dt.timedelta = DEFAULT_STALE_HEARTBEAT,
 ) -> AuditReport:
     reread_pack(conn, pack_install_id, namespace)
-    if check_fence and not is_greenfield(conn, pack_install_id):
-        precondition = fence_findings(conn, namespace, for_update=lock_fence)
+    if check_fence:
+        precondition = precondition_findings(conn, pack_install_id, namespace, stale_heartbeat, for_update=lock_fence)
         if precondition:
             log.info("pack %s: fence precondition not met: %s", pack_install_id, [f.describe() for f in precondition])
             return AuditReport(pack_install_id, precondition, 0, 0, 0)
@@ -205,13 +249,14 @@ def _audit_under(
 
 
 def _decide(conn: Connection, pack_install_id: str, namespace: str, deadline: Deadline, batch_size: int,
-            *, for_update: bool, check_fence: bool = True) -> tuple[ProtocolRow | None, AuditReport | None]:
+            *, for_update: bool, check_fence: bool = True, stale_heartbeat: dt.timedelta = DEFAULT_STALE_HEARTBEAT,
+            ) -> tuple[ProtocolRow | None, AuditReport | None]:
     """(the existing protocol row, None) or (None, the audit report) -- the reads of both runs."""
     existing = read_protocol_row(conn, pack_install_id, for_update=for_update)
     if existing is not None:
         return existing, None
     return None, _audit_under(conn, pack_install_id, namespace, deadline, batch_size, check_fence=check_fence,
-                              lock_fence=for_update)
+                              lock_fence=for_update, stale_heartbeat=stale_heartbeat)
 
 
 def _preview(
@@ -259,6 +304,7 @@ def run_checkpoint(
     dry_run: bool = False,
     batch_size: int = 5000,
     fence_planned: bool = False,
+    stale_heartbeat: dt.timedelta = DEFAULT_STALE_HEARTBEAT,
     between_check_and_act: Seam | None = None,
 ) -> CheckpointResult:
     """Audit ``pack_install_id`` and write its one-time checkpoint (see the module invariants).
@@ -278,7 +324,8 @@ def run_checkpoint(
     log.info("pack %s: taking locks %s (timeout %.0fs)", pack_install_id, names, timeout_s)
 
     def decide_and_write(conn: Connection) -> CheckpointResult:
-        existing, report = _decide(conn, pack_install_id, namespace, deadline, batch_size, for_update=True)
+        existing, report = _decide(conn, pack_install_id, namespace, deadline, batch_size, for_update=True,
+                                   stale_heartbeat=stale_heartbeat)
         if existing is not None:
             return result_already_written(existing, namespace)
         if report.refused:
@@ -287,12 +334,10 @@ def run_checkpoint(
         if between_check_and_act is not None:
             between_check_and_act(conn)
         row = insert_protocol_row(conn, pack_install_id, report.legacy_max_ordinal, written_by)
-        if not is_greenfield(conn, pack_install_id):  # the precondition again, after the write (module invariants)
-            late = fence_findings(conn, namespace, for_update=True)
-            if late:
-                log.info("pack %s: fence precondition broken during the checkpoint: %s", pack_install_id,
-                         [f.describe() for f in late])
-                raise Withdrawn(CheckpointResult(pack_install_id, namespace, REFUSED, None, late))
+        late = precondition_findings(conn, pack_install_id, namespace, stale_heartbeat, for_update=True)  # again, after
+        if late:  # the write (module invariants): what committed in between rolls it back
+            log.info("pack %s: precondition broken during the checkpoint: %s", pack_install_id, [f.describe() for f in late])
+            raise Withdrawn(CheckpointResult(pack_install_id, namespace, REFUSED, None, late))
         log.info("pack %s: checkpoint written (LegacyMaxOrdinal=%d)", pack_install_id, row.legacy_max_ordinal)
         return result_written(row, namespace)
 

@@ -61,26 +61,25 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, func, select
 
-from .. import catalog, tx
+from .. import tx
 from ..catalog import Event, WorkItem
-from ..clock import utcnow
 from ..db import Deadline
 from ..liveness import DEFAULT_STALE_HEARTBEAT_S
 from ..locks import lifecycle_lock_names
 from ..protocol_row import insert_protocol_row, read_protocol_row
-from .audit import NOT_GREENFIELD, OLD_RUNTIME_LIVE, Finding
+from .audit import NOT_GREENFIELD, Finding
 from .checkpoint import (
     REFUSED,
     CheckpointResult,
     Withdrawn,
     is_greenfield,
+    old_runtime_finding,
     prerequisite_namespace,
     reread_pack,
     result_already_written,
     result_written,
 )
-from .fence import Seam, cutover_fences, fences_in_force
-from .writers import live_statement
+from .fence import Seam
 
 log = logging.getLogger(__name__)
 
@@ -123,21 +122,6 @@ def _history(conn: Connection, pack_install_id: str) -> NotGreenfield:
     ).scalars().all()
     return NotGreenfield(NOT_GREENFIELD, None, event_ids=sorted(event_ids), work_ids=sorted(work_ids),
                          event_count=count(events), work_item_count=count(work))
-
-
-#: The old-protocol processes that could admit or serve work of the pack (contract, "Greenfield activation").
-OLD_RUNTIME_ROLES = (catalog.ROLE_INGRESS_WRITER, catalog.ROLE_RECEIPT_MATERIALIZER, catalog.ROLE_PROJECTION_WORKER)
-
-
-def old_runtime_finding(conn: Connection, namespace: str, stale_heartbeat: dt.timedelta) -> Finding | None:
-    """``old_runtime_live`` naming the live old-protocol processes of :data:`OLD_RUNTIME_ROLES`, unless none is live
-    or the namespace's cutover fence is in force (its rows locked: a release by hand waits for the caller)."""
-    if cutover_fences(fences_in_force(conn, namespace, utcnow(), for_update=True)):
-        return None
-    live = conn.execute(live_statement(namespace, OLD_RUNTIME_ROLES, catalog.PROTOCOL_OLD, utcnow(), stale_heartbeat)).all()
-    if not live:
-        return None
-    return Finding(OLD_RUNTIME_LIVE, None, process_ids=[r.ProcessId for r in live])
 
 
 def activate_pack(

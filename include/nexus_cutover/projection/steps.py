@@ -204,17 +204,20 @@ def history_digest(
 
 def checkpoint(
     engine: Engine, pack_install_id: str, *, timeout_s: float, written_by: str, dry_run: bool = False,
-    fence_planned: bool = False,
+    fence_planned: bool = False, stale_heartbeat: dt.timedelta | None = None,
 ) -> CheckpointResult:
     """Step 4, per pack: ``connector-projection-cutover``, the lifecycle entrypoint.
 
     Under the namespace then pack lock, in one transaction: returns an existing
     protocol row unchanged; else checks the fence precondition, audits retained
-    responsibility and writes only the one-time ``LegacyMaxOrdinal``. A refusal
-    (every finding named) writes nothing; no option skips one.
+    responsibility and writes only the one-time ``LegacyMaxOrdinal`` (a greenfield
+    pack: cutoff 0, refused while an old runtime is live without the fence,
+    ``stale_heartbeat`` its liveness window). A refusal (every finding named)
+    writes nothing; no option skips one.
     """
+    more = {} if stale_heartbeat is None else {"stale_heartbeat": stale_heartbeat}
     return run_checkpoint(engine, pack_install_id, timeout_s=timeout_s, written_by=written_by, dry_run=dry_run,
-                          fence_planned=fence_planned)
+                          fence_planned=fence_planned, **more)
 
 
 def readiness(engine: Engine, namespace: str, *, stale_heartbeat: dt.timedelta) -> writers.Readiness:
