@@ -14,12 +14,16 @@ holder's name may be longer (``airflow:<dag_id>:<run_id>`` with a rollout's run 
   column's collation, which may fold case or ignore trailing spaces.
 * :func:`is_digested`: a stored spelling that no longer shows the whole name (whoever reads it back, e.g. to ask
   Airflow for a run's state, cannot parse the name from it).
+* An Airflow run's holder name is ``airflow:<dag_id>:<run_id>`` (:func:`holder_of_airflow_run`, the one
+  spelling); :func:`airflow_run_named` reads it back, for messages and for asking Airflow about it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+from urllib.parse import quote
 
 #: Width of the "who" columns (catalog: ``String(128)``).
 HOLDER_WIDTH = 128
@@ -39,6 +43,32 @@ def stored_holder(name: str, width: int = HOLDER_WIDTH) -> str:
 def is_digested(stored: str, width: int = HOLDER_WIDTH) -> bool:
     """True when ``stored`` is the digest spelling of a longer name (its tail is not the name's)."""
     return len(stored) == width and _DIGESTED.search(stored) is not None
+
+
+AIRFLOW_HOLDER_PREFIX = "airflow"
+
+
+def holder_of_airflow_run(dag_id: str, run_id: str) -> str:
+    """The holder name of run ``run_id`` of ``dag_id`` (whole, not yet in its stored spelling)."""
+    return f"{AIRFLOW_HOLDER_PREFIX}:{dag_id}:{run_id}"
+
+
+def airflow_run_named(stored: str | None) -> tuple[str, str | None] | None:
+    """``(dag_id, run_id)`` of the Airflow run a stored holder names (``run_id`` None when it was too long to store
+    whole), or None when the holder is not an Airflow run (a CLI invocation, a fence armed by hand)."""
+    prefix, _, rest = (stored or "").partition(":")
+    dag_id, _, run_id = rest.partition(":")
+    if prefix != AIRFLOW_HOLDER_PREFIX or not dag_id or not run_id:
+        return None
+    return dag_id, (None if is_digested(stored or "") else run_id)
+
+
+def airflow_run_link(dag_id: str, run_id: str | None) -> str | None:
+    """The run's page in the Airflow UI when the environment names the UI (``NEXUS_AIRFLOW_URL``), else None."""
+    base = os.environ.get("NEXUS_AIRFLOW_URL", "").rstrip("/")
+    if not base:
+        return None
+    return f"{base}/dags/{quote(dag_id, safe='')}" + (f"/runs/{quote(run_id, safe='')}" if run_id else "")
 
 
 def same_holder(stored: str | None, name: str | None) -> bool:

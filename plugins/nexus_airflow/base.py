@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from nexus_airflow.params import RunParams
+from nexus_cutover.holders import holder_of_airflow_run as holder_of_run  # the one spelling of a run's holder name
 
 
 def params_of(context) -> RunParams:
@@ -136,7 +137,6 @@ def domain_errors(context, log) -> Iterator[None]:
         raise
 
 
-RUN_HOLDER_PREFIX = "airflow"
 #: DagRun states in which a run still holds its tenant (contract, "One cutover per tenant at a time").
 HOLDING_RUN_STATES = ("queued", "running")
 
@@ -145,11 +145,6 @@ def run_holder(context) -> str:
     """This run's holder name, whole: ``airflow:<dag_id>:<run_id>``. The domain stores it in ``ArmedBy`` /
     ``ReleasedBy`` / ``WrittenBy`` as :func:`nexus_cutover.holders.stored_holder` spells it (unique at any length)."""
     return holder_of_run(context['dag'].dag_id, context['run_id'])
-
-
-def holder_of_run(dag_id: str, run_id: str) -> str:
-    """The holder name of run ``run_id`` of ``dag_id`` (whole, not yet in its stored spelling)."""
-    return f"{RUN_HOLDER_PREFIX}:{dag_id}:{run_id}"
 
 
 #: How a person takes over a fence from the cutover DAG (FenceHeld's "Next:"); ``{holder}`` is filled in.
@@ -173,15 +168,15 @@ def holder_state(context, log):
 
     Called by the domain before it takes any tenant lock (never under one).
     """
-    from nexus_cutover.holders import is_digested
+    from nexus_cutover.holders import airflow_run_named
     from nexus_cutover.projection.fence import HOLDER_ACTIVE, HOLDER_FINISHED, HOLDER_UNKNOWN
 
     def state_of(holder: str) -> str:
-        prefix, _, rest = holder.partition(":")
-        dag_id, _, run_id = rest.partition(":")
-        if prefix != RUN_HOLDER_PREFIX or not dag_id or not run_id:
+        run = airflow_run_named(holder)
+        if run is None:
             return HOLDER_UNKNOWN
-        if is_digested(holder):
+        dag_id, run_id = run
+        if run_id is None:
             log.warning("the fence's holder %s is a run whose id was too long to store whole: its state cannot be read "
                         "here; it is adopted only when named (adopt)", holder)
             return HOLDER_UNKNOWN

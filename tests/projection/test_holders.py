@@ -205,3 +205,19 @@ def test_a_fence_that_changed_between_the_look_and_the_lock_is_refused_and_nothi
     assert isinstance(outcome.get("error"), fence.FenceChanged), outcome
     assert "'run-3'" in str(outcome["error"]) and "nothing was written" in str(outcome["error"])
     assert _fences(engine) == [("run-3", None, False)] and taken.fence_id == first.fence_id
+
+
+def test_plan_names_an_airflow_run_that_holds_the_tenant_as_one_with_its_link(engine):
+    """Issue 34, item 10: the CLI cannot ask Airflow, but it says the holder is an Airflow run, and links it."""
+    _tenant(engine)
+    run_id = "manual__2026-12-04T01:00:00+00:00"
+    fence.arm_fence(engine, NS, armed_by=f"airflow:connector_projection_cutover:{run_id}", timeout_s=10, packs=[PACK])
+    env = {**os.environ, "NEXUS_TENANT_DSN": engine.url.render_as_string(hide_password=False),
+           "NEXUS_AIRFLOW_URL": "http://airflow.example:8080/"}
+    done = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.steps", "plan", "-namespace", NS], env=env,
+                          capture_output=True, text=True, timeout=120)
+    said = done.stdout + done.stderr
+    assert done.returncode == 3, said
+    assert f"an Airflow run (run {run_id} of DAG connector_projection_cutover" in said, said
+    assert "http://airflow.example:8080/dags/connector_projection_cutover/runs/manual__2026-12-04T01%3A00%3A00%2B00%3A00" in said
+    assert "armed by hand or by a command-line invocation" not in said

@@ -70,7 +70,7 @@ from ..clock import utcnow
 from ..db import Deadline
 from ..errors import BadInput, Refused
 from ..fencing import fence_in_force, is_cutover_fence, override_active
-from ..holders import same_holder, stored_holder
+from ..holders import airflow_run_link, airflow_run_named, same_holder, stored_holder
 from ..locks import lifecycle_lock_names
 from ..protocol_row import read_protocol_row
 from ..schema import has_table
@@ -156,9 +156,19 @@ class FenceHeld(Refused):
         self.fence = fence
         self.holder = fence["ArmedBy"]
         self.state = state
+        run = airflow_run_named(self.holder)
         if releasing:
             why = "not by this caller: a run releases only the fence it armed or adopted"
             next_step = (f"Next: release it as its holder (-holder '{self.holder}'); or, "
+                         + take_over.format(holder=self.holder))
+        elif run is not None and state == HOLDER_UNKNOWN:  # an Airflow run this caller cannot ask about (the CLI)
+            dag_id, run_id = run
+            named = f"run {run_id} of DAG {dag_id}" if run_id else f"a run of DAG {dag_id} (its id too long to show)"
+            link = airflow_run_link(dag_id, run_id)
+            why = (f"an Airflow run ({named}{', ' + link if link else ''}) whose state this command cannot read: it "
+                   "holds the tenant while it is queued, running, deferred or waiting for a person")
+            next_step = ("Next: let that run finish (or fail) in Airflow; then, if it left the fence armed, trigger the "
+                         "cutover again in Airflow (a finished run's fence is adopted by itself), or "
                          + take_over.format(holder=self.holder))
         elif state == HOLDER_ACTIVE:
             why = "which has not finished"
