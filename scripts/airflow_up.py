@@ -5,8 +5,9 @@ the demo tenant on first use (``--reseed`` starts it over), creates the
 ``nexus_tenant_demo`` connection, starts the old-protocol runtime (which stops
 by itself once the cutover fence is armed and its work has drained, standing in
 for step 3), prints the URL and the login, and waits. Trigger
-``connector_projection_cutover`` with ``{"tenant": "demo", "host_controller": "command"}``
-from the UI; the status view is under Browse -> Nexus tenants.
+``connector_projection_cutover`` with ``{"tenant": "demo"}`` from the UI (here the form's
+``host_controller`` defaults to ``command``: the run starts the reference host itself); the
+status view is under Browse -> Nexus tenants.
 
 Ctrl-C stops everything it started: Airflow, the old runtime, and any new host
 a cutover run started (its pid is in the run's ``start_new_host`` XCom).
@@ -68,7 +69,10 @@ class DemoAirflow:
             # the clean demo tenant: the browser tests (tests/ui) walk its two packs by name; `make demo` runs on the
             # production-shaped one
             self.seeded = seed(str(self.tenant_db), TENANT, production=False)
-        self.stack = AirflowStack(self.state / "home", port=port or free_port(), parallelism=4, extra_env=extra_env)
+        # The form's default host_controller is command here: the reference host starts by itself (a person's first
+        # cutover reaches success with the defaults); `manual` stays one choice away.
+        env = {"NEXUS_DEFAULT_HOST_CONTROLLER": "command", **(extra_env or {})}
+        self.stack = AirflowStack(self.state / "home", port=port or free_port(), parallelism=4, extra_env=env)
         self.old_runtime: Child | None = None
 
     def start(self, timeout_s: float = 600.0) -> DemoAirflow:
@@ -114,7 +118,8 @@ Airflow is up: {stack.base_url}
   login:        admin / {stack.admin_password()}
   status view:  {stack.base_url}/nexus-status/  (Browse -> Nexus tenants)
   tenant:       {TENANT} (connection {CONN_ID}, SQLite {demo.tenant_db})
-  cutover:      trigger {CUTOVER_DAG} with {{"tenant": "{TENANT}", "host_controller": "command"}}
+  cutover:      trigger {CUTOVER_DAG} with {{"tenant": "{TENANT}"}} (host_controller defaults to command here:
+                the run starts the reference host itself)
   old runtime:  pid {demo.old_runtime.proc.pid}, stops by itself once the fence is armed and its work drained
 Ctrl-C stops everything.""", flush=True)
         while not stop["now"]:

@@ -27,6 +27,7 @@ Invariants:
 from __future__ import annotations
 
 import datetime as dt
+import os
 from typing import Any
 
 from airflow.providers.standard.operators.hitl import HITLOperator
@@ -96,13 +97,21 @@ class _StrictHITL(HITLOperator):
     on_reject = ""
     #: What a person does after anything but the approving answer (a rejection, a timeout): retry or back out.
     after_reject = ""
+    #: The question's subject, ``{tenant}`` filled in: Required actions lists questions by subject, so each names
+    #: its tenant (one engineer answers for many tenants).
+    subject_template = ""
 
     def __init__(self, **kwargs) -> None:
         kwargs.setdefault("retries", 0)
         super().__init__(options=[self.approve_option, self.reject_option], defaults=None, multiple=False, **kwargs)
 
+    def _name_the_tenant(self, context) -> None:
+        if self.subject_template:
+            self.subject = self.subject_template.format(tenant=params_of(context).tenant)
+
     def _ask(self, context, body: str) -> None:
         p = params_of(context)
+        self._name_the_tenant(context)
         self.body = body
         excluded = set() if p.allow_self_approval else requesters(context)
         self.assigned_users = assigned_users(p.approvers, excluded)
@@ -112,6 +121,7 @@ class _StrictHITL(HITLOperator):
         super().execute(context)
 
     def execute_complete(self, context, event: dict[str, Any]) -> Any:
+        self._name_the_tenant(context)
         try:
             result = super().execute_complete(context, event)
         except Exception as exc:  # noqa: BLE001 - timeout or bad answer: never a pass
@@ -179,6 +189,8 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
             return f"This run wrote nothing; no cutover fence is in force; {checkpoints}."
         return (f"This run wrote no checkpoint. Now: cutover fence {fence['FenceId']} in force (held by "
                 f"{fence['ArmedBy']}); {checkpoints}.")
+
+    subject_template = "Confirm that every old-protocol writer of tenant {tenant} is stopped"
 
     def __init__(self, **kwargs) -> None:
         kwargs.setdefault("subject", "Confirm that every old-protocol writer of the tenant is stopped")
@@ -285,6 +297,17 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
         return {**answer, "evidence_taken_at": shown["checked_at"], "evidence_age_s": check.evidence_age_s}
 
 
+def _host_command_line(tenant: str, masked_dsn: str) -> str:
+    """The shell line that starts the reference host for ``tenant`` (``nexus-host --namespace <tenant>``, or the
+    deployment's ``nexus_host_command``), its DSN shown masked: what a person runs for a manual start."""
+    import shlex
+
+    from nexus_airflow.host_controllers import host_argv
+
+    argv = [os.path.basename(argv0) if i == 0 else argv0 for i, argv0 in enumerate(host_argv(tenant))]
+    return f"NEXUS_TENANT_DSN={shlex.quote(masked_dsn)} " + " ".join(shlex.quote(a) for a in argv)
+
+
 class StartNewHostOperator(_StrictHITL):
     """Start the matching new host: ``manual`` asks the engineer, ``command``/``http`` start it themselves."""
 
@@ -295,6 +318,8 @@ class StartNewHostOperator(_StrictHITL):
         "start the new host, then clear start_new_host. Do not restart the old writers: the checkpoints are "
         "written, and anything an old writer admits now lands above the cutoff where no audit reads it. To pause "
         "here, keep the fence armed and come back with a rerun (runbook, \"Rollback stance\")")
+
+    subject_template = "Start the new (ProjectionProtocol 1) host for tenant {tenant}"
 
     def __init__(self, **kwargs) -> None:
         kwargs.setdefault("subject", "Start the new (ProjectionProtocol 1) host for the tenant")
@@ -330,6 +355,11 @@ class StartNewHostOperator(_StrictHITL):
                     f"Every pack checkpoint is written: {self._packs(context)}.\n\n"
                     "Start the new host and Connectors for this tenant (ProjectionProtocol 1), then choose "
                     f"**{self.approve_option}**. verify_readiness checks that it registered and activated.\n\n"
+                    "The project's reference host, started from a shell that reaches the tenant database "
+                    "(the password is the connection's, shown masked here):\n\n"
+                    f"```\n{_host_command_line(p.tenant, NexusTenantHook(p.conn_id).masked_dsn)}\n```\n\n"
+                    "Or let the run start it: trigger with host_controller `command` (the Variable "
+                    f"`{host_controllers.HOST_COMMAND_VARIABLE}` names the command) or `http` (a deployer).\n\n"
                     "Do not restart an old writer after this point."
                 ))
         fault_point("start_new_host.after_write")

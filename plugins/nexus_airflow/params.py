@@ -28,6 +28,7 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,12 @@ TENANT_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 CONN_ID_PATTERN = r"^$|^[A-Za-z0-9_.-]{1,200}$"
 PACK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
 HOST_CONTROLLERS = ("manual", "command", "http")
+#: The form's default ``host_controller``: ``manual``, unless the deployment names another in the environment of its
+#: Airflow processes (``NEXUS_DEFAULT_HOST_CONTROLLER``; ``make airflow`` sets ``command``: its reference host starts
+#: by itself). Read when the DAG file is parsed: an environment variable, no database.
+DEFAULT_HOST_CONTROLLER = os.environ.get("NEXUS_DEFAULT_HOST_CONTROLLER") or "manual"
+if DEFAULT_HOST_CONTROLLER not in HOST_CONTROLLERS:
+    raise ValueError(f"NEXUS_DEFAULT_HOST_CONTROLLER={DEFAULT_HOST_CONTROLLER!r} is none of {HOST_CONTROLLERS}")
 #: The floor for poll intervals (:func:`nexus_airflow.faults.poll_floor_s`: 10 s, lowered by the test harness only).
 MIN_POLL_INTERVAL_S = poll_floor_s()
 
@@ -174,7 +181,7 @@ TENANT_FIELDS: dict[str, Field] = {"tenant": TENANT_FIELD, "conn_id": CONN_ID_FI
 
 CUTOVER_FIELDS: dict[str, Field] = {
     "tenant": TENANT_FIELD,
-    "host_controller": Field("manual", "How the new host is started",
+    "host_controller": Field(DEFAULT_HOST_CONTROLLER, "How the new host is started",
                              "manual: ask the engineer (HITL); command: run the configured host command (Variable "
                              "nexus_host_command); http: POST to the deployer via host_http_conn_id.",
                              {"type": "string", "enum": list(HOST_CONTROLLERS)}),
@@ -252,7 +259,7 @@ ROLLOUT_FIELDS: dict[str, Field] = {
     **APPROVER_FIELDS,
     "tenants_variable": Field(None, "Tenants Variable", "An Airflow Variable holding a JSON list of more tenants "
                               "(after `tenants`).", {"type": "string"}, _text, CONNECTIONS),
-    "cutover_conf": Field({"host_controller": "manual"}, "Per-tenant form fields",
+    "cutover_conf": Field({"host_controller": DEFAULT_HOST_CONTROLLER}, "Per-tenant form fields",
                           f"Applied to every tenant's run; allowed keys: {', '.join(SHARED_FIELDS)}.",
                           {"type": "object"}, lambda v: dict(v or {}), TIMING),
     "preflight_concurrency": Field(8, "Preflight concurrency",

@@ -319,6 +319,10 @@ def test_aborted_manual_host_start_fails_and_keeps_the_fence(dag, tenant, mysql_
     password = make_url(mysql_url).password
     out, err = capfd.readouterr()
     assert [d["task_instance"]["task_id"] for d in hitl.seen] == ["confirm_writers_stopped", "start_new_host"]
+    asked = hitl.seen[1]
+    assert asked["subject"] == f"Start the new (ProjectionProtocol 1) host for tenant {NS}"  # Required actions: whose
+    assert f"--namespace {NS}" in asked["body"] and "NEXUS_TENANT_DSN=" in asked["body"]  # the line to run, ...
+    assert "***" in asked["body"] and password not in asked["body"]  # ... its password masked
     assert password and password not in out and password not in err, "the tenant password reached the logs"
     assert password not in json.dumps(list(result.xcoms.values()), default=str) and password not in json.dumps(result.conf)
     assert result.state == "failed" and result.state_of("start_new_host") == "failed"

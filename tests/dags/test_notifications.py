@@ -173,7 +173,8 @@ def test_rejected_confirmation_sends_one_confirmation_and_one_failure_mail(dag, 
     assert subjects == [f"[nexus] NEEDS CONFIRMATION: tenant {NS}, {DAG_ID}.confirm_writers_stopped",
                         f"[nexus] FAILED: tenant {NS}, {DAG_ID}.confirm_writers_stopped"], subjects
     asked, failed = (text_of(m) for m in sink.messages)
-    assert "Confirm that every old-protocol writer of the tenant is stopped" in asked
+    question = f"Confirm that every old-protocol writer of tenant {NS} is stopped"  # Required actions names the tenant
+    assert question in asked and [d["subject"] for d in hitl.seen] == [question]
     assert "cutover not performed" in failed and "Reject" in failed
     assert password not in asked + failed
 
