@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from nexus_cutover.cli.common import duration_arg, flag, parse_duration, positive_int_arg
+from nexus_cutover.cli.common import duration_arg, flag, parse_duration, positive_int_arg, run_command
+from nexus_cutover.errors import Unreachable
 
 
 @pytest.mark.parametrize(
@@ -46,6 +47,22 @@ def test_parse_duration_refuses_malformed_text(text):
 def test_parse_duration_refuses_zero(text):
     with pytest.raises(ValueError, match="must be positive"):
         parse_duration(text)
+
+
+def test_run_command_hides_the_secrets_of_the_dsn_variables_in_its_error_line(monkeypatch, capsys):
+    """Whatever a driver quoted (the whole DSN, or a password from its query) is hidden on stderr and in the JSON."""
+    dsn = "mysql+pymysql://nexus:Uinfo-Secret-1@db.internal/tenant?password=Query-Secret-2&ssl_key=Key-Secret-3"
+    monkeypatch.setenv("NEXUS_TENANT_DSN", dsn)
+    monkeypatch.delenv("CONNECTOR_CUTOVER_DSN", raising=False)
+
+    def body() -> int:
+        raise Unreachable(f"driver said: {dsn} refused Query-Secret-2 (user info Uinfo-Secret-1, key Key-Secret-3)")
+
+    assert run_command(body, program="t", json_errors=True) == 1
+    out = capsys.readouterr()
+    for secret in ("Uinfo-Secret-1", "Query-Secret-2", "Key-Secret-3"):
+        assert secret not in out.err + out.out
+    assert "mysql+pymysql://nexus:***@db.internal/tenant?password=***&ssl_key=***" in out.err
 
 
 def test_duration_arg_and_positive_int_arg_are_argparse_types():

@@ -4,7 +4,8 @@
   (``--timeout 5m``), as the contract requires.
 * Durations are Go-style (``90s``, ``5m``, ``1h30m``, ``1.5s``) or bare seconds.
 * :func:`run_command` maps every error to the contract's exit codes and prints
-  one line to stderr (never a DSN or password); usage errors exit 2.
+  one line to stderr (never a DSN or password: the secrets of the DSN variables
+  are hidden in it, :func:`nexus_cutover.db.hide_dsn_secrets`); usage errors exit 2.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..db import DSN_ENV_CUTOVER, DSN_ENV_TENANT, hide_dsn_secrets
 from ..errors import BadInput, CutoverError
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -155,7 +157,16 @@ def run_command(
 def _report_error(
     program: str, exc: BaseException, code: int, json_errors: bool, json_fields: dict[str, Any] | None
 ) -> None:
-    message = str(exc) or exc.__class__.__name__
+    message = _without_dsn_secrets(str(exc) or exc.__class__.__name__)
     sys.stderr.write(f"{program}: error: {message}\n")
     if json_errors:
         print_json({**(json_fields or {}), "error": message, "error_class": exc.__class__.__name__, "exit_code": code})
+
+
+def _without_dsn_secrets(message: str) -> str:
+    """``message`` with every secret of the DSN variables the commands read hidden (whatever a driver quoted)."""
+    for name in (DSN_ENV_CUTOVER, DSN_ENV_TENANT):
+        dsn = os.environ.get(name, "").strip()
+        if dsn:
+            message = hide_dsn_secrets(message, dsn)
+    return message
