@@ -1,4 +1,5 @@
-"""A flag value a command cannot use exits 2 naming the flag, never 1 with a Python error.
+"""A flag value a command cannot use exits 2 naming the flag, never 1 with a Python error; ``status`` on a database
+without the tenant schema exits 2 like every other command.
 
 Black-box through the console scripts (``python -m nexus_cutover.cli.<module>``), on a seeded tenant the commands
 could otherwise work on. The list of duration and time flags is checked against the parsers, so a new one is
@@ -123,3 +124,17 @@ def test_since_is_read_as_utc(tenant_dsn, value):
     proc = run("steps", ["verify", "-namespace", NS, "-since", value, "-json"], tenant_dsn)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["since"] == "2026-12-04T01:30:00"
+
+
+def test_status_without_the_tenant_schema_exits_2_naming_what_is_missing(tenant_url):
+    """An empty database (not a tenant, or the DSN names the wrong schema): exit 2 like every other command."""
+    proc = run("steps", ["status", "-namespace", NS], tenant_url)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "missing prerequisite schema" in proc.stderr and "_System_WorkItem" in proc.stderr
+    assert "not a tenant database" in proc.stderr
+    as_json = run("steps", ["status", "-namespace", NS, "-json"], tenant_url)
+    assert as_json.returncode == 2
+    out = json.loads(as_json.stdout)
+    assert out["exit_code"] == 2 and out["error_class"] == "MissingSchema" and "phase" not in out
+    for other in (["plan", "-namespace", NS], ["drain", "-namespace", NS]):  # the other commands, for comparison
+        assert run("steps", other, tenant_url).returncode == 2
