@@ -1,14 +1,24 @@
-"""nexus_cutover.cli.common: Go-style durations and flags with one dash or two."""
+"""nexus_cutover.cli.common: Go-style durations, UTC times, flags with one dash or two, errors without DSN secrets."""
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import subprocess
 import sys
 
 import pytest
 
-from nexus_cutover.cli.common import duration_arg, flag, parse_duration, positive_int_arg
+from nexus_cutover.cli.common import (
+    MAX_DURATION_S,
+    duration_arg,
+    flag,
+    parse_duration,
+    positive_int_arg,
+    run_command,
+    utc_time_arg,
+)
+from nexus_cutover.errors import Unreachable
 
 
 @pytest.mark.parametrize(
@@ -46,6 +56,52 @@ def test_parse_duration_refuses_malformed_text(text):
 def test_parse_duration_refuses_zero(text):
     with pytest.raises(ValueError, match="must be positive"):
         parse_duration(text)
+
+
+@pytest.mark.parametrize("text", ["1000000000000", "8761h", "525601m", "31536001", "9" * 400])
+def test_parse_duration_refuses_more_than_a_year(text):
+    """A clock or a server setting downstream cannot hold it (datetime range, max_statement_time, thread waits)."""
+    with pytest.raises(ValueError, match="at most 8760h"):
+        parse_duration(text)
+
+
+def test_parse_duration_takes_a_year_exactly():
+    assert parse_duration("8760h") == MAX_DURATION_S == parse_duration("31536000")
+
+
+@pytest.mark.parametrize(
+    ("text", "utc"),
+    [
+        ("2026-12-04T01:30:00", dt.datetime(2026, 12, 4, 1, 30)),
+        ("2026-12-04", dt.datetime(2026, 12, 4)),
+        ("2026-12-04T03:30:00+02:00", dt.datetime(2026, 12, 4, 1, 30)),  # converted, not just stripped
+        ("2026-12-04T01:30:00Z", dt.datetime(2026, 12, 4, 1, 30)),
+    ],
+)
+def test_utc_time_arg_reads_iso_times_as_utc(text, utc):
+    assert utc_time_arg(text) == utc
+
+
+@pytest.mark.parametrize("text", ["not-a-date", "", "2026-13-01", "yesterday", "0001-01-01T00:00:00+05:00"])
+def test_utc_time_arg_refuses_what_is_no_time(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="invalid time"):
+        utc_time_arg(text)
+
+
+def test_run_command_hides_the_secrets_of_the_dsn_variables_in_its_error_line(monkeypatch, capsys):
+    """Whatever a driver quoted (the whole DSN, or a password from its query) is hidden on stderr and in the JSON."""
+    dsn = "mysql+pymysql://nexus:Uinfo-Secret-1@db.internal/tenant?password=Query-Secret-2&ssl_key=Key-Secret-3"
+    monkeypatch.setenv("NEXUS_TENANT_DSN", dsn)
+    monkeypatch.delenv("CONNECTOR_CUTOVER_DSN", raising=False)
+
+    def body() -> int:
+        raise Unreachable(f"driver said: {dsn} refused Query-Secret-2 (user info Uinfo-Secret-1, key Key-Secret-3)")
+
+    assert run_command(body, program="t", json_errors=True) == 1
+    out = capsys.readouterr()
+    for secret in ("Uinfo-Secret-1", "Query-Secret-2", "Key-Secret-3"):
+        assert secret not in out.err + out.out
+    assert "mysql+pymysql://nexus:***@db.internal/tenant?password=***&ssl_key=***" in out.err
 
 
 def test_duration_arg_and_positive_int_arg_are_argparse_types():

@@ -15,6 +15,7 @@ import types
 import pymysql
 import pytest
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import make_url
 
 from nexus_cutover import db
 from nexus_cutover.db import Deadline, classify, mask_dsn, parse_dsn
@@ -114,10 +115,31 @@ def test_parse_dsn_refuses_a_missing_sqlite_file(tmp_path):
         (f"nexus:{PASSWORD} at db.internal", "<malformed DSN>"),
         ("", "<malformed DSN>"),
         ("mysql+pymysql://nexus:Sup3r@s3cret@db.internal/tenant_acme", "<malformed DSN>"),
+        # a password in the query string (PyMySQL takes it), and TLS key material
+        (f"mysql+pymysql://nexus@db.internal/tenant_acme?password={PASSWORD}", "mysql+pymysql://nexus@db.internal/tenant_acme?password=***"),
+        (f"mysql+pymysql://nexus@db.internal/tenant_acme?charset=utf8mb4&passwd={PASSWORD}",
+         "mysql+pymysql://nexus@db.internal/tenant_acme?charset=utf8mb4&passwd=***"),
+        (f"mysql+pymysql://nexus:{PASSWORD}@db.internal/tenant_acme?ssl_key=KEYDATA&ssl_cert=/etc/nexus/client.pem",
+         "mysql+pymysql://nexus:***@db.internal/tenant_acme?ssl_cert=%2Fetc%2Fnexus%2Fclient.pem&ssl_key=***"),
+        ("mysql+pymysql://nexus@db.internal/tenant_acme?ssl-key=KEYDATA&key=KEYDATA&Client_Secret=S&auth_token=T&PWD=P",
+         "mysql+pymysql://nexus@db.internal/tenant_acme?Client_Secret=***&PWD=***&auth_token=***&key=***&ssl-key=***"),
+        ("mysql+pymysql://nexus@db.internal/tenant_acme?password=A&password=B", "mysql+pymysql://nexus@db.internal/tenant_acme?password=***&password=***"),
+        # Airflow's MySqlHook renders an 'ssl' extra mapping (which may hold the key) into the query; a plain switch stays
+        ("mysql://nexus@db.internal/tenant_acme?ssl=%7B%27ca%27%3A+%27%2Fca.pem%27%2C+%27key%27%3A+%27KEYDATA%27%7D",
+         "mysql://nexus@db.internal/tenant_acme?ssl=***"),
+        ("mysql://nexus@db.internal/tenant_acme?ssl=true", "mysql://nexus@db.internal/tenant_acme?ssl=true"),
     ],
 )
 def test_mask_dsn_hides_the_password_and_never_raises(dsn, masked):
     assert mask_dsn(dsn) == masked
+    if masked != "<malformed DSN>":
+        assert mask_dsn(make_url(dsn)) == masked  # a URL object alike
+
+
+def test_parse_dsn_messages_hide_a_query_password():
+    with pytest.raises(BadInput) as info:
+        parse_dsn(f"mysql+pymysql://nexus@db.internal?password={PASSWORD}")
+    assert "names no database" in str(info.value) and PASSWORD not in str(info.value) and "password=***" in str(info.value)
 
 
 # ---------------------------------------------------------------------------

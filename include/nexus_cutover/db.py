@@ -29,6 +29,7 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from urllib.parse import quote_plus
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
@@ -86,29 +87,94 @@ def parse_dsn(dsn: str) -> URL:
         return url
     if driver in _MYSQL_DRIVERS:
         if not url.host:
-            raise BadInput(f"malformed DSN: {mask_url(url)} has no host")
+            raise BadInput(f"malformed DSN: {mask_dsn(url)} has no host")
         if "@" in url.host:  # an unencoded '@' in the password: its tail was taken for the host
             raise BadInput("malformed DSN: the host contains '@'; write an '@' of the user name or password as %40")
         if not url.database:
-            raise BadInput(f"malformed DSN: {mask_url(url)} names no database (the tenant schema)")
+            raise BadInput(f"malformed DSN: {mask_dsn(url)} names no database (the tenant schema)")
         return url
     raise BadInput(
         f"malformed DSN: unsupported scheme {driver!r}; use mysql+pymysql://, mysql+mysqldb:// or sqlite:///"
     )
 
 
-def mask_url(url: URL) -> str:
-    if url.host and "@" in url.host:  # part of the password (see parse_dsn): show nothing
-        return "<malformed DSN>"
-    return url.render_as_string(hide_password=True)
+#: Query-parameter names (lower case, ``-`` read as ``_``) whose value :func:`mask_dsn` hides, by what they contain.
+SECRET_PARAMETER_WORDS = ("password", "passwd", "pwd", "secret", "token", "credential")
+#: ...and by how they end: TLS key material (``ssl_key``, ``ssl-key``, ``key``, ``private_key``, ``api_key``).
+SECRET_PARAMETER_ENDINGS = ("key",)
+#: The ``ssl`` parameter is hidden unless it is one of these words: as an Airflow connection's ``ssl`` extra it is a
+#: mapping (``{'ca': ..., 'key': ...}``) that may carry key material.
+_PLAIN_SSL_VALUES = {"", "0", "1", "true", "false", "yes", "no", "on", "off", "required", "disabled", "preferred"}
+MASK = "***"
+MALFORMED = "<malformed DSN>"
+_MASK_TOKEN = "NEXUSMASKEDVALUE"  # rendered as is by SQLAlchemy, then shown as MASK
 
 
-def mask_dsn(dsn: str) -> str:
-    """``dsn`` with its password replaced by ``***``; never raises."""
+def is_secret_parameter(name: str, value: str = "") -> bool:
+    """Whether :func:`mask_dsn` hides the value of the DSN query parameter ``name`` (see its docstring)."""
+    key = name.strip().lower().replace("-", "_")
+    if any(word in key for word in SECRET_PARAMETER_WORDS) or key.endswith(SECRET_PARAMETER_ENDINGS):
+        return True
+    return key == "ssl" and str(value).strip().lower() not in _PLAIN_SSL_VALUES
+
+
+def mask_dsn(dsn: str | URL) -> str:
+    """``dsn`` as it may be shown: every secret it carries replaced by ``***``; never raises.
+
+    The one masking function of the project: every log line, message and page that shows a DSN shows this.
+    Hidden: the password before the ``@``; the value of every query parameter whose name (case-insensitive,
+    ``-`` read as ``_``) contains ``password``, ``passwd``, ``pwd``, ``secret``, ``token`` or ``credential``
+    (PyMySQL takes ``?password=``/``?passwd=`` as the password), or ends in ``key`` (``ssl_key``, ``ssl-key``,
+    ``key``: TLS key material; PyMySQL reads ``ssl_key`` as a file path, but a path to a private key is hidden too,
+    since the text cannot tell a path from key contents); and ``ssl`` unless it is a plain switch such as
+    ``true`` (an Airflow connection's ``ssl`` extra is a mapping that may hold the key). Certificate paths
+    (``ssl_ca``, ``ssl_cert``) and every other parameter are shown: they are not secret and they help find a
+    wrong setting. A DSN that cannot be parsed, or whose host contains ``@`` (part of an unencoded password,
+    see :func:`parse_dsn`), is shown as ``<malformed DSN>``.
+    """
     try:
-        return mask_url(make_url(dsn))
+        url = dsn if isinstance(dsn, URL) else make_url(dsn)
+        if url.host and "@" in url.host:
+            return MALFORMED
+        query = {name: tuple(_MASK_TOKEN if is_secret_parameter(name, v) else v for v in values)
+                 if isinstance(values, tuple) else (_MASK_TOKEN if is_secret_parameter(name, values) else values)
+                 for name, values in url.query.items()}
+        return url.set(query=query).render_as_string(hide_password=True).replace(_MASK_TOKEN, MASK)
     except Exception:  # noqa: BLE001 - a malformed DSN is shown as a placeholder only
-        return "<malformed DSN>"
+        return MALFORMED
+
+
+def dsn_secrets(dsn: str) -> list[str]:
+    """The secret values ``dsn`` carries (those :func:`mask_dsn` hides), as written and percent-decoded; never raises."""
+    found = {dsn}  # the whole DSN, should a message quote it
+    try:
+        url = make_url(dsn)
+    except Exception:  # noqa: BLE001 - unparseable: only the whole text is known to be secret
+        return [dsn] if dsn else []
+    if url.password:
+        found.add(str(url.password))
+    for name, values in url.query.items():
+        for value in values if isinstance(values, tuple) else (values,):
+            if is_secret_parameter(name, value):
+                found.update({value, quote_plus(value)})
+    if url.host and "@" in url.host:  # an unencoded '@' in the password: everything between '://' and the last '@'
+        found.add(dsn.split("://", 1)[-1].rsplit("@", 1)[0])
+    return sorted((s for s in found if len(s) >= MIN_SECRET_SEARCHED), key=len, reverse=True)
+
+
+#: Secrets shorter than this are not searched for in free text by :func:`hide_dsn_secrets`: they would hide ordinary
+#: words and protect nothing (a password that short is no secret).
+MIN_SECRET_SEARCHED = 4
+
+
+def hide_dsn_secrets(text: str, dsn: str) -> str:
+    """``text`` (an error message, a driver's text) with the whole ``dsn`` shown masked and each secret it carries
+    (:func:`dsn_secrets`) replaced by ``***``: the last guard before an error line is printed."""
+    if dsn and dsn in text:
+        text = text.replace(dsn, mask_dsn(dsn))
+    for secret in dsn_secrets(dsn):
+        text = text.replace(secret, MASK)
+    return text
 
 
 def is_sqlite(bind: Engine | Connection) -> bool:

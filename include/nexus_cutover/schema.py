@@ -123,6 +123,13 @@ def require_v2_prerequisite(bind: Engine | Connection) -> None:
         )
 
 
+def require_tenant_schema(bind: Engine | Connection) -> None:
+    """:class:`MissingSchema` naming every Part A table (the pre-cutover tenant schema) that is absent."""
+    missing = [name for name in catalog.legacy_metadata.tables if not has_table(bind, name)]
+    if missing:
+        raise MissingSchema(missing, "not a tenant database, or a DSN naming the wrong schema?")
+
+
 def missing_projection_schema(bind: Engine | Connection) -> list[str]:
     """Every object the range protocol needs that is absent (empty when complete)."""
     missing = []

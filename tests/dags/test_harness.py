@@ -36,3 +36,22 @@ def test_unknown_connection_type_is_refused(airflow_db, tenant_connection):
     tenant_connection("nexus_tenant_bad", raw_json='{"conn_type": "postgres", "host": "h"}')
     with pytest.raises(BadInput, match="use a 'mysql'"):
         NexusTenantHook("nexus_tenant_bad").get_engine()
+
+
+def test_masked_dsn_hides_every_secret_a_connection_carries(airflow_db, tenant_connection):
+    """The password, and extras MySqlHook renders into the query string: a ``password``/``passwd`` extra (PyMySQL
+    takes it), an ``ssl`` mapping holding the key, an ``ssl_key``; certificate paths and the charset stay visible."""
+    import json
+
+    from nexus_airflow.hooks import NexusTenantHook
+
+    extra = {"client": "pymysql", "passwd": "Xtra-pw-81c2", "ssl": {"ca": "/etc/nexus/ca.pem", "key": "Ssl-key-5e07"},
+             "ssl_key": "Key-file-93ad", "ssl_cert": "/etc/nexus/client.pem", "charset": "utf8mb4"}
+    tenant_connection("nexus_tenant_secrets", raw_json=json.dumps({
+        "conn_type": "mysql", "host": "db.internal", "port": 4000, "login": "nexus", "password": "Conn-pw-4af1",
+        "schema": "tenant_acme", "extra": extra}))
+    masked = NexusTenantHook("nexus_tenant_secrets").masked_dsn
+    for secret in ("Conn-pw-4af1", "Xtra-pw-81c2", "Ssl-key-5e07", "Key-file-93ad"):
+        assert secret not in masked, masked
+    assert masked == ("mysql+pymysql://nexus:***@db.internal:4000/tenant_acme?charset=utf8mb4&passwd=***&ssl=***"
+                      "&ssl_cert=%2Fetc%2Fnexus%2Fclient.pem&ssl_key=***")

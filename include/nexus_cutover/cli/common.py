@@ -2,9 +2,12 @@
 
 * Flags are accepted Go-style with one dash (``-timeout 5m``) and with two
   (``--timeout 5m``), as the contract requires.
-* Durations are Go-style (``90s``, ``5m``, ``1h30m``, ``1.5s``) or bare seconds.
+* Durations are Go-style (``90s``, ``5m``, ``1h30m``, ``1.5s``) or bare seconds, positive and at most
+  :data:`MAX_DURATION_S`; times (``-since``) are ISO 8601, read as UTC. A value a flag cannot use is a usage
+  error naming the flag (exit 2) before anything connects, never a Python error later.
 * :func:`run_command` maps every error to the contract's exit codes and prints
-  one line to stderr (never a DSN or password); usage errors exit 2.
+  one line to stderr (never a DSN or password: the secrets of the DSN variables
+  are hidden in it, :func:`nexus_cutover.db.hide_dsn_secrets`); usage errors exit 2.
 """
 
 from __future__ import annotations
@@ -24,14 +27,22 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from .. import catalog
+from ..db import DSN_ENV_CUTOVER, DSN_ENV_TENANT, hide_dsn_secrets
 from ..errors import BadInput, CutoverError
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
+#: The longest duration a flag takes: 365 days (8760h). Every duration ends up in a clock or a server setting with a
+#: ceiling: MariaDB's ``max_statement_time`` (at most 31536000 s), ``innodb_lock_wait_timeout`` (about 34 years),
+#: a thread wait (``threading.TIMEOUT_MAX``) and ``now +/- duration`` as a datetime (year 1 to 9999).
+MAX_DURATION_S = 365 * 24 * 3600.0
+
 
 def parse_duration(text: str) -> float:
-    """Seconds in ``text``: ``"5m"``, ``"1h30m"``, ``"2.5s"``, ``"300"``; ValueError otherwise."""
+    """Seconds in ``text``: ``"5m"``, ``"1h30m"``, ``"2.5s"``, ``"300"``, positive and at most
+    :data:`MAX_DURATION_S`; ValueError otherwise."""
     text = text.strip()
     if re.fullmatch(r"\d+(?:\.\d+)?", text):
         seconds = float(text)
@@ -46,6 +57,8 @@ def parse_duration(text: str) -> float:
             raise ValueError(f"invalid duration {text!r}: use e.g. 30s, 5m, 1h30m")
     if seconds <= 0:
         raise ValueError(f"invalid duration {text!r}: must be positive")
+    if not seconds <= MAX_DURATION_S:
+        raise ValueError(f"invalid duration {text!r}: at most 8760h (365 days)")
     return seconds
 
 
@@ -54,6 +67,18 @@ def duration_arg(text: str) -> float:
         return parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def utc_time_arg(text: str) -> dt.datetime:
+    """An argparse type: an ISO 8601 time (``2026-12-04T01:30:00``, ``2026-12-04``, ``...+02:00``, ``...Z``) as a
+    naive UTC datetime (the database's clock); a time without an offset is UTC. Else an error naming the form."""
+    try:
+        value = dt.datetime.fromisoformat(text.strip())
+        return value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo is not None else value
+    except (ValueError, OverflowError) as exc:  # OverflowError: an offset that moves it out of years 1 to 9999
+        raise argparse.ArgumentTypeError(
+            f"invalid time {text!r}: use ISO 8601 UTC, e.g. 2026-12-04T01:30:00 (or with an offset, +02:00)"
+        ) from exc
 
 
 def _int_arg(text: str) -> int:
@@ -78,6 +103,21 @@ def bounded_int_arg(lowest: int, highest: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"must be from {lowest} to {highest}, got {value}")
         return value
     return parse
+
+
+def bounded_text_arg(longest: int) -> Callable[[str], str]:
+    """An argparse type: text of at most ``longest`` characters (the catalog column it is stored in), else an error
+    naming the limit; a longer value would fail as a database error (exit 1) on the first write."""
+    def parse(text: str) -> str:
+        if len(text) > longest:
+            raise argparse.ArgumentTypeError(f"at most {longest} characters, got {len(text)}")
+        return text
+    return parse
+
+
+def namespace_arg(text: str) -> str:
+    """An argparse type for ``-namespace``: at most as long as the catalog's Namespace columns."""
+    return bounded_text_arg(catalog.ProcessRegistry.c.Namespace.type.length)(text)
 
 
 def flag(parser: argparse.ArgumentParser, name: str, **kwargs: Any) -> None:
@@ -155,7 +195,16 @@ def run_command(
 def _report_error(
     program: str, exc: BaseException, code: int, json_errors: bool, json_fields: dict[str, Any] | None
 ) -> None:
-    message = str(exc) or exc.__class__.__name__
+    message = _without_dsn_secrets(str(exc) or exc.__class__.__name__)
     sys.stderr.write(f"{program}: error: {message}\n")
     if json_errors:
         print_json({**(json_fields or {}), "error": message, "error_class": exc.__class__.__name__, "exit_code": code})
+
+
+def _without_dsn_secrets(message: str) -> str:
+    """``message`` with every secret of the DSN variables the commands read hidden (whatever a driver quoted)."""
+    for name in (DSN_ENV_CUTOVER, DSN_ENV_TENANT):
+        dsn = os.environ.get(name, "").strip()
+        if dsn:
+            message = hide_dsn_secrets(message, dsn)
+    return message

@@ -34,7 +34,7 @@ from ..errors import ReadEquivalenceBroken
 from ..field_history.materialize import DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE, materialize
 from ..field_history.status import FieldHistoryStatus, read_status
 from ..field_history.switch import preview
-from .common import configure_logging, duration_arg, flag, positive_int_arg, print_json, run_command
+from .common import configure_logging, duration_arg, flag, namespace_arg, positive_int_arg, print_json, run_command
 
 PROGRAM = "field-history-eligibility"
 log = logging.getLogger(PROGRAM)
@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         gate = commands.add_parser(name, help=help_text, description=help_text)
         flag(gate, release, required=name != "stage3", metavar="RELEASE", help="the dotted release, e.g. 4.13.0")
-        flag(gate, "namespace", default=None, metavar="NS", help="only this namespace's processes (default: all)")
+        flag(gate, "namespace", type=namespace_arg, default=None, metavar="NS",
+             help="only this namespace's processes (default: all)")
         if name == "stage2":
             flag(gate, "batch-size", type=_batch_size_arg, default=DEFAULT_BATCH_SIZE, metavar="N", help="rows per transaction")
             flag(gate, "timeout", type=duration_arg, default=1800.0, metavar="DURATION", help="bound of materialization (30m)")

@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import threading
 
+from .. import catalog
 from ..db import DSN_ENV_TENANT, dsn_from_env, make_engine
 from ..runtime.host import run_host
-from .common import configure_logging, flag, run_command, stop_on_signals
+from .common import bounded_text_arg, configure_logging, flag, namespace_arg, run_command, stop_on_signals
 
 PROGRAM = "nexus-host"
 
@@ -22,8 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROGRAM, description=f"The reference range-protocol host. The tenant database comes from {DSN_ENV_TENANT}."
     )
-    flag(parser, "namespace", required=True, help="the tenant namespace to serve")
-    flag(parser, "process-id", default=None, help="ProcessId to register (default: nexus-host-<host>-<pid>-<random>)")
+    flag(parser, "namespace", type=namespace_arg, required=True, help="the tenant namespace to serve")
+    flag(parser, "process-id", type=bounded_text_arg(catalog.ProcessRegistry.c.ProcessId.type.length), default=None,
+         help="ProcessId to register (default: nexus-host-<host>-<pid>-<random>)")
     flag(parser, "drain-and-exit", action="store_true", help="exit 0 once no receipt and no range work is left")
     flag(parser, "verbose", action="store_true", help="debug logging")
     return parser

@@ -39,7 +39,17 @@ from ..projection.digest import DEFAULT_CHUNK_ROWS
 from ..projection.digest_limits import DEFAULT_DIGEST_CONNECTIONS, MAX_DIGEST_CONNECTIONS
 from ..projection.transition import CUTOVER
 from ..transition import PROCEED, Outcome, Verdict
-from .common import bounded_int_arg, configure_logging, default_holder, duration_arg, flag, print_json, run_command
+from .common import (
+    bounded_int_arg,
+    configure_logging,
+    default_holder,
+    duration_arg,
+    flag,
+    namespace_arg,
+    print_json,
+    run_command,
+    utc_time_arg,
+)
 
 PROGRAM = "nexus-cutover"
 log = logging.getLogger(PROGRAM)
@@ -206,7 +216,7 @@ def _released_at(c: Command) -> dt.datetime:
     from ..projection.fence import last_released_cutover_fence
 
     if c.args.since:
-        return dt.datetime.fromisoformat(c.args.since).replace(tzinfo=None)
+        return c.args.since
     with tx.reading(c.engine, "reading the last released cutover fence") as conn:
         fence = last_released_cutover_fence(conn, c.args.namespace)
     if fence is None:
@@ -281,12 +291,14 @@ def _has_release(c: Command) -> bool:
 
 
 def cmd_status(c: Command) -> tuple[int, dict[str, Any]]:
+    from ..schema import require_tenant_schema
     from ..tenant_status import read_tenant_state
 
-    # The view shows an unreadable section as such; the command first refuses a session unfit for any command
-    # (db.session_problem, exit 2) rather than print it into every section and exit 0.
-    with tx.reading(c.engine, "connecting to the tenant database"):
-        pass
+    # The view shows an unreadable section as such; the command first refuses, as every other command does (exit 2),
+    # a session unfit for any command (db.session_problem) and a database without the tenant schema, rather than
+    # print the refusal into every section and exit 0.
+    with tx.reading(c.engine, "checking the tenant schema") as conn:
+        require_tenant_schema(conn)
     state = read_tenant_state(c.engine, c.args.namespace)
     c.say(f"tenant {state['tenant']}: {state['phase']}")
     c.say(f"  fence: {state['fence'].get('text', state['fence'].get('error'))}")
@@ -581,7 +593,7 @@ def build_parser() -> argparse.ArgumentParser:
             flag(p, "adopt", metavar="HOLDER", help="take over the cutover fence HOLDER holds, once you know HOLDER is "
                  "finished (a fence armed by hand or by another command is never adopted without this)")
         if "ns" in groups:
-            flag(p, "namespace", required=True, metavar="NS", help="the tenant's namespace")
+            flag(p, "namespace", type=namespace_arg, required=True, metavar="NS", help="the tenant's namespace")
         if "packs" in groups:
             flag(p, "pack-install-id", action="append", metavar="ID", help="a pack of the run (repeat; default: every active pack)")
         if "pack" in groups:
@@ -591,7 +603,8 @@ def build_parser() -> argparse.ArgumentParser:
         if "fence" in groups:
             flag(p, "fence-id", type=int, metavar="N", help="the fence to release (default: the cutover fence in force)")
         if "since" in groups:
-            flag(p, "since", metavar="ISO", help="check from this UTC time (default: the last cutover fence release)")
+            flag(p, "since", type=utc_time_arg, metavar="ISO",
+                 help="check from this UTC time, ISO 8601 (default: the last cutover fence release)")
         if "digest" in groups:
             flag(p, "chunk-rows", type=int, default=DEFAULT_CHUNK_ROWS, metavar="N",
                  help=f"history rows per digest chunk (default {DEFAULT_CHUNK_ROWS})")
