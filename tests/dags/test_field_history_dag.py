@@ -13,6 +13,7 @@ from sqlalchemy import select
 
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
+from nexus_cutover.field_history.gates import FAILED_OUTBOX_NEXT
 from nexus_cutover.field_history.transition import FIELD_HISTORY
 from nexus_cutover.schema import create_legacy_schema
 from nexus_sim import outbox_worker
@@ -20,7 +21,7 @@ from nexus_sim.producers import AuditTarget, FieldDiff, record_legacy_audit_fiel
 from nexus_sim.scenario import TenantScenario
 from tests.dags.airflow_harness import DAGS_FOLDER, PLUGINS_FOLDER, load_dag, run_dag
 from tests.dags.test_cutover_dag_integrity import DECLARATIONS
-from tests.field_history.helpers import audit_table, compat_set, mixed_history
+from tests.field_history.helpers import audit_table, compat_set, mixed_history, upgraded_outbox_row
 from tests.support import history_checksum
 
 DAG_ID = "field_history_eligibility"
@@ -243,11 +244,17 @@ def test_drain_stops_and_reports_failed_outbox_work_without_changing_it(dag, ten
 
 
 def test_stage_3_refuses_with_counts_and_switches_nothing(dag, tenant):
+    """A lagging outbox worker, and an upgraded producer's outbox row that failed (not pre-cutover work: the drain lets
+    it pass): stage 3 stops naming both, the failed row by its OutboxId with what to do next (the task's Next: line)."""
     legacy(tenant, worker="4.12.5")  # enough for stages 1 and 2, not for stage 3
+    upgraded_outbox_row(tenant, 60, 6000, status="failed")
     result = run_dag(dag, conf(target_stage=3))
     assert result.state_of("stage_2_materialize") == "success"
     assert result.state_of("stage_3") == "failed"
     report = result.xcom("stage_3", "report")
-    assert report["counts"] == {"lagging_processes": 1, "pre_cutover_outbox_rows": 0, "eligible_null_rows": 0}
-    assert report["summary"].startswith("refused, nothing switched")
-    assert settings(tenant) == {}
+    assert report["counts"] == {"lagging_processes": 1, "pre_cutover_outbox_rows": 0, "failed_outbox_rows": 1, "eligible_null_rows": 0}
+    assert report["summary"].startswith("refused, nothing switched: 1 deployed producer(s) older than 4.13.0; 1 outbox "
+                                        "row(s) failed (OutboxId 60)")
+    assert {"finding": "outbox_failed", "outbox_id": 60} in report["findings"]
+    assert report["message"] == f"stage_3: {report['summary']}" and report["message"].endswith(f"Next: {FAILED_OUTBOX_NEXT}.")
+    assert settings(tenant) == {} and outbox_statuses(tenant) == {60: "failed"}

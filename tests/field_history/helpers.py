@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, update
 
-from nexus_cutover import catalog
+from nexus_cutover import catalog, tx
+from nexus_cutover.db import Deadline
 from nexus_cutover.field_history import readers
+from nexus_sim.producers import AdmittedSchema, AuditTarget, AuditWrite, FieldDiff, record_audit_field_changes
 from nexus_sim.scenario import TenantScenario
 
 Audit = catalog.AuditFieldChange
@@ -63,3 +65,24 @@ def expected_after(fid, seq) -> bool:
     if fid == 2:
         return 10 < seq < 20 or seq > 30
     return False
+
+
+def upgraded_outbox_row(
+    engine: Engine, outbox_id: int, change_id: int, *, field_id: int = 1, status: str = "pending", producer_version: str = "4.13.0"
+) -> AuditWrite:
+    """An upgraded producer's mutation of unresolved field ``field_id`` while sequence reservation is on, through the
+    outbox: its payload carries a reserved HistorySequence and FieldHistoryEligible NULL (an eligible NULL row once
+    delivered). The outbox row is left at ``status`` (``failed``: as a worker that could not deliver it leaves it)."""
+    target = AuditTarget(audit_id=change_id, object_name="Contact", record_id="r-1", producer_version=producer_version)
+
+    def body(conn) -> AuditWrite:
+        written = record_audit_field_changes(
+            conn, AdmittedSchema({}, 1), [FieldDiff(field_id, "a", "b")], [change_id], target, via_outbox=outbox_id
+        )
+        assert written.reserved_sequences
+        if status != "pending":
+            outbox = catalog.AuditOutbox
+            conn.execute(update(outbox).where(outbox.c.OutboxId == outbox_id).values(Status=status))
+        return written
+
+    return tx.run(engine, body, what=f"an upgraded producer's outbox row {outbox_id}", deadline=Deadline(60))

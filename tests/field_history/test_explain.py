@@ -1,4 +1,5 @@
-"""The materializer's batch queries, its proof and the stage-3 read comparison run on indexes (EXPLAIN on MariaDB)."""
+"""The materializer's batch queries, its proof, the stage-3 read comparison and stage 3's outbox reads run on indexes
+(EXPLAIN on MariaDB)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from sqlalchemy import text
 
 from nexus_cutover.field_history.materialize import batch_bounds, batch_rows, boolean_accepted, compat_accepted, decide_statement
 from nexus_cutover.field_history.status import chunk_counts, differing_rows
+from nexus_cutover.field_history.switch import failed_outbox_statement, open_outbox_statement
 from nexus_sim.scenario import TenantScenario
 
 AUDIT = "_System_AuditFieldChange"
@@ -66,3 +68,17 @@ def test_each_stage_3_chunk_is_one_primary_key_range_with_the_interval_probe(mys
         assert len(audit) == 1 and audit[0]["key"] == "PRIMARY" and audit[0]["type"] == "range", plan
         interval = [r for r in plan if r["table"] == INTERVAL]
         assert interval and all(r["key"] == "ix_TrackingInterval_Field" and r["type"] in PROBES for r in interval), plan
+
+
+def test_stage_3_reads_its_failed_and_open_outbox_rows_on_the_status_index(mysql_fh_engine):
+    """Every stage-3 poll and its locked transaction read the failed outbox rows: a range of ix_AuditOutbox_Status, not a
+    scan of a long-lived outbox's delivered rows."""
+    sc = TenantScenario()
+    for i in range(3000):
+        sc.outbox_row(producer_version="4.13.0", status="failed" if i % 1000 == 0 else "pending" if i % 700 == 0 else "delivered")
+    sc.write(mysql_fh_engine)
+    with mysql_fh_engine.begin() as conn:
+        conn.execute(text("ANALYZE TABLE _System_AuditOutbox"))
+    for stmt in (failed_outbox_statement(), open_outbox_statement()):
+        [plan] = explain(mysql_fh_engine, stmt)
+        assert plan["key"] == "ix_AuditOutbox_Status" and plan["type"] in ("ref", "range"), plan

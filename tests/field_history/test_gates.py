@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from nexus_cutover import catalog
-from nexus_cutover.db import make_engine
+from nexus_cutover.db import Deadline, make_engine
 from nexus_cutover.field_history import gates
 from nexus_cutover.field_history.status import read_status
+from nexus_cutover.field_history.switch import Hooks
 from nexus_cutover.schema import create_legacy_schema
+from nexus_sim import outbox_worker
 from nexus_sim.scenario import TenantScenario
 from tests.support import history_checksum
 
-from .helpers import mixed_history
+from .helpers import mixed_history, upgraded_outbox_row
 
 STAGE1, CUTOVER = "4.12.0", "4.13.0"
 
@@ -88,7 +90,7 @@ def test_stage_3_refuses_with_counts_and_switches_nothing(tenant_url):
     sc.write(engine)
     report = gates.stage_3(engine, producer_release=CUTOVER, updated_by="test")
     assert not report.passed and report.summary.startswith("refused, nothing switched")
-    assert report.counts == {"lagging_processes": 1, "pre_cutover_outbox_rows": 1, "eligible_null_rows": 12}
+    assert report.counts == {"lagging_processes": 1, "pre_cutover_outbox_rows": 1, "failed_outbox_rows": 0, "eligible_null_rows": 12}
     assert settings_rows(engine) == {}
     engine.dispose()
 
@@ -128,4 +130,59 @@ def test_a_lagging_producer_behind_1200_stopped_registry_rows_is_found(tenant_ur
     sc.write(engine)
     report = gates.stage_1(engine, stage1_release=STAGE1)
     assert not report.passed and [f["process_id"] for f in report.findings] == ["zz-api-Ä "]
+    engine.dispose()
+
+
+def materialized_tenant(url):
+    """Every producer upgraded, stages 1 and 2 passed: what stage 3 meets."""
+    engine = legacy_tenant(url, api=CUTOVER, worker=CUTOVER)
+    assert gates.stage_1(engine, stage1_release=STAGE1).passed
+    assert gates.stage_2_materialize(engine).passed
+    return engine
+
+
+def set_outbox_status(engine, outbox_id: int, status: str) -> None:
+    """What a worker (``failed``) or an operator's reviewed redelivery (``pending``) does to a row; the pipeline never."""
+    with engine.begin() as conn:
+        conn.execute(update(catalog.AuditOutbox).where(catalog.AuditOutbox.c.OutboxId == outbox_id).values(Status=status))
+
+
+def test_stage_3_refuses_a_failed_outbox_row_of_an_upgraded_producer_naming_it_and_the_check_agrees(tenant_url):
+    """A row that failed before stage 3 started: stage 3 used to switch over it, and its redelivery then wrote an
+    eligible NULL row the boolean-only reader never returns. Refused before anything is switched, naming it, with what
+    to do next; ``-check`` gives the same verdict; redelivered (that next step), it is found and materialized."""
+    engine = materialized_tenant(tenant_url)
+    upgraded_outbox_row(engine, 50, 900, status="failed")
+    report = gates.stage_3(engine, producer_release=CUTOVER, updated_by="test")
+    assert not report.passed, report.render()
+    assert report.summary.startswith("refused, nothing switched: 1 outbox row(s) failed (OutboxId 50): a failed row can be "
+                                     "redelivered"), report.summary
+    assert report.summary.endswith(f"Next: {gates.FAILED_OUTBOX_NEXT}.")
+    assert {"finding": "outbox_failed", "outbox_id": 50} in report.findings and report.counts["failed_outbox_rows"] == 1
+    assert settings_rows(engine) == {}  # refused at its first step: reservation still on, reads compat
+    check = gates.stage_3_check(engine, producer_release=CUTOVER)
+    assert (check.would, check.exit_code) == ("refuse", 3) and check.summary.endswith(report.summary)
+    assert check.as_dict()["failed_outbox_examples"] == [50] and check.report.findings == report.findings
+
+    set_outbox_status(engine, 50, "pending")  # redelivered, as a reviewed decision
+    assert outbox_worker.run_once(engine).delivered == [50]
+    assert read_status(engine).eligible_null_rows == 1  # what the switch would have hidden
+    refused = gates.stage_3(engine, producer_release=CUTOVER, updated_by="test")
+    assert not refused.passed and [(f["finding"], f["change_id"]) for f in refused.findings] == [("read_flip", 900)]
+    assert gates.stage_2_materialize(engine).passed and gates.stage_3(engine, producer_release=CUTOVER, updated_by="t").passed
+    engine.dispose()
+
+
+def test_an_outbox_row_failing_after_the_preconditions_refuses_the_switch_under_its_lock(tenant_url):
+    """Pending when stage 3 checked its preconditions, failed before its barrier (so the barrier does not wait for it):
+    the switch's own rules, read in its locked transaction, find it and refuse; reservation stays off."""
+    engine = materialized_tenant(tenant_url)
+    upgraded_outbox_row(engine, 60, 901)
+    report = gates.stage_3(engine, producer_release=CUTOVER, updated_by="test", deadline=Deadline(30),
+                           hooks=Hooks(after_reservation_off=lambda: set_outbox_status(engine, 60, "failed")))
+    assert not report.passed, report.render()
+    assert report.summary.startswith("refused, reads not switched (sequence reservation is off and stays off): 1 outbox "
+                                     "row(s) failed (OutboxId 60)"), report.summary
+    assert "Next: redeliver them" in report.summary and {"finding": "outbox_failed", "outbox_id": 60} in report.findings
+    assert settings_rows(engine) == {"FieldHistorySequenceReservationEnabled": "false"}
     engine.dispose()

@@ -13,6 +13,8 @@ from nexus_cutover.db import Deadline, make_engine
 from nexus_cutover.field_history import gates
 from nexus_sim.scenario import TenantScenario
 
+from .helpers import upgraded_outbox_row
+
 RELEASE = "4.13.0"
 
 
@@ -45,8 +47,8 @@ def _settings(engine) -> dict[str, str]:
         return dict(conn.execute(select(s.c.Name, s.c.Value)).all())
 
 
-def test_an_eligible_null_row_committed_while_stage_3_waits_for_the_lock_refuses_the_switch(mysql_fh_engine, mysql_url):
-    engine = mysql_fh_engine
+def _locked_tenant(engine) -> str:
+    """Namespace acme, field 1 tracked from sequence 10, one stamped row, an upgraded runtime API; its lock row."""
     sc = TenantScenario(namespace="acme")
     sc.field(1, intervals=[(10, None)])
     sc.audit_change(1, history_sequence=20, eligible=True, producer_version="4.13.0")
@@ -54,6 +56,12 @@ def test_an_eligible_null_row_committed_while_stage_3_waits_for_the_lock_refuses
     sc.write(engine)
     lock = catalog.namespace_lock_name("acme")
     tx.ensure_lock_rows(engine, [lock], Deadline(10))
+    return lock
+
+
+def test_an_eligible_null_row_committed_while_stage_3_waits_for_the_lock_refuses_the_switch(mysql_fh_engine, mysql_url):
+    engine = mysql_fh_engine
+    lock = _locked_tenant(engine)
     holder_engine = make_engine(mysql_url)
     try:
         with holder_engine.connect() as holder, concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -74,3 +82,29 @@ def test_an_eligible_null_row_committed_while_stage_3_waits_for_the_lock_refuses
     assert not report.passed and report.counts["eligible_null_rows"] == 1, report.render()
     assert "reads not switched" in report.summary
     assert _settings(engine) == {"FieldHistorySequenceReservationEnabled": "false"}  # reservation off, reads not switched
+
+
+def test_an_outbox_row_failed_while_stage_3_waits_for_the_lock_refuses_it(mysql_fh_engine, mysql_url):
+    """An upgraded producer's outbox row is pending; the namespace lock's holder marks it failed and commits while stage 3
+    waits for that lock: stage 3's preconditions, read after the wait, see it and refuse, naming it (nothing switched)."""
+    engine = mysql_fh_engine
+    lock = _locked_tenant(engine)
+    upgraded_outbox_row(engine, 70, 700)
+    holder_engine = make_engine(mysql_url)
+    try:
+        with holder_engine.connect() as holder, concurrent.futures.ThreadPoolExecutor(1) as pool:
+            holder.begin()
+            holder.execute(select(catalog.Lock.c.LockName).where(catalog.Lock.c.LockName == lock).with_for_update()).one()
+            outbox = catalog.AuditOutbox
+            holder.execute(outbox.update().where(outbox.c.OutboxId == 70).values(Status="failed"))
+            future = pool.submit(
+                gates.stage_3, engine, producer_release=RELEASE, updated_by="test", namespace="acme", deadline=Deadline(30)
+            )
+            _wait_until_blocked(engine, make_url(mysql_url).database, lock, alive=lambda: not future.done())
+            holder.commit()
+            report = future.result(timeout=60)
+    finally:
+        holder_engine.dispose()
+    assert not report.passed and {"finding": "outbox_failed", "outbox_id": 70} in report.findings, report.render()
+    assert report.summary.startswith("refused, nothing switched: 1 outbox row(s) failed (OutboxId 70)")
+    assert _settings(engine) == {}  # refused before reservation was turned off

@@ -11,14 +11,20 @@ The target database comes from ``NEXUS_TENANT_DSN``. Exit codes: 0 done,
 2 bad input (usage, malformed DSN, missing schema), 3 a gate stopped (its
 report names what to fix; nothing was switched), a materialization batch's
 read-equivalence proof broke (that batch rolled back, the earlier ones kept),
-or ``stage3 -check`` found what would stop stage 3, 4 timed out or could not
-take the row locks (committed batches stay; rerun to resume; stage 3 waiting for
-in-flight reservations or outbox rows past ``-timeout``), 1 other.
-``stage3 -check`` says what stage 3 would find, in one read-only transaction,
-switching nothing: the whole-table read comparison, the reservation switch (stage
-3 turns it off first and waits for the mutations that saw it on), the open outbox
-rows it would wait for, fields whose first sequence no lock can hold back, and,
-with ``-producer-release``, the deployed producers and pre-cutover outbox work it
+4 timed out or could not take the row locks (committed batches stay; rerun to
+resume; stage 3 waiting for in-flight reservations or outbox rows past
+``-timeout``), 1 other. A failed outbox row refuses stage 3 (exit 3), naming it,
+with what to do next.
+``stage3 -check`` says what stage 3 would do, in one read-only transaction,
+switching nothing, by stage 3's own rules in its order
+(:func:`nexus_cutover.field_history.gates.stage_3_check`), and exits with the code
+stage 3 would give: 0 it would switch (or wait for outbox rows a live outbox
+worker delivers), 3 it would refuse (the same reason), 4 it would wait for outbox
+rows no live ``audit_outbox_worker`` delivers and time out. It prints the
+whole-table read comparison, the reservation switch (stage 3 turns it off first
+and waits for the mutations that saw it on), the open and failed outbox rows,
+fields whose first sequence no lock can hold back, and, with
+``-producer-release``, the deployed producers and pre-cutover outbox work it
 would refuse. All logic lives in :mod:`nexus_cutover.field_history` (the same
 gates the DAG runs).
 """
@@ -33,7 +39,6 @@ from ..db import DSN_ENV_TENANT, Deadline, dsn_from_env, make_engine, mask_dsn
 from ..errors import ReadEquivalenceBroken
 from ..field_history.materialize import DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE, materialize
 from ..field_history.status import FieldHistoryStatus, read_status
-from ..field_history.switch import preview
 from .common import configure_logging, duration_arg, flag, namespace_arg, positive_int_arg, print_json, run_command
 
 PROGRAM = "field-history-eligibility"
@@ -79,8 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
                 gate,
                 "check",
                 action="store_true",
-                help="only say what stage 3 would find (read comparison, switches, outbox, producers), read-only, "
-                "switching nothing (exit 0 when it would switch, 3 when it would refuse)",
+                help="only say what stage 3 would do (read comparison, switches, outbox, producers), read-only, "
+                "switching nothing; exits as stage 3 would (0 switch, 3 refuse, 4 time out)",
             )
             flag(gate, "timeout", type=duration_arg, default=300.0, metavar="DURATION",
                  help="bound of the whole call, waits for in-flight reservations and outbox rows included (5m)")
@@ -146,37 +151,15 @@ def _print_status(st: FieldHistoryStatus) -> None:
 
 
 def _check_stage_3(engine, args) -> int:
-    """``stage3 -check``: what stage 3 would find, read-only; exit 0 when it would switch, 3 when it would refuse."""
-    from ..field_history import gates
+    """``stage3 -check``: what stage 3 would do, read-only, by its own rules; exits with the code stage 3 would give."""
+    from ..field_history.gates import stage_3_check
 
-    found = preview(engine)
-    refusals = []
-    if not found.comparison.equal:
-        refusals.append(f"{found.comparison.flips} row(s) would read differently after the switch")
-    if found.fields_at_risk:
-        refusals.append(f"{len(found.fields_at_risk)} field(s) whose first sequence an interval proves have no sequence row")
-    producers = None
-    if args.producer_release:
-        producers = gates.stage_3_preconditions(engine, producer_release=args.producer_release, namespace=args.namespace)
-        refusals += producers["problems"]
-    code = 3 if refusals else 0
-    summary = (
-        "; ".join(refusals) + "; nothing switched (-check)"
-        if refusals
-        else "stage 3 would switch: no row's read result would flip; nothing switched (-check)"
-    )
+    found = stage_3_check(engine, producer_release=args.producer_release, namespace=args.namespace)
     if args.json:
-        out = {"command": "stage3", "check": True, "exit_code": code, "passed": not refusals, "summary": summary, **found.as_dict()}
-        if producers is not None:
-            out["producers"] = producers
-        print_json(out)
+        print_json({"command": "stage3", "check": True, **found.as_dict()})
     else:
         print("\n".join(found.lines()))
-        if producers is not None:
-            for f in producers["findings"]:
-                print(f"  finding {f['finding']}: " + ", ".join(f"{k}={v}" for k, v in f.items() if k != "finding"))
-        print(summary)
-    return code
+    return found.exit_code
 
 
 def _materialize(engine, args) -> int:

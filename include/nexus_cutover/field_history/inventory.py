@@ -97,6 +97,16 @@ def producer_processes(conn: Connection, namespace: str | None = None, *, deploy
     ]
 
 
+def live_outbox_workers(
+    conn: Connection, namespace: str | None = None, heartbeat_window_s: float = DEFAULT_HEARTBEAT_WINDOW_S
+) -> list[ProducerProcess]:
+    """The deployed ``audit_outbox_worker`` processes that are live now: what can still deliver open outbox work."""
+    return [
+        p for p in producer_processes(conn, namespace, deployed_only=True)
+        if p.role == catalog.ROLE_AUDIT_OUTBOX_WORKER and p.live(heartbeat_window_s)
+    ]
+
+
 def lagging(processes: list[ProducerProcess], roles: tuple[str, ...], release: str) -> list[ProducerProcess]:
     """Deployed processes of ``roles`` running a binary older than ``release``."""
     return [p for p in processes if p.deployed() and p.role in roles and older_than(p.binary_version, release)]

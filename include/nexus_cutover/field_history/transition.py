@@ -52,7 +52,8 @@ FIELD_HISTORY = Transition("field_history_eligibility", (
     Stage(3, "The read switch", steps=(
         Step("stage_3", Kind.WRITES, f"{GATES}:stage_3", verdict=gate_verdict,
              dry_run="`field-history-eligibility stage3 -check`: what stage 3 would find, switching nothing",
-             next_action="upgrade the producers or let the outbox drain; a flip names its rows; clear"),
+             next_action="upgrade the producers or let the outbox drain (a failed outbox row: redeliver or retire it); "
+             "a flip names its rows; clear"),
     )),
 ))
 
