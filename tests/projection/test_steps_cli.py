@@ -229,6 +229,16 @@ def test_usage_errors_exit_2(sqlite_url):
         assert proc.returncode == 2, (args, proc.stderr)
 
 
+def test_status_of_a_namespace_the_database_does_not_have_exits_2_naming_the_ones_it_has(tenant):
+    """Issue 34, item 9: a mistyped namespace is bad input, not "not started" with another tenant's Field History."""
+    _engine, url = tenant
+    ghost = cli(url, "status", "-namespace", "ghost")
+    assert ghost.returncode == 2, ghost.stdout + ghost.stderr
+    assert "namespace 'ghost' has no pack and no admission fence" in ghost.stderr and f"'{NS}'" in ghost.stderr
+    assert "not started" not in ghost.stdout
+    assert cli(url, "status", "-namespace", NS).returncode == 0  # the namespace it has: read as before
+
+
 def test_status_of_an_unreachable_database_exits_1_and_says_so_in_words(tmp_path):
     """Not "not started" with driver reprs and exit 0: the database is named unreachable, exit 1 (also in -json)."""
     nowhere = "mysql+pymysql://cutover:s3cret@127.0.0.1:1/tenant_gone"  # nothing listens on port 1

@@ -291,14 +291,16 @@ def _has_release(c: Command) -> bool:
 
 
 def cmd_status(c: Command) -> tuple[int, dict[str, Any]]:
+    from ..namespaces import require_known_namespace
     from ..schema import require_tenant_schema
     from ..tenant_status import read_tenant_state
 
     # The view shows an unreadable section as such; the command first refuses, as every other command does (exit 2),
-    # a session unfit for any command (db.session_problem) and a database without the tenant schema, rather than
-    # print the refusal into every section and exit 0.
+    # a session unfit for any command (db.session_problem), a database without the tenant schema and a namespace the
+    # database does not have (a mistyped one), rather than print the refusal into every section and exit 0.
     with tx.reading(c.engine, "checking the tenant schema") as conn:
         require_tenant_schema(conn)
+        require_known_namespace(conn, c.args.namespace)
     state = read_tenant_state(c.engine, c.args.namespace)
     c.say(f"tenant {state['tenant']}: {state['phase']}")
     c.say(f"  fence: {state['fence'].get('text', state['fence'].get('error'))}")
