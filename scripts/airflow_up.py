@@ -29,7 +29,7 @@ sys.path[:0] = [str(REPO), str(REPO / "plugins")]
 
 from scripts.demo import CONN_ID, CUTOVER_DAG, TENANT, Child, say, stop_pid_if_ours  # noqa: E402
 from scripts.demo_airflow import AirflowStack, free_port  # noqa: E402
-from scripts.demo_seed import seed  # noqa: E402
+from scripts.demo_seed import NEW_PRODUCER_VERSION, seed  # noqa: E402
 
 
 def _port_free(port: int) -> bool:
@@ -71,7 +71,10 @@ class DemoAirflow:
             self.seeded = seed(str(self.tenant_db), TENANT, production=False)
         # The form's default host_controller is command here: the reference host starts by itself (a person's first
         # cutover reaches success with the defaults); `manual` stays one choice away.
-        env = {"NEXUS_DEFAULT_HOST_CONTROLLER": "command", **(extra_env or {})}
+        # Field History's producer gates name the demo's stand-in for a deployment's producer upgrade in their stops.
+        upgrade = (f"NEXUS_TENANT_DSN=sqlite:///{self.tenant_db} {sys.executable} -m nexus_sim.upgrade "
+                   f"--namespace {TENANT} --release {NEW_PRODUCER_VERSION}")
+        env = {"NEXUS_DEFAULT_HOST_CONTROLLER": "command", "NEXUS_PRODUCER_UPGRADE_COMMAND": upgrade, **(extra_env or {})}
         self.stack = AirflowStack(self.state / "home", port=port or free_port(), parallelism=4, extra_env=env)
         self.old_runtime: Child | None = None
 
@@ -121,6 +124,9 @@ Airflow is up: {stack.base_url}
   cutover:      trigger {CUTOVER_DAG} with {{"tenant": "{TENANT}"}} (host_controller defaults to command here:
                 the run starts the reference host itself)
   old runtime:  pid {demo.old_runtime.proc.pid}, stops by itself once the fence is armed and its work drained
+  field history: first upgrade the demo's producers (what a deployment's rollout does), then trigger
+                field_history_eligibility with {{"tenant": "{TENANT}"}}:
+                {demo.stack.env["NEXUS_PRODUCER_UPGRADE_COMMAND"]}
 Ctrl-C stops everything.""", flush=True)
         while not stop["now"]:
             time.sleep(1)

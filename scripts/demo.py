@@ -410,28 +410,14 @@ def field_history_conf() -> dict[str, Any]:
 
 
 def upgrade_producers(dsn: str) -> list[str]:
-    """The stopped upgrade of seed 003: old Runtime API / outbox worker stop, the frozen new candidate starts.
-
-    Stands in for the deployment (not for the pipeline, which never writes the process registry):
-    every pre-cutover producer is marked stopped and one of each producer role registers at the new release.
-    """
-    from nexus_cutover import catalog
+    """The stopped upgrade of seed 003 (:mod:`nexus_sim.upgrade`, the control ``make airflow`` names): the old
+    Runtime API / outbox worker stop, the frozen new candidate starts at the new release."""
     from nexus_cutover.db import make_engine
-    from nexus_cutover.field_history.inventory import producer_processes
-    from nexus_cutover.runtime.registry import mark_stopped, register
+    from nexus_sim.upgrade import upgrade_producers as upgrade
 
     engine = make_engine(dsn)
     try:
-        with engine.connect() as conn:
-            old = [p.process_id for p in producer_processes(conn, TENANT) if not p.stopped]
-        for pid in old:
-            mark_stopped(engine, pid)
-        new = []
-        for role in (catalog.ROLE_RUNTIME_API, catalog.ROLE_SERVICE_MANAGER, catalog.ROLE_AUDIT_OUTBOX_WORKER):
-            pid = f"{role.replace('_', '-')}-{NEW_PRODUCER_VERSION}"
-            register(engine, pid, TENANT, role, catalog.PROTOCOL_RANGES, binary_version=NEW_PRODUCER_VERSION)
-            new.append(pid)
-        return [f"stopped {', '.join(old)}", f"started {', '.join(new)} at {NEW_PRODUCER_VERSION}"]
+        return upgrade(engine, TENANT, NEW_PRODUCER_VERSION)
     finally:
         engine.dispose()
 

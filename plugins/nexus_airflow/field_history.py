@@ -17,6 +17,7 @@ Light to import: domain code is imported inside methods only.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -158,6 +159,21 @@ def _skip_unless_requested(context, step: str) -> FieldHistoryParams:
     return p
 
 
+#: The deployment's own way to upgrade the producers, named in the producer gates' stops when set (``make airflow``
+#: sets the demo's control, ``python -m nexus_sim.upgrade ...``); a real deployment may name its rollout or runbook.
+PRODUCER_UPGRADE_ENV = "NEXUS_PRODUCER_UPGRADE_COMMAND"
+
+
+def producer_upgrade_next(report: dict[str, Any]) -> str | None:
+    """The next action of a producer gate that stopped on lagging producers (None for any other stop)."""
+    if not (report.get("counts") or {}).get("lagging_processes"):
+        return None
+    how = os.environ.get(PRODUCER_UPGRADE_ENV)
+    return ("upgrade the lagging producers listed above through your deployment's rollout (or mark the ones that "
+            "are gone stopped in the process registry), then clear this task"
+            + (f"; in this deployment: {how}" if how else ""))
+
+
 class _GateOperator(BaseOperator):
     """Runs one gate of :mod:`nexus_cutover.field_history.gates`; see the module invariants."""
 
@@ -174,7 +190,8 @@ class _GateOperator(BaseOperator):
             report = self.run_gate(engine, p, context)
         text = report.render()
         if not FIELD_HISTORY[self.task_id].verdict(report.as_dict()).proceeds:
-            stop(context, self.log, f"{self.task_id}: {report.summary}", report.as_dict())
+            stop(context, self.log, f"{self.task_id}: {report.summary}", report.as_dict(),
+                 next_action=producer_upgrade_next(report.as_dict()))
         self.log.info("%s", text)
         return report.as_dict()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -215,6 +216,28 @@ def test_stage_1_stops_and_lists_the_lagging_processes(dag, tenant):
     assert [f["process_id"] for f in report["findings"]] == ["worker-1"]
     assert report["actions"] == ["added column _System_AuditFieldChange.FieldHistoryEligible"]  # additive, kept
     assert settings(tenant) == {}
+
+
+def test_stage_1_names_the_deployments_producer_upgrade_and_passes_after_it(dag, tenant, monkeypatch):
+    """Issue 34, item 1: the stop says how to upgrade the producers (make airflow names the demo's control,
+    ``python -m nexus_sim.upgrade``); after that control ran, the same form passes the producer gates."""
+    legacy(tenant, worker="4.11.2")
+    command = "python -m nexus_sim.upgrade --namespace acme --release " + CUTOVER
+    monkeypatch.setenv("NEXUS_PRODUCER_UPGRADE_COMMAND", command)
+    stopped = run_dag(dag, conf(target_stage=2))
+    assert stopped.state_of("stage_1") == "failed"
+    message = stopped.xcom("stage_1", "report")["message"]
+    assert "Next: upgrade the lagging producers" in message and f"in this deployment: {command}" in message, message
+    env = {**os.environ, "NEXUS_TENANT_DSN": tenant.url.render_as_string(hide_password=False)}
+    done = subprocess.run([sys.executable, "-m", "nexus_sim.upgrade", "--namespace", "acme", "--release", CUTOVER],
+                          env=env, capture_output=True, text=True, timeout=120)
+    stopped_line = next(line for line in done.stdout.splitlines() if line.startswith("upgrade: stopped"))
+    assert done.returncode == 0 and "worker-1" in stopped_line, done.stdout + done.stderr
+    after = run_dag(dag, conf(target_stage=1))
+    assert after.state_of("stage_1") == "success", after.task_states
+    from nexus_cutover.field_history import gates
+
+    assert gates.stage_2_producers(tenant, producer_release=CUTOVER, namespace="acme").counts["lagging_processes"] == 0
 
 
 def test_stage_2_stops_when_a_new_producer_is_not_stamping(dag, tenant):
