@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: deps test test-tidb test-stack demo airflow stack stack-down lint bench bench-stack
+.PHONY: deps test test-tidb test-stack demo airflow demo-tenant stack stack-down lint bench bench-stack
 
 deps:
 	@VENV=$(VENV) bash scripts/bootstrap.sh
@@ -49,6 +49,10 @@ airflow: deps
 # The production topology (issue 13), left up: PostgreSQL metadata, Redis, CeleryExecutor with scheduler,
 # dag-processor, api-server, two triggerers and two Celery workers, the demo tenant on a throwaway MariaDB
 # (scripts/stack.py; URL, login and settings printed). Ctrl-C, or `make stack-down` from another terminal, stops it all.
+# One more demo tenant in `make airflow`'s Airflow (seeded SQLite file, its connection, its old runtime draining).
+demo-tenant: deps
+	$(BIN)/python scripts/add_demo_tenant.py $(TENANT)
+
 stack: deps
 	bash scripts/with-mariadb.sh $(BIN)/python scripts/stack.py up $(if $(PORT),--port $(PORT),)
 

@@ -54,9 +54,12 @@ class NexusTenantHook(BaseHook):
                 raise BadInput(f"connection {self.nexus_conn_id!r}: a sqlite connection needs the database path as host")
             uri = f"sqlite:///{path}"
         else:
+            generic = (" (Airflow stores a type it does not know, such as sqlite without "
+                       "apache-airflow-providers-sqlite, as 'generic': install it, part of nexus-cutover[airflow])"
+                       if conn_type == "generic" else "")
             raise BadInput(
                 f"connection {self.nexus_conn_id!r} has type {conn_type!r}: use a 'mysql' (MySQL/MariaDB/TiDB) "
-                "or 'sqlite' connection"
+                f"or 'sqlite' connection{generic}"
             )
         parse_dsn(uri)  # a malformed connection fails here, with a message that names no password
         return uri
