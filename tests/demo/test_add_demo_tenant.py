@@ -77,3 +77,13 @@ def test_one_command_adds_a_tenant_whose_connection_the_cutover_resolves(state):
 def test_a_name_the_form_would_refuse_is_refused(state, name):
     refused = _add(state, name)
     assert refused.returncode != 0 and "is not a tenant name the form takes" in refused.stderr, refused.stderr
+
+
+def test_the_scenario_seeder_creates_a_new_sqlite_tenant_file(tmp_path):
+    """``python -m nexus_sim.scenario`` refused a file that did not exist yet ("does not exist"): seeding creates it."""
+    target = tmp_path / "tenant-t2.db"
+    env = {**os.environ, "NEXUS_TENANT_DSN": f"sqlite:///{target}"}
+    done = subprocess.run([sys.executable, "-m", "nexus_sim.scenario", "--namespace", "t2", "--registry-stopped-rows", "10"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["namespace"] == "t2" and target.stat().st_size > 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections import Counter
 
 from nexus_cutover.db import DSN_ENV_TENANT, dsn_from_env, make_engine
@@ -29,7 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print everything planted (default: a summary)")
     args = parser.parse_args(argv)
     knobs = {k: v for k, v in vars(args).items() if k != "json"}
-    engine = make_engine(dsn_from_env(DSN_ENV_TENANT))
+    dsn = dsn_from_env(DSN_ENV_TENANT)
+    if dsn.startswith("sqlite:///") and not os.path.exists(dsn.removeprefix("sqlite:///")):
+        open(dsn.removeprefix("sqlite:///"), "xb").close()  # seeding is what creates an embedded tenant
+    engine = make_engine(dsn)
     try:
         planted = build_production_tenant(engine, **knobs).planted
     finally:
