@@ -21,6 +21,7 @@ Invariants:
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 
@@ -40,8 +41,17 @@ MAX_WAVES = 20
 
 
 def run_id_for(rollout_run_id: str, tenant: str) -> str:
-    """The run id of ``tenant``'s cutover run started by the rollout run ``rollout_run_id``."""
-    return re.sub(r"[^A-Za-z0-9_.~:+-]", "_", f"rollout__{rollout_run_id}__{tenant}")[:250]
+    """The run id of ``tenant``'s cutover run started by the rollout run ``rollout_run_id``: ``rollout__<rollout run
+    id>__<tenant>`` when that is a run id as it is (Airflow's 250 characters, its characters); otherwise the rollout
+    run id's safe characters, cut, with ``__h`` and a digest of it, then the whole tenant. Never cut at the end:
+    two tenants (or two rollout runs) never get one run id."""
+    plain = f"rollout__{rollout_run_id}__{tenant}"
+    safe = re.sub(r"[^A-Za-z0-9_.~:+-]", "_", plain)
+    if safe == plain and len(plain) <= 250:
+        return plain
+    digest = hashlib.sha256(rollout_run_id.encode("utf-8")).hexdigest()[:32]
+    head = re.sub(r"[^A-Za-z0-9_.~:+-]", "_", rollout_run_id)[: 250 - len("rollout__") - 3 - len(digest) - 2 - len(tenant)]
+    return f"rollout__{head}__h{digest}__{tenant}"
 
 
 def wave_group(wave: int) -> str:
@@ -59,9 +69,20 @@ def unused_wave_tasks(planned_waves: int) -> list[str]:
     return [f"{wave_group(k)}.{name}" for k in range(planned_waves, MAX_WAVES) for name in WAVE_TASKS]
 
 
+CONTROL_PREFIX = "nexus_rollout_control__"
+
+
 def control_variable(rollout_run_id: str) -> str:
-    """The Airflow Variable that pauses, resumes or cancels the rollout run ``rollout_run_id``."""
-    return "nexus_rollout_control__" + re.sub(r"[^A-Za-z0-9_.-]", "_", rollout_run_id)[:200]
+    """The Airflow Variable that pauses, resumes or cancels the rollout run ``rollout_run_id``: the prefix and the
+    run id as it is when it has only letters, digits, ``_``, ``.`` and ``-`` and fits; otherwise its safe characters
+    (others as ``_``), cut, and ``__h`` with a digest of the whole run id, so two rollout runs never share a
+    control (``a:b`` and ``a_b`` differ, and so do two long ids equal in their first 200 characters). The rollouts
+    page shows each run's control name."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", rollout_run_id)
+    if safe == rollout_run_id and len(safe) <= 200:
+        return CONTROL_PREFIX + safe
+    digest = hashlib.sha256(rollout_run_id.encode("utf-8")).hexdigest()[:32]
+    return CONTROL_PREFIX + safe[: 200 - 3 - len(digest)] + "__h" + digest
 
 
 def plan_waves(tenants: list[str], canary: int | list[str], wave_size: int) -> list[dict]:

@@ -115,3 +115,25 @@ def test_plan_skips_exactly_the_unused_wave_groups_and_summary_waits_for_every_w
     for k in range(MAX_WAVES):
         expected = {"plan"} | ({close_task(k - 1)} if k else set())
         assert dag.get_task(f"{wave_group(k)}.open").upstream_task_ids == expected
+
+
+def test_two_rollout_runs_never_share_a_control_variable():
+    """The control's name was the run id's safe characters cut at 200: ``a:b`` and ``a_b``, or two long ids equal in
+    their first 200 characters, paused each other (issue 33: an identifier compared after a cut)."""
+    from nexus_airflow.rollout import control_variable
+
+    assert control_variable("rollout-b") == "nexus_rollout_control__rollout-b"  # a plain id: the name it always had
+    pairs = [("a:b", "a_b"), ("x" * 210 + "1", "x" * 210 + "2"), ("manual__2026-12-04T01:00:00+00:00", "manual__2026-12-04T01_00_00_00_00")]
+    for one, other in pairs:
+        assert control_variable(one) != control_variable(other), (one, other)
+    assert all(len(control_variable(r)) <= 250 for pair in pairs for r in pair)  # an Airflow Variable key's width
+    assert control_variable("a:b") == control_variable("a:b")
+
+
+def test_a_tenants_cutover_run_id_is_its_own_whatever_the_rollout_run_ids_length():
+    """``rollout__<id>__<tenant>`` was cut at 250: under a long rollout run id two tenants got one run id."""
+    long_id = "scheduled__" + "w" * 239
+    assert run_id_for("manual__2026-12-04T01:00:00+00:00", "acme") == "rollout__manual__2026-12-04T01:00:00+00:00__acme"
+    ids = {run_id_for(long_id, t) for t in ("tenant-" + "a" * 56 + "1", "tenant-" + "a" * 56 + "2")}
+    assert len(ids) == 2 and all(len(i) <= 250 and i.endswith(("1", "2")) for i in ids), ids
+    assert run_id_for(long_id, "acme") != run_id_for(long_id[:-1] + "x", "acme")
