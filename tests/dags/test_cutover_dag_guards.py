@@ -260,6 +260,8 @@ def test_a_connection_to_another_tenants_database_is_hinted(dag, tenant):
     result = run_dag(dag, base_conf(conn_id, tenant="globex"))
     message = result.xcom("resolve_packs", key="report")["message"]
     assert "no active pack" in message and "another tenant's database" in message
+    assert "This database has the namespaces 'acme'" in message and "Next: check the tenant name" in message
+    assert "A tenant another run or command holds" not in message  # no advice that does not apply (issue 34)
 
 
 def test_a_fence_a_cli_invocation_holds_is_never_taken_silently_and_is_taken_when_named(dag, tenant, tenant_connection):

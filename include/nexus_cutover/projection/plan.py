@@ -18,6 +18,7 @@ from sqlalchemy import Connection, Engine, select
 from .. import catalog, tx
 from ..catalog import PackInstall
 from ..errors import BadInput
+from ..namespaces import SHOWN, some_namespaces
 from ..schema import DdlStep
 
 
@@ -35,9 +36,13 @@ def resolve_packs(bind: Engine | Connection, namespace: str, requested: Iterable
         }
         if not requested:
             if not active:
+                have = [n for n in some_namespaces(conn) if n != namespace]
+                listed = ", ".join(repr(n) for n in have[:SHOWN]) + (", ..." if len(have) > SHOWN else "")
                 raise BadInput(
-                    f"namespace {namespace!r} has no active pack in this database: nothing to cut over. Does the "
-                    "connection point at another tenant's database? (check conn_id / the DSN's schema)"
+                    f"namespace {namespace!r} has no active pack in this database: nothing to cut over. "
+                    + (f"This database has the namespaces {listed}. " if have else "")
+                    + "Does the connection point at another tenant's database? Next: check the tenant name, and "
+                    "the connection (conn_id / the DSN's schema) if it is another tenant's database; trigger again"
                 )
             return sorted(active)
         wrong = [p for p in requested if p not in active]
