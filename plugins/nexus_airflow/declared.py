@@ -56,8 +56,10 @@ def _add(steps, specs: dict[str, TaskSpec], tasks: dict[str, Any]) -> None:
         if step.per_pack_of is None:
             tasks[step.name] = spec.operator(task_id=step.name, doc_md=spec.doc_md, **spec.kwargs)
         else:
-            tasks[step.name] = spec.operator.partial(task_id=step.name, doc_md=spec.doc_md, **spec.kwargs).expand(
-                pack_install_id=tasks[step.per_pack_of].output)
+            # the UI names each mapped instance by its pack, not by map index 0, 1, ...
+            tasks[step.name] = spec.operator.partial(task_id=step.name, doc_md=spec.doc_md,
+                                                     map_index_template="{{ task.pack_install_id }}",
+                                                     **spec.kwargs).expand(pack_install_id=tasks[step.per_pack_of].output)
 
 
 def steps_md(transition) -> str:

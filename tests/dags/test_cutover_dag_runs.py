@@ -243,6 +243,16 @@ def snapshot_columns(engine):
     return has_column(engine, catalog.INPUT_START_ORDINAL), has_table(engine, catalog.ConnectorProjectionProtocol.name)
 
 
+def rendered_map_indexes(run_id: str, task_id: str) -> list[str]:
+    """What the UI shows for each mapped instance of ``task_id`` (Airflow's ``rendered_map_index``)."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return sorted(session.scalars(select(TaskInstance.rendered_map_index).where(
+            TaskInstance.dag_id == DAG_ID, TaskInstance.run_id == run_id, TaskInstance.task_id == task_id)))
+
+
 def test_dry_run_checks_everything_and_writes_nothing(dag, tenant):
     engine, conn_id = tenant
     draining_tenant().write(engine)
@@ -260,6 +270,7 @@ def test_dry_run_checks_everything_and_writes_nothing(dag, tenant):
     assert verdict.startswith("wait: the drain (1 old projection WorkItems remaining); 1 live old writer(s)"), verdict
     assert result.xcom("wait_for_drain")["state"] == "draining"  # one look, no wait
     assert result.xcom("audit_and_checkpoint", map_index=0)["outcome"] == "not_audited"
+    assert rendered_map_indexes(result.run_id, "audit_and_checkpoint") == sorted(PACKS)  # the UI names the packs
     assert result.xcom("confirm_writers_stopped")["dry_run"] is True
     digest = result.xcom("history_digest")  # read only, but it needs the schema apply_schema would add
     assert digest["taken"] is False and "InputStartOrdinal" in " ".join(digest["missing_schema"])
