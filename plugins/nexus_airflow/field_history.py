@@ -26,6 +26,8 @@ from airflow.sdk import BaseOperator
 from nexus_airflow.base import domain_errors, holder_of_run, stop, tenant_engine
 from nexus_airflow.params import (
     _REQUIRED,
+    CONN_ID_FIELD,
+    CONNECTIONS_ONLY,
     NOTIFY_FIELD,
     STALE_HEARTBEAT_FIELD,
     TENANT_FIELDS,
@@ -45,6 +47,7 @@ OPTIONAL_VERSION_PATTERN = r"^$|^\d+(\.\d+)*$"
 
 FH_FIELDS: dict[str, Field] = {
     **TENANT_FIELDS,
+    "conn_id": CONN_ID_FIELD.in_section(CONNECTIONS_ONLY),  # this form has no pack or fence field
     "target_stage": Field(
         1,
         "Target stage",
@@ -100,7 +103,7 @@ FH_FIELDS: dict[str, Field] = {
     ),
     "stale_heartbeat": STALE_HEARTBEAT_FIELD,
     "poll_interval": poll_interval_field("How often the drain sensor looks at the outbox."),
-    "notify_conn_id": NOTIFY_FIELD,
+    "notify_conn_id": NOTIFY_FIELD.in_section(CONNECTIONS_ONLY),
 }
 
 

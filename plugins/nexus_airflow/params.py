@@ -53,10 +53,12 @@ _REQUIRED = object()
 
 #: The collapsed sections of the forms, in the order they appear (a field without one shows up front).
 CONNECTIONS = "Connections, packs and fence takeover"
+#: The same section on a form with no pack or fence field (Field History's).
+CONNECTIONS_ONLY = "Connections"
 APPROVAL = "Who may approve"
 TIMING = "Timeouts and polling"
 ROLLOUT_ONLY = "Set by tenant_rollout only (leave as they are)"
-SECTIONS = (CONNECTIONS, APPROVAL, TIMING, ROLLOUT_ONLY)
+SECTIONS = (CONNECTIONS, CONNECTIONS_ONLY, APPROVAL, TIMING, ROLLOUT_ONLY)
 
 
 def nullable(schema: dict[str, Any]) -> dict[str, Any]:

@@ -111,6 +111,15 @@ def test_tasks_in_order_with_docs_and_a_deferrable_drain(dag):
     assert drain.deferrable is True and drain.soft_fail is False
 
 
+def test_the_form_names_its_sections_for_what_they_hold(dag):
+    """No "Connections, packs and fence takeover" on a form with no pack or fence field (issue 34)."""
+    from nexus_airflow.params import CONNECTIONS, CONNECTIONS_ONLY
+
+    sections = {n: dag.params.get_param(n).schema.get("section") for n in dag.params}
+    assert sections["conn_id"] == sections["notify_conn_id"] == CONNECTIONS_ONLY
+    assert CONNECTIONS not in sections.values(), sections
+
+
 def test_parse_does_no_database_work_and_imports_no_domain_code():
     code = textwrap.dedent(
         f"""
