@@ -13,3 +13,14 @@ import datetime as dt
 def utcnow() -> dt.datetime:
     """Now, in UTC, without tzinfo (the form stored in and compared with the tenant's columns)."""
     return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+def utc_text(value: dt.datetime | str | None) -> str:
+    """A stored (naive UTC) time as a person reads it, with its zone: ``2026-12-04 01:28:03 UTC`` (seconds; None as
+    ``-``). A string is an ISO time as this project serializes them."""
+    if value is None:
+        return "-"
+    when = dt.datetime.fromisoformat(value) if isinstance(value, str) else value
+    if when.tzinfo is not None:
+        when = when.astimezone(dt.UTC).replace(tzinfo=None)
+    return when.strftime("%Y-%m-%d %H:%M:%S UTC")

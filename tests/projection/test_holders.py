@@ -10,6 +10,7 @@ On SQLite and MariaDB, and in the TiDB-semantics lane.
 from __future__ import annotations
 
 import logging
+import re
 import os
 import subprocess
 import sys
@@ -221,3 +222,12 @@ def test_plan_names_an_airflow_run_that_holds_the_tenant_as_one_with_its_link(en
     assert f"an Airflow run (run {run_id} of DAG connector_projection_cutover" in said, said
     assert "http://airflow.example:8080/dags/connector_projection_cutover/runs/manual__2026-12-04T01%3A00%3A00%2B00%3A00" in said
     assert "armed by hand or by a command-line invocation" not in said
+
+
+def test_a_refusal_names_its_times_with_their_zone(engine):
+    """Issue 34: times without a zone. A held fence's ArmedAt reads as UTC."""
+    _tenant(engine)
+    fence.arm_fence(engine, NS, armed_by="run-1", timeout_s=10, packs=[PACK])
+    with pytest.raises(fence.FenceHeld) as held:
+        fence.arm_fence(engine, NS, armed_by="run-2", timeout_s=10, packs=[PACK], holder_state=lambda h: fence.HOLDER_ACTIVE)
+    assert re.search(r"armed \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)", str(held.value)), str(held.value)

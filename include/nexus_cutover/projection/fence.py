@@ -66,7 +66,7 @@ from sqlalchemy import Connection, Engine, insert, select, update
 from .. import catalog, tx
 from ..above_cutoff import namespace_above_cutoff
 from ..catalog import AdmissionFence, AdmissionFenceOverride, ConnectorProjectionProtocol
-from ..clock import utcnow
+from ..clock import utc_text, utcnow
 from ..db import Deadline
 from ..errors import BadInput, Refused
 from ..fencing import fence_in_force, is_cutover_fence, override_active
@@ -179,7 +179,7 @@ class FenceHeld(Refused):
             next_step = "Next: " + take_over.format(holder=self.holder)
         super().__init__(
             f"namespace {namespace!r} is held by {self.holder!r} (cutover fence {fence['FenceId']} armed "
-            f"{fence['ArmedAt']}), {why}: one cutover per tenant at a time. Nothing was written by {caller!r}. "
+            f"{utc_text(fence['ArmedAt'])}), {why}: one cutover per tenant at a time. Nothing was written by {caller!r}. "
             f"{next_step}."
         )
 
@@ -189,7 +189,7 @@ class SeveralCutoverFences(Refused):
 
     def __init__(self, namespace: str, fences: list[dict[str, Any]]):
         self.fences = fences
-        listed = "; ".join(f"FenceId={f['FenceId']} ArmedBy={f['ArmedBy']!r} ArmedAt={f['ArmedAt']}" for f in fences)
+        listed = "; ".join(f"FenceId={f['FenceId']} ArmedBy={f['ArmedBy']!r} ArmedAt={utc_text(f['ArmedAt'])}" for f in fences)
         super().__init__(
             f"namespace {namespace!r} has {len(fences)} cutover fences in force (non-expiring '*'): {listed}. One "
             "cutover per tenant: which of them holds the tenant is not clear, so nothing was written. Next: find out "
@@ -205,7 +205,7 @@ class ReleasedByAnother(Refused):
         self.fence = fence
         super().__init__(
             f"cutover fence {fence['FenceId']} of namespace {namespace!r} was already released by "
-            f"{fence['ReleasedBy'] or '(nobody recorded)'!r} at {fence['ReleasedAt']}, not by {caller!r}: admission "
+            f"{fence['ReleasedBy'] or '(nobody recorded)'!r} at {utc_text(fence['ReleasedAt'])}, not by {caller!r}: admission "
             "resumed without this run. "
             "Next: find out who released it and why, and check the tenant (nexus-cutover status / verify) before "
             "treating the cutover as done."
