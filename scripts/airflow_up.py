@@ -22,6 +22,7 @@ import pathlib
 import signal
 import socket
 import sys
+import threading
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -39,6 +40,40 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+class MetricsLog(threading.Thread):
+    """``make airflow``'s stand-in for a StatsD server: a UDP socket on 127.0.0.1 whose ``nexus.*`` lines (the
+    product's metrics, as Airflow's own client sends them) are appended to a file a person can ``tail -f``. Airflow's
+    own metrics arrive too and are dropped. A deployment points ``[metrics] statsd_host`` at its StatsD or exporter
+    instead (runbook, "Watching a fleet")."""
+
+    def __init__(self, path: pathlib.Path) -> None:
+        super().__init__(daemon=True, name="metrics-log")
+        self.path = path
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.5)
+        self.port = self.sock.getsockname()[1]
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        with open(self.path, "a", encoding="utf-8") as out:
+            while not self._halt.is_set():
+                try:
+                    data = self.sock.recv(65535)
+                except TimeoutError:
+                    continue
+                kept = [line for line in data.decode(errors="replace").splitlines() if ".nexus." in f".{line}"]
+                if kept:
+                    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                    out.writelines(f"{stamp} {line}\n" for line in kept)
+                    out.flush()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(5)
+        self.sock.close()
 
 
 def started_hosts(stack: AirflowStack) -> list[int]:
@@ -74,12 +109,18 @@ class DemoAirflow:
         # Field History's producer gates name the demo's stand-in for a deployment's producer upgrade in their stops.
         upgrade = (f"NEXUS_TENANT_DSN=sqlite:///{self.tenant_db} {sys.executable} -m nexus_sim.upgrade "
                    f"--namespace {TENANT} --release {NEW_PRODUCER_VERSION}")
-        env = {"NEXUS_DEFAULT_HOST_CONTROLLER": "command", "NEXUS_PRODUCER_UPGRADE_COMMAND": upgrade, **(extra_env or {})}
+        # The nexus.* metrics go to a local listener that writes them to a file (runbook: "See the metrics locally").
+        self.metrics = MetricsLog(self.state / "metrics.log")
+        metrics = {"AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+                   "AIRFLOW__METRICS__STATSD_PORT": str(self.metrics.port)}
+        env = {"NEXUS_DEFAULT_HOST_CONTROLLER": "command", "NEXUS_PRODUCER_UPGRADE_COMMAND": upgrade, **metrics,
+               **(extra_env or {})}
         self.stack = AirflowStack(self.state / "home", port=port or free_port(), parallelism=4, extra_env=env)
         self.old_runtime: Child | None = None
 
     def start(self, timeout_s: float = 600.0) -> DemoAirflow:
         try:
+            self.metrics.start()
             self.stack.start(timeout_s=timeout_s)
             self.stack.put_connection(CONN_ID, "sqlite", host=str(self.tenant_db),
                                       description="demo tenant (embedded SQLite)")
@@ -98,6 +139,8 @@ class DemoAirflow:
         for pid in started_hosts(self.stack) if self.stack.token else []:
             stop_pid_if_ours(pid, "nexus")
         self.stack.stop()
+        if self.metrics.is_alive():
+            self.metrics.stop()
 
 
 def main() -> int:
@@ -124,6 +167,7 @@ Airflow is up: {stack.base_url}
   cutover:      trigger {CUTOVER_DAG} with {{"tenant": "{TENANT}"}} (host_controller defaults to command here:
                 the run starts the reference host itself)
   old runtime:  pid {demo.old_runtime.proc.pid}, stops by itself once the fence is armed and its work drained
+  metrics:      the nexus.* metrics, as StatsD lines: tail -f {demo.metrics.path}
   field history: first upgrade the demo's producers (what a deployment's rollout does), then trigger
                 field_history_eligibility with {{"tenant": "{TENANT}"}}:
                 {demo.stack.env["NEXUS_PRODUCER_UPGRADE_COMMAND"]}

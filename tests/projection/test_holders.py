@@ -10,8 +10,8 @@ On SQLite and MariaDB, and in the TiDB-semantics lane.
 from __future__ import annotations
 
 import logging
-import re
 import os
+import re
 import subprocess
 import sys
 import threading

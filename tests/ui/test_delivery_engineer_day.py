@@ -18,7 +18,9 @@ each from where the previous one left the tenant:
    actions*, and it succeeds; the tenant view shows it cut over, its proofs
    verified, and nothing cut off at 1600 px;
 5. the Field History and rollout forms start with only their required fields;
-   the rollouts page says how to start one when there is none.
+   the rollouts page says how to start one when there is none;
+6. Field History stops at stage 1 on the demo's old producers, naming how to
+   upgrade them; after the person runs that control, the form takes it to stage 3.
 
 Screenshots of every page are kept under ``test-artifacts/ui/``.
 """
@@ -265,3 +267,46 @@ def test_field_history_and_rollout_forms_start_with_only_their_required_fields(d
                300, every_s=3)
     plan = demo.stack.xcom(ROLLOUT, rollout, "plan", key="rollout") or {}
     assert plan.get("skipped", {}).get(TENANT, "").startswith("already cut over"), json.dumps(plan)[:500]
+
+
+def test_field_history_stops_at_stage_1_names_the_producer_upgrade_and_reaches_stage_3_after_it(demo, person):
+    """Issue 34, item 1: the stage-1 stop says how to upgrade the demo's producers (the deployment's step, here the
+    demo's control); the person runs it in a terminal and the same DAG, triggered from the form, reaches stage 3."""
+    import subprocess
+
+    from scripts.demo_seed import NEW_PRODUCER_VERSION
+
+    fh_runs = run_ids(demo, FIELD_HISTORY)
+    stopped = fh_runs[0]  # the previous test's run: stage 1 only, producers still at 4.11
+    wait_until(f"run {stopped} to stop", lambda: run_state(demo, stopped, FIELD_HISTORY) in ("success", "failed"),
+               300, every_s=2)
+    assert state_of(demo, stopped, "stage_1", FIELD_HISTORY) == "failed"
+    message = (demo.stack.xcom(FIELD_HISTORY, stopped, "stage_1", key="report") or {}).get("message", "")
+    command = demo.stack.env["NEXUS_PRODUCER_UPGRADE_COMMAND"]
+    assert "Next: upgrade the lagging producers" in message and command in message, message
+
+    env_part, _, argv = command.partition(" ")  # NEXUS_TENANT_DSN=... python -m nexus_sim.upgrade ...
+    upgraded = subprocess.run(argv.split(), env={**demo.stack.env, env_part.split("=", 1)[0]: env_part.split("=", 1)[1]},
+                              capture_output=True, text=True, timeout=120)
+    assert upgraded.returncode == 0 and f"at {NEW_PRODUCER_VERSION}" in upgraded.stdout, upgraded.stdout + upgraded.stderr
+
+    before = run_ids(demo, FIELD_HISTORY)
+    form = person.open_trigger_form(FIELD_HISTORY)
+    person.type_into(form, "tenant", TENANT)
+    person.type_into(form, "stage1_release", STAGE1_RELEASE)
+    person.type_into(form, "producer_release", NEW_PRODUCER_VERSION)
+    person.choose(form, "target_stage", "3")
+    person.screenshot("10_field_history_to_stage_3")
+    person.submit(form)
+    fh_run = new_run(demo, FIELD_HISTORY, before)
+    wait_until(f"run {fh_run} to end", lambda: run_state(demo, fh_run, FIELD_HISTORY) in ("success", "failed"),
+               600, every_s=3)
+    assert run_state(demo, fh_run, FIELD_HISTORY) == "success", demo.stack.task_instances(FIELD_HISTORY, fh_run)
+    assert demo.stack.xcom(FIELD_HISTORY, fh_run, "stage_3")["passed"] is True
+    view = tenant_view(person, must_show="stage 3 done")
+    person.screenshot("11_tenant_view_after_field_history")
+    assert "BadInput" not in view["text"]
+    # make airflow's metrics: the nexus.* lines the runs sent, in the file the banner names (runbook)
+    metrics = demo.metrics.path.read_text()
+    assert f"nexus.step.duration.{TENANT}.stage_3.success" in metrics, metrics[-2000:]
+    assert f"nexus.admission.pause.{TENANT}" in metrics, metrics[-2000:]
