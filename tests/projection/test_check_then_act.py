@@ -219,19 +219,36 @@ ACTIVATION_CONFLICTS = {
 }
 
 
+#: The two paths that write a greenfield pack's cutoff 0, under one rule (contract, "Audit"), and the findings each
+#: may refuse with when a conflicting commit lands between its check and its act.
+CUTOFF_0_WRITERS = {
+    "activate-pack": (lambda engine, seam: activate_pack(engine, PACK, timeout_s=30, written_by="eng", stale_heartbeat=STALE,
+                                                         between_check_and_act=seam),
+                      {audit.OLD_RUNTIME_LIVE, audit.NOT_GREENFIELD}),
+    "connector-projection-cutover": (lambda engine, seam: run_checkpoint(engine, PACK, timeout_s=30, written_by="eng",
+                                                                          stale_heartbeat=STALE, between_check_and_act=seam),
+                                     {audit.OLD_RUNTIME_LIVE, audit.FENCE_NOT_IN_FORCE}),
+}
+
+
+@pytest.mark.parametrize("writer", list(CUTOFF_0_WRITERS))
 @pytest.mark.parametrize("conflict", list(ACTIVATION_CONFLICTS))
-def test_greenfield_activation_never_writes_after_a_conflicting_commit(engine, conflict):
+def test_cutoff_0_is_never_written_after_a_conflicting_commit(engine, conflict, writer):
+    """Greenfield activation, and the lifecycle entrypoint on a greenfield pack (it writes the same row): an old
+    runtime going live, an Event written, or the fence it relied on going away between check and act rolls the
+    write back."""
     fenced, change = ACTIVATION_CONFLICTS[conflict]
+    write, findings = CUTOFF_0_WRITERS[writer]
     greenfield(engine, fenced=fenced)
     seam = Conflict(url_of(engine), change)
-    result = activate_pack(engine, PACK, timeout_s=30, written_by="eng", stale_heartbeat=STALE,
-                           between_check_and_act=seam)
+    result = write(engine, seam)
     assert seam.outcome == expected_outcome(engine, conflict)
     if seam.outcome == COMMITTED:
-        assert result.outcome == REFUSED and protocol_rows(engine) == [], f"activated after {conflict!r} committed"
-        assert {f.finding for f in result.findings} <= {audit.OLD_RUNTIME_LIVE, audit.NOT_GREENFIELD}
+        assert result.outcome == REFUSED and protocol_rows(engine) == [], f"{writer} wrote after {conflict!r} committed"
+        assert {f.finding for f in result.findings} <= findings
     else:
         assert result.outcome == WRITTEN and len(protocol_rows(engine)) == 1, (conflict, result.as_json())
+        assert result.legacy_max_ordinal == 0
 
 
 # -- the checkpoint's fence precondition ------------------------------------------------------------------------
@@ -280,24 +297,3 @@ def test_an_override_created_between_check_and_write_is_named_and_nothing_writte
     ((finding, overrides),) = [(f.finding, f.override_ids) for f in result.findings]
     assert finding == audit.FENCE_OVERRIDE_ACTIVE and len(overrides) == 1 and protocol_rows(engine) == []
 
-
-# -- the lifecycle entrypoint on a greenfield pack: the activation's rule, on the path that writes the same row ----
-
-
-@pytest.mark.parametrize("conflict", list(ACTIVATION_CONFLICTS))
-def test_the_lifecycle_entrypoint_never_writes_cutoff_0_after_a_conflicting_commit(engine, conflict):
-    """``connector-projection-cutover`` of a greenfield pack writes the row ``activate-pack`` writes, under its rule
-    (contract, "Audit"): an old runtime going live (or the fence it relied on going away) between check and act
-    rolls the write back."""
-    fenced, change = ACTIVATION_CONFLICTS[conflict]
-    greenfield(engine, fenced=fenced)
-    seam = Conflict(url_of(engine), change)
-    result = run_checkpoint(engine, PACK, timeout_s=30, written_by="eng", stale_heartbeat=STALE,
-                            between_check_and_act=seam)
-    assert seam.outcome == expected_outcome(engine, conflict)
-    if seam.outcome == COMMITTED:
-        assert result.outcome == REFUSED and protocol_rows(engine) == [], f"written after {conflict!r} committed"
-        assert {f.finding for f in result.findings} <= {audit.OLD_RUNTIME_LIVE, audit.FENCE_NOT_IN_FORCE}
-    else:
-        assert result.outcome == WRITTEN and len(protocol_rows(engine)) == 1, (conflict, result.as_json())
-        assert result.legacy_max_ordinal == 0
