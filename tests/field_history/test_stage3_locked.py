@@ -59,26 +59,36 @@ def _locked_tenant(engine) -> str:
     return lock
 
 
-def test_an_eligible_null_row_committed_while_stage_3_waits_for_the_lock_refuses_the_switch(mysql_fh_engine, mysql_url):
-    engine = mysql_fh_engine
-    lock = _locked_tenant(engine)
+def _stage_3_while_the_lock_is_held(engine, mysql_url, lock: str, change) -> gates.GateReport:
+    """Stage 3 run while another session holds the namespace lock and writes ``change(conn)``; that session commits
+    once stage 3 waits for the lock. Stage 3's report."""
     holder_engine = make_engine(mysql_url)
     try:
         with holder_engine.connect() as holder, concurrent.futures.ThreadPoolExecutor(1) as pool:
             holder.begin()
             holder.execute(select(catalog.Lock.c.LockName).where(catalog.Lock.c.LockName == lock).with_for_update()).one()
-            late = TenantScenario(namespace="acme")
-            late.change_ids = iter([500])
-            row = late.audit_change(1, history_sequence=30, producer_version="4.11.0")  # a late legacy row: eligible NULL
-            holder.execute(catalog.AuditFieldChange.insert().values(**row))
+            change(holder)
             future = pool.submit(
                 gates.stage_3, engine, producer_release=RELEASE, updated_by="test", namespace="acme", deadline=Deadline(30)
             )
             _wait_until_blocked(engine, make_url(mysql_url).database, lock, alive=lambda: not future.done())
             holder.commit()
-            report = future.result(timeout=60)
+            return future.result(timeout=60)
     finally:
         holder_engine.dispose()
+
+
+def test_an_eligible_null_row_committed_while_stage_3_waits_for_the_lock_refuses_the_switch(mysql_fh_engine, mysql_url):
+    engine = mysql_fh_engine
+    lock = _locked_tenant(engine)
+
+    def late_legacy_row(holder) -> None:
+        late = TenantScenario(namespace="acme")
+        late.change_ids = iter([500])
+        row = late.audit_change(1, history_sequence=30, producer_version="4.11.0")  # a late legacy row: eligible NULL
+        holder.execute(catalog.AuditFieldChange.insert().values(**row))
+
+    report = _stage_3_while_the_lock_is_held(engine, mysql_url, lock, late_legacy_row)
     assert not report.passed and report.counts["eligible_null_rows"] == 1, report.render()
     assert "reads not switched" in report.summary
     assert _settings(engine) == {"FieldHistorySequenceReservationEnabled": "false"}  # reservation off, reads not switched
@@ -90,21 +100,9 @@ def test_an_outbox_row_failed_while_stage_3_waits_for_the_lock_refuses_it(mysql_
     engine = mysql_fh_engine
     lock = _locked_tenant(engine)
     upgraded_outbox_row(engine, 70, 700)
-    holder_engine = make_engine(mysql_url)
-    try:
-        with holder_engine.connect() as holder, concurrent.futures.ThreadPoolExecutor(1) as pool:
-            holder.begin()
-            holder.execute(select(catalog.Lock.c.LockName).where(catalog.Lock.c.LockName == lock).with_for_update()).one()
-            outbox = catalog.AuditOutbox
-            holder.execute(outbox.update().where(outbox.c.OutboxId == 70).values(Status="failed"))
-            future = pool.submit(
-                gates.stage_3, engine, producer_release=RELEASE, updated_by="test", namespace="acme", deadline=Deadline(30)
-            )
-            _wait_until_blocked(engine, make_url(mysql_url).database, lock, alive=lambda: not future.done())
-            holder.commit()
-            report = future.result(timeout=60)
-    finally:
-        holder_engine.dispose()
+    outbox = catalog.AuditOutbox
+    report = _stage_3_while_the_lock_is_held(
+        engine, mysql_url, lock, lambda holder: holder.execute(outbox.update().where(outbox.c.OutboxId == 70).values(Status="failed")))
     assert not report.passed and {"finding": "outbox_failed", "outbox_id": 70} in report.findings, report.render()
     assert report.summary.startswith("refused, nothing switched: 1 outbox row(s) failed (OutboxId 70)")
     assert _settings(engine) == {}  # refused before reservation was turned off
