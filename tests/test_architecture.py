@@ -141,3 +141,12 @@ def test_nexus_sim_is_imported_only_from_tests_scripts_and_bench():
     others = [p for p in python_files(REPO) if not any(p.is_relative_to(root) for root in allowed_roots)]
     found = violations(others, {"nexus_sim"})
     assert not found, report("nexus_sim may be imported only from tests/, scripts/ and bench/", found)
+
+
+def test_nothing_imports_a_private_module_of_airflow():
+    """Airflow's public API only (issue 38: the metrics client through ``airflow.sdk.observability.stats``): a private
+    module (a ``_``-prefixed segment, e.g. ``airflow.sdk._shared``) may change in any Airflow release."""
+    found = sorted({f"{where(p, line)} imports {mod}" for root in (PRODUCT, PLUGINS, DAGS) for p in python_files(root)
+                    for line, mod in imports(p)
+                    if top(mod) == "airflow" and any(part.startswith("_") for part in mod.split(".")[1:])})
+    assert not found, report("only Airflow's public modules may be imported", found)

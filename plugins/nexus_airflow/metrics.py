@@ -21,6 +21,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import os
 import re
 import statistics
 from collections.abc import Iterable
@@ -88,17 +89,24 @@ def named(metric: Metric, tags: dict[str, Any]) -> str:
     return ".".join([metric.name, *(name_safe(tags[t]) for t in metric.tags)])
 
 
+_initialized_in: int | None = None  # the pid whose metrics client this module initialized
+
+
 def _stats():
-    """Airflow 3.3's metrics client (``airflow.stats`` is a deprecated shim of it), initialized in this process."""
-    from airflow.sdk._shared.observability.metrics import stats as state  # the module it re-exports
+    """Airflow 3.3's metrics client (``airflow.sdk.observability.stats``, its public module; ``airflow.stats`` is a
+    deprecated shim of it), initialized from ``[metrics]`` once per process by this module: a task process Airflow
+    already initialized gets the same factory again (harmless: the client is built on first use), a bare script
+    gets one at all. Nothing private of Airflow's is read."""
+    global _initialized_in
     from airflow.sdk.observability import stats
 
-    if getattr(state, "_factory", "unknown") is None:  # never initialized in this process (a bare script)
+    if _initialized_in != os.getpid():
         from airflow.sdk.configuration import conf
         from airflow.sdk.observability.metrics import stats_utils
 
         stats.initialize(factory=stats_utils.get_stats_factory(),
-                         export_legacy_names=conf.getboolean("metrics", "legacy_names_on"))
+                         export_legacy_names=conf.getboolean("metrics", "legacy_names_on", fallback=True))
+        _initialized_in = os.getpid()
     return stats
 
 
