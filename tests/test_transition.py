@@ -18,7 +18,7 @@ from nexus_cutover.cli import steps as cli
 from nexus_cutover.field_history.transition import FIELD_HISTORY, steps_of_stage
 from nexus_cutover.projection.next_actions import NEXT_ACTION
 from nexus_cutover.projection.transition import CUTOVER
-from nexus_cutover.transition import PROCEED, Kind, Outcome, Stage, Step, Transition, Verdict
+from nexus_cutover.transition import PROCEED, Kind, Outcome, Stage, Step, Transition, Verdict, verdict_line
 
 
 def test_run_and_plan_have_one_runner_per_declared_step_and_no_other():
@@ -56,7 +56,12 @@ def test_overall_stops_waits_or_proceeds_in_declared_order():
     assert t.overall([("c", Verdict(Outcome.WAIT, "c waits")), ("a", wait)]) == "wait: a waits; c waits"
     assert t.overall({"a": wait, "b": stop}) == "wait: a waits"  # b's stop looked at what a still changes
     assert t.overall({"a": PROCEED, "b": stop, "c": Verdict(Outcome.STOP, "c stops")}) == "stop: b stops; c stops"
-    assert t.overall({"a": Verdict(Outcome.DONE, "nothing to do")}) == "proceed"
+    done = Verdict(Outcome.DONE, "already cut over")
+    assert t.overall({"a": done}) == "done: already cut over"  # one verdict, everywhere (issue 34, item 6)
+    assert t.overall({"a": done, "c": Verdict(Outcome.WAIT, "c waits")}) == "done: already cut over"  # nothing runs
+    assert t.overall({"a": done, "c": Verdict(Outcome.STOP, "c stops")}) == "stop: c stops"
+    assert verdict_line("done: already cut over") == "done: already cut over"
+    assert verdict_line("wait: a waits") == "the run would wait: a waits"
 
 
 def test_the_cutover_verdicts_on_the_results_the_dag_and_the_command_line_carry():

@@ -62,6 +62,12 @@ def always_proceed(_result: Any) -> Verdict:
     return PROCEED
 
 
+def verdict_line(verdict: str, run: str = "the run") -> str:
+    """A combined verdict as its last line says it: ``done: ...`` as it is (nothing would run), else ``<run> would
+    proceed / wait: ... / stop: ...``."""
+    return verdict if verdict.startswith(f"{Outcome.DONE}:") else f"{run} would {verdict}"
+
+
 @dataclass(frozen=True)
 class Step:
     """One step: its name (= its Airflow task id), what it does, how its result is judged, what its dry run does."""
@@ -137,20 +143,25 @@ class Transition:
     def overall(self, verdicts: Mapping[str, Verdict] | Iterable[tuple[str, Verdict]]) -> str:
         """What a real run would do, from a dry run's verdicts (``{step: verdict}`` or ``(step, verdict)`` pairs,
         several per step allowed): ``stop: ...`` when a step stops (a provisional stop excepted: see
-        :attr:`Step.provisional_while`), else ``wait: ...`` for every step that waits, else ``proceed``. Steps
-        not :attr:`Step.dry_run_judged` do not count."""
+        :attr:`Step.provisional_while`), else ``done: ...`` when a step finds nothing left to do (the real run
+        ends there: no later step waits or writes), else ``wait: ...`` for every step that waits, else
+        ``proceed``. Steps not :attr:`Step.dry_run_judged` do not count."""
         pairs = list(verdicts.items()) if isinstance(verdicts, Mapping) else list(verdicts)
         pairs = [(name, v) for name, v in pairs if self[name].dry_run_judged]
         order = {name: i for i, name in enumerate(self.names)}
         waiting = {name for name, v in pairs if v.outcome is Outcome.WAIT}
-        stops, waits = [], []
+        stops, done, waits = [], [], []
         for name, verdict in sorted(pairs, key=lambda pair: order[pair[0]]):
             if verdict.outcome is Outcome.STOP:
                 if waiting.intersection(self[name].provisional_while):
                     continue  # it looked at what an earlier wait is still changing: judged again after that wait
                 stops.append(verdict.reason)
+            elif verdict.outcome is Outcome.DONE:
+                done.append(verdict.reason)
             elif verdict.outcome is Outcome.WAIT:
                 waits.append(verdict.reason)
         if stops:
             return "stop: " + "; ".join(stops)
+        if done:
+            return "done: " + done[0]
         return ("wait: " + "; ".join(waits)) if waits else "proceed"

@@ -29,6 +29,7 @@ from nexus_airflow import results
 from nexus_airflow.base import DAG_TAKE_OVER, domain_errors, holder_state, params_of, plan, run_holder, stop, tenant_engine
 from nexus_airflow.faults import fault_point
 from nexus_cutover.projection.transition import CUTOVER
+from nexus_cutover.transition import verdict_line
 
 ASSET_ALIAS = "nexus-connector-projection-ranges"
 
@@ -255,7 +256,7 @@ class FinalOldWriterCheckOperator(BaseOperator):
         cutoffs = results.checkpoints(ti)
         if p.dry_run:
             verdict = dry_run_verdict(ti)
-            self.log.info("VERDICT: the real run would %s", verdict)
+            self.log.info("VERDICT: %s", verdict_line(verdict, "the real run"))
             return {"dry_run": True, "plan": plan(self.log, []), "cutoffs": cutoffs, "verdict": verdict}
         armed = results.fence(ti)
         fence_id = armed.fence_id if armed else None

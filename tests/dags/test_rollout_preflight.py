@@ -84,7 +84,7 @@ def test_mode_preflight_reads_every_tenant_and_starts_nothing(rollout, fleet):
     assert rows["pf_none"]["verdict"] == "stop" and "nexus_tenant_pf_none" in rows["pf_none"]["reason"]
     assert "s3cret" not in str(result.xcoms)
     summary = result.xcom("summary", key="summary")
-    assert summary["mode"] == "preflight" and summary["preflight"] == {"proceed": 1, "wait": 1, "stop": 2}
+    assert summary["mode"] == "preflight" and summary["preflight"] == {"proceed": 1, "wait": 1, "stop": 2, "done": 0}
     assert set(summary["would_skip"]) == {"pf_gone", "pf_none"}
     assert _cutover_runs(result.run_id, tenants) == 0
     _the_page_and_its_csv_show_the_table(result.run_id, rows)

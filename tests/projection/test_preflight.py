@@ -58,7 +58,24 @@ def _fence_held(engine, ns):
     arm_fence(engine, ns, armed_by="cli:someone-else", timeout_s=10)
 
 
-BUILDERS = {"pf-proceeds": _proceeds, "pf-waits": _waits, "pf-fenced": _fence_held}
+def _cut_over(engine, ns):
+    """Cut over already: every pack checkpointed under the fence, the fence released (issue 34, item 6)."""
+    from sqlalchemy import update
+
+    from nexus_cutover.clock import utcnow
+    from nexus_cutover.projection import steps
+
+    build_production_tenant(engine, namespace=ns, seed=6, **SIZES)
+    steps.apply_schema(engine)
+    armed = arm_fence(engine, ns, armed_by=HOLDER, timeout_s=10)
+    for pack in steps.resolve_packs(engine, ns):
+        assert steps.checkpoint(engine, pack, timeout_s=30, written_by=HOLDER).outcome == "written"
+    with engine.begin() as conn:  # released as resume_admission would (readiness is not what this test is about)
+        conn.execute(update(catalog.AdmissionFence).where(catalog.AdmissionFence.c.FenceId == armed.fence_id)
+                     .values(ReleasedAt=utcnow(), ReleasedBy=HOLDER))
+
+
+BUILDERS = {"pf-proceeds": _proceeds, "pf-waits": _waits, "pf-fenced": _fence_held, "pf-cut-over": _cut_over}
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +128,8 @@ def test_each_tenant_gets_its_own_verdict_and_one_bad_tenant_hides_none(fleet):
     assert waits["drain_eta_min"] is None and "unknown" in waits["drain_eta"]
     fenced = by["pf-fenced"]
     assert fenced["verdict"] == "stop" and "cli:someone-else" in fenced["reason"]
+    done = by["pf-cut-over"]  # one verdict for a cut-over tenant: never "proceed"
+    assert done["verdict"] == "done" and done["reason"].startswith("already cut over"), done
     gone = by["pf-gone"]
     assert gone["verdict"] == "stop" and "cannot reach the tenant database" in gone["reason"]
     assert "s3cret" not in json.dumps(rows) and "OperationalError" not in gone["reason"]
@@ -127,7 +146,7 @@ def test_the_rows_are_what_nexus_cutover_plan_says_for_the_same_tenants(fleet):
             assert rows[tenant]["live_old_writers"] == cli["writers"]["live"]
         else:  # the plan itself could not run: the CLI's error is the row's reason
             assert cli["exit_code"] != 0 and rows[tenant]["reason"] == cli["error"], (tenant, cli)
-    assert {r["verdict"] for r in rows.values()} == {"proceed", "wait", "stop"}
+    assert {r["verdict"] for r in rows.values()} == {"proceed", "wait", "stop", "done"}
 
 
 def test_concurrency_is_reached_and_never_exceeded(fleet):

@@ -102,6 +102,10 @@ def test_run_end_to_end_with_the_old_runtime_draining_then_the_reference_host(te
     assert again.returncode == 0, again.stderr
     assert as_json(again)["outcome"] == "nothing_to_do"
     assert as_json(again)["steps"] == CUTOVER.names[: CUTOVER.names.index("arm_fence") + 1]  # its verdict: done
+    planned = cli(url, "plan", "-namespace", NS)  # one verdict for a cut-over tenant, everywhere (issue 34, item 6)
+    assert planned.returncode == 0, planned.stderr
+    assert planned.stdout.strip().splitlines()[-1].startswith("VERDICT: done: already cut over"), planned.stdout
+    assert "proceed" not in planned.stdout.strip().splitlines()[-1]
 
 
 def _assert_admission_pause_reported(engine, url: str, out: dict) -> None:

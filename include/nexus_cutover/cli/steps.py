@@ -38,7 +38,7 @@ from ..projection import dry_run, steps
 from ..projection.digest import DEFAULT_CHUNK_ROWS
 from ..projection.digest_limits import DEFAULT_DIGEST_CONNECTIONS, MAX_DIGEST_CONNECTIONS
 from ..projection.transition import CUTOVER
-from ..transition import PROCEED, Outcome, Verdict
+from ..transition import PROCEED, Outcome, Verdict, verdict_line
 from .common import (
     bounded_int_arg,
     configure_logging,
@@ -334,7 +334,7 @@ def plan_options(c: Command) -> dry_run.PlanOptions:
 def cmd_plan(c: Command) -> tuple[int, dict[str, Any]]:
     """Every declared step's dry run, in the declared order, and the verdict: proceed, wait (for what) or stop (why)."""
     out = dry_run.plan(c.engine, plan_options(c), c.say)
-    c.say(f"VERDICT: the run would {out['verdict']}")
+    c.say(f"VERDICT: {verdict_line(out['verdict'])}")
     return (EXIT_REFUSED if out["verdict"].startswith("stop") else EXIT_OK), out
 
 

@@ -35,7 +35,7 @@ from sqlalchemy import Engine
 from ..errors import BadInput, CutoverError
 from .dry_run import PlanOptions, plan
 
-PROCEED, WAIT, STOP = "proceed", "wait", "stop"
+PROCEED, WAIT, STOP, DONE = "proceed", "wait", "stop", "done"
 DEFAULT_CONCURRENCY = 8
 MAX_CONCURRENCY = 64
 #: The table's columns, in order (the XCom rows' keys, the CSV's header, the log table's columns).
@@ -124,7 +124,7 @@ def cell(row: dict[str, Any], column: str) -> str:
 
 
 def counts(rows: Sequence[dict[str, Any]]) -> dict[str, int]:
-    return {v: sum(1 for r in rows if r.get("verdict") == v) for v in (PROCEED, WAIT, STOP)}
+    return {v: sum(1 for r in rows if r.get("verdict") == v) for v in (PROCEED, WAIT, STOP, DONE)}
 
 
 def text_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -136,7 +136,8 @@ def text_table(rows: Sequence[dict[str, Any]]) -> str:
     lines = ["  ".join(v.ljust(w) for v, w in zip(line[:-1], widths, strict=True)) + "  " + line[-1]
              for line in [head, *body]]
     c = counts(rows)
-    return "\n".join(lines + [f"{len(rows)} tenant(s): {c[PROCEED]} proceed, {c[WAIT]} wait, {c[STOP]} stop"])
+    return "\n".join(lines + [f"{len(rows)} tenant(s): {c[PROCEED]} proceed, {c[WAIT]} wait, {c[STOP]} stop, "
+                              f"{c[DONE]} done (already cut over)"])
 
 
 #: A cell a spreadsheet would run as a formula starts with one of these: such a cell is written with a leading

@@ -25,7 +25,7 @@ STEPS = "nexus_cutover.projection.steps"
 def fence_verdict(result: dict[str, Any]) -> Verdict:
     """``not_needed``: every pack is already checkpointed and no cutover fence is in force, nothing to do."""
     if result.get("outcome") == "not_needed":
-        return Verdict(Outcome.DONE, "every pack is already checkpointed and no cutover fence is in force: nothing to do")
+        return Verdict(Outcome.DONE, "already cut over (every pack checkpointed, no cutover fence in force): nothing to do")
     return PROCEED
 
 
