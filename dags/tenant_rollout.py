@@ -19,6 +19,7 @@ from typing import Any
 from airflow.sdk import DAG, TaskGroup, TriggerRule, task
 
 from nexus_airflow.base import never_retry_stops
+from nexus_airflow.declared import PRIORITY_ARMED
 from nexus_airflow.params import MAX_PARALLEL_CAP, ROLLOUT_FIELDS, params_of_fields
 from nexus_airflow.rollout import MAX_WAVES, PLAN_KEY, ROLLOUT_DAG, wave_group
 from nexus_airflow.rollout_confirm import WaveConfirmOperator
@@ -165,7 +166,8 @@ with DAG(
         with TaskGroup(wave_group(k)):
             lanes = open_wave.override(task_id="open")(k)
             cutover = WaveLaneOperator.partial(task_id="cutover", max_active_tis_per_dagrun=MAX_PARALLEL_CAP).expand_kwargs(lanes)
-            confirm = WaveConfirmOperator(task_id="confirm", wave=k)
+            # the wave's question is asked of armed tenants: it outranks new tenants' first tasks, as their steps do
+            confirm = WaveConfirmOperator(task_id="confirm", wave=k, priority_weight=PRIORITY_ARMED, weight_rule="absolute")
             closed = close_wave.override(task_id="close")(k)
             # Every wave also hangs off plan directly: a refused plan fails every wave in one step, not 20.
             ([planned] if previous is planned else [planned, previous]) >> lanes

@@ -25,7 +25,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from nexus_airflow.params import RunParams
-from nexus_cutover.holders import holder_of_airflow_run as holder_of_run  # the one spelling of a run's holder name
 
 
 def params_of(context) -> RunParams:
@@ -145,6 +144,14 @@ def run_holder(context) -> str:
     """This run's holder name, whole: ``airflow:<dag_id>:<run_id>``. The domain stores it in ``ArmedBy`` /
     ``ReleasedBy`` / ``WrittenBy`` as :func:`nexus_cutover.holders.stored_holder` spells it (unique at any length)."""
     return holder_of_run(context['dag'].dag_id, context['run_id'])
+
+
+def holder_of_run(dag_id: str, run_id: str) -> str:
+    """Run ``run_id`` of ``dag_id`` as a holder (:func:`nexus_cutover.holders.holder_of_airflow_run`, the one
+    spelling; imported here, not at the top: a DAG file parses this module and only the declarations)."""
+    from nexus_cutover.holders import holder_of_airflow_run
+
+    return holder_of_airflow_run(dag_id, run_id)
 
 
 #: How a person takes over a fence from the cutover DAG (FenceHeld's "Next:"); ``{holder}`` is filled in.

@@ -16,7 +16,14 @@ from typing import Any
 from nexus_cutover.field_history.transition import FIELD_HISTORY
 from nexus_cutover.projection.transition import CUTOVER
 
-__all__ = ["CUTOVER", "FIELD_HISTORY", "build", "steps_md", "task"]
+__all__ = ["CUTOVER", "FIELD_HISTORY", "PRIORITY_ARMED", "PRIORITY_BEFORE_ARMING", "build", "steps_md", "task"]
+
+#: Absolute task priorities (``weight_rule="absolute"``): Airflow's scheduler and executors take queued work by
+#: priority, and its default rule (``downstream``) ranks a run's first tasks above its last ones, so a new tenant's
+#: first tasks went before an armed tenant's remaining ones (16 lanes on 4 slots: an 86 s median admission pause,
+#: docs/performance.md). Every task of a run after it armed the fence, and a rollout's wave question, outrank the
+#: tasks before arming (issue 36, item 3).
+PRIORITY_ARMED, PRIORITY_BEFORE_ARMING = 1000, 1  # 1000: above any downstream-weighted task of ours (<= ~100)
 
 
 @dataclass(frozen=True)
@@ -31,8 +38,11 @@ def task(operator: type, doc_md: str, **kwargs: Any) -> TaskSpec:
     return TaskSpec(operator, doc_md, kwargs)
 
 
-def build(transition, specs: dict[str, TaskSpec]) -> dict[str, Any]:
-    """Inside a ``with DAG(...)`` block: the declared steps as tasks (by name), chained in the declared order."""
+def build(transition, specs: dict[str, TaskSpec], *, armed_by: str | None = None) -> dict[str, Any]:
+    """Inside a ``with DAG(...)`` block: the declared steps as tasks (by name), chained in the declared order.
+
+    ``armed_by``: the step that arms the admission fence; the steps after it get :data:`PRIORITY_ARMED`, it and
+    those before it :data:`PRIORITY_BEFORE_ARMING` (None: Airflow's default priorities)."""
     from airflow.sdk import TaskGroup, chain
 
     unknown, missing = set(specs) - set(transition.names), set(transition.names) - set(specs)
@@ -40,26 +50,37 @@ def build(transition, specs: dict[str, TaskSpec]) -> dict[str, Any]:
         raise ValueError(f"{transition.name}: tasks without a declared step {sorted(unknown)}, "
                          f"declared steps without a task {sorted(missing)}")
     tasks: dict[str, Any] = {}
+    weights = priorities(transition, armed_by)
     for stage in transition.stages:
         if stage.group_id is None:
-            _add(stage.steps, specs, tasks)
+            _add(stage.steps, specs, tasks, weights)
             continue
         with TaskGroup(stage.group_id, prefix_group_id=False, tooltip=f"{stage.number}. {stage.title}"):
-            _add(stage.steps, specs, tasks)
+            _add(stage.steps, specs, tasks, weights)
     chain(*(tasks[name] for name in transition.names))
     return tasks
 
 
-def _add(steps, specs: dict[str, TaskSpec], tasks: dict[str, Any]) -> None:
+def priorities(transition, armed_by: str | None) -> dict[str, dict[str, Any]]:
+    """step -> its priority arguments (see :data:`PRIORITY_ARMED`); empty without ``armed_by``."""
+    if armed_by is None:
+        return {}
+    fenced_from = transition.names.index(armed_by) + 1
+    return {name: {"priority_weight": PRIORITY_ARMED if i >= fenced_from else PRIORITY_BEFORE_ARMING,
+                   "weight_rule": "absolute"} for i, name in enumerate(transition.names)}
+
+
+def _add(steps, specs: dict[str, TaskSpec], tasks: dict[str, Any], weights: dict[str, dict[str, Any]]) -> None:
     for step in steps:
         spec = specs[step.name]
+        kwargs = {**weights.get(step.name, {}), **spec.kwargs}
         if step.per_pack_of is None:
-            tasks[step.name] = spec.operator(task_id=step.name, doc_md=spec.doc_md, **spec.kwargs)
+            tasks[step.name] = spec.operator(task_id=step.name, doc_md=spec.doc_md, **kwargs)
         else:
             # the UI names each mapped instance by its pack, not by map index 0, 1, ...
             tasks[step.name] = spec.operator.partial(task_id=step.name, doc_md=spec.doc_md,
                                                      map_index_template="{{ task.pack_install_id }}",
-                                                     **spec.kwargs).expand(pack_install_id=tasks[step.per_pack_of].output)
+                                                     **kwargs).expand(pack_install_id=tasks[step.per_pack_of].output)
 
 
 def steps_md(transition) -> str:

@@ -52,6 +52,25 @@ def test_tasks_in_order_with_docs(dag):
     assert dag.get_task("start_new_host").defaults is None
 
 
+def test_an_armed_tenants_tasks_outrank_a_new_tenants_first_ones(dag):
+    """Issue 36, item 3: every task after arm_fence (the admission pause) outranks resolve_packs, apply_schema and
+    arm_fence of any run, whatever its place in the DAG (absolute weights: Airflow's default ranks a run's first tasks
+    highest); the rollout's wave questions rank with the armed tasks."""
+    from nexus_airflow.declared import PRIORITY_ARMED
+
+    names = CUTOVER.names
+    fenced_from = names.index("arm_fence") + 1
+    weight = {t.task_id: t.priority_weight for t in dag.tasks}  # absolute: the weight is the priority
+    assert all(t.weight_rule == "absolute" for t in dag.tasks)
+    before, armed = [weight[n] for n in names[:fenced_from]], [weight[n] for n in names[fenced_from:]]
+    assert max(before) < min(armed) and set(armed) == {PRIORITY_ARMED}, weight
+    rollout = load_dag("tenant_rollout")
+    questions = [t for t in rollout.tasks if t.task_id.endswith(".confirm")]
+    assert questions and {(t.priority_weight, t.weight_rule) for t in questions} == {(PRIORITY_ARMED, "absolute")}
+    others = [t for t in rollout.tasks if not t.task_id.endswith(".confirm")]
+    assert all(t.weight_rule != "absolute" or t.priority_weight < PRIORITY_ARMED for t in others)
+
+
 def test_parse_does_no_database_work_and_imports_no_domain_code():
     """Parse the DAG file in a fresh interpreter with every tenant connection pointing nowhere."""
     code = textwrap.dedent(
