@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: deps test test-tidb test-stack demo airflow demo-tenant stack stack-down lint bench bench-stack
+.PHONY: deps test test-tidb test-stack demo airflow demo-tenant stack stack-down lock lint bench bench-stack
 
 deps:
 	@VENV=$(VENV) bash scripts/bootstrap.sh
@@ -58,6 +58,10 @@ stack: deps
 
 stack-down:
 	$(BIN)/python scripts/stack.py down
+
+# Pin every installed version into constraints.txt (bootstrap installs with it): run after a passing `make test`.
+lock: deps
+	$(BIN)/python scripts/lock.py
 
 lint: deps
 	$(BIN)/ruff check .

@@ -22,11 +22,12 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-stamp="$VENV/.installed-$(sha1sum pyproject.toml | cut -c1-12)"
+# Pinned: constraints.txt (`make lock` after a passing `make test`) holds every version the extras install.
+stamp="$VENV/.installed-$(cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)"
 if [ ! -f "$stamp" ]; then
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q -e '.[airflow,test,stack]'
+  "$VENV/bin/pip" install -q -c constraints.txt -e '.[airflow,test,stack]'
   rm -f "$VENV"/.installed-*
   touch "$stamp"
 fi
