@@ -267,6 +267,9 @@ def test_field_history_and_rollout_forms_start_with_only_their_required_fields(d
                300, every_s=3)
     plan = demo.stack.xcom(ROLLOUT, rollout, "plan", key="rollout") or {}
     assert plan.get("skipped", {}).get(TENANT, "").startswith("already cut over"), json.dumps(plan)[:500]
+    rows = demo.stack.xcom(ROLLOUT, rollout, "preflight", key="preflight") or []  # one verdict, everywhere (issue 34)
+    assert [(r["tenant"], r["verdict"]) for r in rows] == [(TENANT, "done")], rows
+    assert rows[0]["reason"].startswith("already cut over"), rows
 
 
 def test_field_history_stops_at_stage_1_names_the_producer_upgrade_and_reaches_stage_3_after_it(demo, person):
