@@ -94,13 +94,14 @@ def test_each_tenant_read_once_per_interval_whatever_the_viewers(fleet):
         cache.get(ids[:4])
         cache.settle()
         assert cache.total_reads() == 30
-        clock.now += 0.2  # the interval has passed: served as it was at once, re-read once in the background
+        clock.now += 0.2  # the interval has passed: served at once marked stale, re-read once in the background
         reader.gate.clear()  # the re-reads cannot finish until the gate opens: an answer now did not wait for them
         answers: list[dict] = []
         viewer = threading.Thread(target=lambda: answers.append(cache.get(ids[:4], wait_s=120)))
         viewer.start()
         viewer.join(20)
-        assert answers and all(answers[0][c] is states[c] for c in ids[:4])
+        assert answers and all({k: v for k, v in answers[0][c].items() if k != "stale"} == states[c] for c in ids[:4])
+        assert all(answers[0][c]["stale"]["age_s"] == 10 for c in ids[:4])
         cache.get(ids[:4])
         reader.gate.set()
         cache.settle()
@@ -108,6 +109,31 @@ def test_each_tenant_read_once_per_interval_whatever_the_viewers(fleet):
         after = cache.get(ids[:4])
         assert all(after[c] is not states[c] for c in ids[:4])  # the re-read state, not the old one
     finally:
+        cache.close()
+
+
+def test_a_row_is_fresh_or_says_plainly_that_it_is_stale_and_since_when(fleet):
+    """Issue 34.5: the view opened minutes after its last read showed that read as the tenant's state."""
+    from nexus_status.tenants import StateCache
+
+    ids, _ = fleet
+    clock, reader = Clock(), Tracking()
+    cache = StateCache(reader, interval_s=3.0, workers=2, clock=clock)
+    try:
+        first = cache.get(ids[:2])
+        assert all("stale" not in first[c] for c in ids[:2])
+        clock.now += 265  # nobody looked for 265 s
+        reader.gate.clear()  # the re-read cannot finish: the row cannot be fresh, so it says it is not
+        stale = cache.get(ids[:2], fresh_wait_s=0.2)
+        for c in ids[:2]:
+            assert stale[c]["stale"]["age_s"] == 265
+            assert stale[c]["stale"]["text"] == "stale: this row was read at 13:46:40 UTC (265 s ago); a new read is under way"
+        reader.gate.set()  # the re-read can finish: the page's rows wait for it and are fresh
+        fresh = cache.get(ids[:2], fresh_wait_s=60)
+        assert all("stale" not in fresh[c] and fresh[c] is not first[c] for c in ids[:2])
+        assert [cache.reads[c] for c in ids[:2]] == [2, 2]
+    finally:
+        reader.gate.set()
         cache.close()
 
 
