@@ -89,13 +89,20 @@ def chart_points(samples: list[dict[str, Any]], most: int = CHART_POINTS) -> lis
 
 
 def _row(state: dict[str, Any], runs: dict[str, Any], history) -> dict[str, Any]:
+    from nexus_status.runs import with_tenant_state
+
     row = dict(state)
     tenant = row["tenant"]
     samples = history.samples(tenant) if "error" not in row else []
     draining = (row.get("fence") or {}).get("armed") or (row.get("drain") or {}).get("remaining")
     row["samples"] = chart_points(samples) if draining else []
     row["eta"] = history.drain_eta(samples)
+    drain = row.get("drain") or {}
+    if drain.get("blockers"):  # a stuck drain: its causes with their counts, beside the count and the ETA
+        from nexus_cutover.projection.drain import blockers_text
+
+        row["drain"] = {**drain, "blockers_text": "stuck: " + blockers_text(drain["blockers"])}
     found = runs.get(tenant, {})
-    row["runs"] = found.get("runs", {})
+    row["runs"] = with_tenant_state(found.get("runs", {}), state)
     row["proofs"] = found.get("proofs", {})
     return row
