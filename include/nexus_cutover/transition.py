@@ -88,6 +88,8 @@ class Step:
     #: False when a dry run's look at this step says how far the tenant is, not what the run would do (the run
     #: acts before it, e.g. starts the host): its verdict does not count in :meth:`Transition.overall`.
     dry_run_judged: bool = True
+    #: A waiting step: what a person does while it waits (its verdict's reason says for what), shown with it.
+    wait_action: str | None = None
 
     def function(self) -> Callable[..., Any]:
         module, _, name = self.calls.partition(":")
@@ -139,6 +141,9 @@ class Transition:
 
     def next_actions(self) -> dict[str, str]:
         return {step.name: step.next_action for step in self.steps}
+
+    def get(self, name: str) -> Step | None:
+        return self._by_name.get(name)
 
     def overall(self, verdicts: Mapping[str, Verdict] | Iterable[tuple[str, Verdict]]) -> str:
         """What a real run would do, from a dry run's verdicts (``{step: verdict}`` or ``(step, verdict)`` pairs,

@@ -12,6 +12,9 @@ Invariants:
   old writer and none that started or heartbeated since the evidence was taken;
   otherwise the run fails ("cutover not performed"), nothing is confirmed and
   the fence stays armed. The answer's log and XCom say how old the evidence was.
+* A question shows the evidence of the try that asks it, with its time and try number: a cleared step asks a
+  question of its own (``nexus_airflow.hitl_tries``), and refuses to park under an earlier try's question that
+  Airflow kept (apache/airflow#72155).
 * On a dry run nothing is asked: the step logs what it would ask.
 * Who may answer: with ``approvers`` set, only they (HITL ``assigned_users``, and
   checked again on the answer), and the user who triggered the run or its rollout
@@ -116,9 +119,23 @@ class _StrictHITL(HITLOperator):
         excluded = set() if p.allow_self_approval else requesters(context)
         self.assigned_users = assigned_users(p.approvers, excluded)
         self.response_timeout = dt.timedelta(seconds=p.confirm_timeout)
+        self._refuse_a_carried_over_question(context)
         # Sent once, when the step parks; execute_complete (the answer) does not come back here.
         notify_needs_confirmation(context, f"{self.subject} (answer within {p.confirm_timeout} s)")
         super().execute(context)
+
+    def _refuse_a_carried_over_question(self, context) -> None:
+        """Stop rather than park under a question this try did not write (an earlier try's, kept by Airflow when
+        a process without :mod:`nexus_airflow.hitl_tries` cleared the task): its evidence would be that try's."""
+        from nexus_airflow.hitl_tries import stored_question
+
+        subject, body = stored_question(self, context["ti"].id)
+        if (subject, body) != (self.subject, self.body):
+            stop(context, self.log, f"{NOT_PERFORMED}: Airflow kept the question of an earlier try of {self.task_id} "
+                 "(apache/airflow#72155: the task was cleared by a process without the nexus plugins, e.g. the "
+                 "airflow tasks clear command), so it would show that try's evidence, not this one's; nothing was "
+                 f"asked. {self.on_reject}", {"stale_question": True},
+                 next_action="clear check_old_writers from the Airflow UI, or trigger a new run for the tenant")
 
     def execute_complete(self, context, event: dict[str, Any]) -> Any:
         self._name_the_tenant(context)
@@ -223,6 +240,7 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
             return self._await_wave(context, ev)
         body = (
             f"## Tenant `{p.tenant}`: stop every old writer before the cutover checkpoint\n\n"
+            f"Evidence taken at {ev.checked_at.isoformat()}Z, try {context['ti'].try_number} of this step.\n\n"
             + ev.as_markdown()
             + "\nThe database cannot prove that an old binary will never resume. Confirm only if every old "
             "ingress_writer, receipt_materializer, projection_worker and dependency_resolver of this tenant "

@@ -276,4 +276,16 @@ class TenantWaitSensor(StatusPollSensor):
         if result["state"] == WAITING:  # a dry run's one look: the real run would wait here
             self.log.info("PLAN: %s; now: %s", spec.plan, result.get("message"))
             return report
-        stop(context, self.log, spec.stop_message, report)
+        stop(context, self.log, self.stop_message(report), report)
+
+    def stop_message(self, report: dict[str, Any]) -> str:
+        """The wait's stop with its cause: the declared step's verdict on the report (the stuck drain's causes with
+        their counts, the live old writers by id, the host's reasons)."""
+        from nexus_cutover.projection.transition import CUTOVER
+
+        step = CUTOVER.get(self.task_id)
+        try:
+            cause = step.verdict(report).reason if step is not None and report else None
+        except (KeyError, TypeError, ValueError):  # a report without the verdict's fields: the message alone
+            cause = None
+        return f"{self.spec.stop_message}. Now: {cause}" if cause else self.spec.stop_message

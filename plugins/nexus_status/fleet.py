@@ -12,7 +12,10 @@ Invariants of :func:`listing`:
   most once per refresh interval whatever the number of viewers;
 * ``wave`` / ``rollout`` filter by the rollout's plan (XCom ``rollout`` of a
   ``tenant_rollout`` run: the latest run unless ``rollout`` names one),
-  ``search`` by a substring of the tenant name.
+  ``search`` by a substring of the tenant name;
+* a row shown is read within the refresh interval or carries ``stale`` (when
+  it was read): the page's rows wait a little for their re-read
+  (:data:`tenants.FRESH_WAIT_S`), a ``state`` filter does not.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ def listing(*, page: int = 1, page_size: int = 50, state: str | None = None, wav
     pages = max(1, math.ceil(len(matching) / page_size))
     page = max(1, min(int(page), pages))
     shown_ids = matching[(page - 1) * page_size: page * page_size]
-    shown = cache.get(shown_ids)
+    shown = cache.get(shown_ids, fresh_wait_s=tenants.FRESH_WAIT_S)  # a row is fresh or marked stale
     holders = {tenants.tenant_of(c): _holder(shown[c]) for c in shown_ids}
     runs = latest_runs(list(holders), holders) if shown_ids else {}
     rows = [_row(shown[c], runs, history) for c in shown_ids]
@@ -86,13 +89,20 @@ def chart_points(samples: list[dict[str, Any]], most: int = CHART_POINTS) -> lis
 
 
 def _row(state: dict[str, Any], runs: dict[str, Any], history) -> dict[str, Any]:
+    from nexus_status.runs import with_tenant_state
+
     row = dict(state)
     tenant = row["tenant"]
     samples = history.samples(tenant) if "error" not in row else []
     draining = (row.get("fence") or {}).get("armed") or (row.get("drain") or {}).get("remaining")
     row["samples"] = chart_points(samples) if draining else []
     row["eta"] = history.drain_eta(samples)
+    drain = row.get("drain") or {}
+    if drain.get("blockers"):  # a stuck drain: its causes with their counts, beside the count and the ETA
+        from nexus_cutover.projection.drain import blockers_text
+
+        row["drain"] = {**drain, "blockers_text": "stuck: " + blockers_text(drain["blockers"])}
     found = runs.get(tenant, {})
-    row["runs"] = found.get("runs", {})
+    row["runs"] = with_tenant_state(found.get("runs", {}), state)
     row["proofs"] = found.get("proofs", {})
     return row

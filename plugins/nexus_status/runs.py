@@ -17,7 +17,12 @@ Invariants:
   "Next:"), else the step's from ``nexus_cutover.projection.next_actions`` (the
   one source; ``docs/runbook.md``'s table shows the same texts, a test keeps
   them equal): shown for a failed step and for a step waiting for a person;
-* the link is the run in the Airflow UI: ``/dags/<dag_id>/runs/<run_id>``.
+* the link is the run in the Airflow UI: ``/dags/<dag_id>/runs/<run_id>``;
+* with the tenant's state (:func:`with_tenant_state`, the row's), a cutover run waiting at a declared waiting
+  step (deferred, rescheduled or running ``wait_for_drain``, ``check_old_writers``, ``verify_readiness``) says
+  what it waits for -- the step's own verdict on that state: the live old writers by id, a stuck drain's causes
+  with their counts, the host's reasons -- and the step's ``wait_action`` as the next action; a cutover run that
+  succeeded, with no Field History run yet and Field History not at its last stage, names that DAG as next.
 """
 
 from __future__ import annotations
@@ -165,3 +170,52 @@ def latest_runs(tenants: list[str], holders: dict[str, str | None] | None = None
         run["later"] = [summary[dag_id][r] for r, _s in c.later]
         entry["runs"]["cutover" if dag_id == proofs.CUTOVER_DAG else "field_history"] = run
     return out
+
+
+#: The waiting steps of the cutover, and how the tenant's state (``nexus_cutover.tenant_status``) reads as the
+#: result their verdict judges (``nexus_cutover.projection.transition``).
+WAIT_RESULTS = {
+    "wait_for_drain": lambda st: {"state": (st.get("drain") or {}).get("state"),
+                                  "remaining": (st.get("drain") or {}).get("remaining"),
+                                  "blocker_totals": (st.get("drain") or {}).get("blockers") or {}},
+    "check_old_writers": lambda st: {"live": (st.get("host") or {}).get("live_old_writers") or []},
+    "verify_readiness": lambda st: {"ready": (st.get("host") or {}).get("ready"),
+                                    "reasons": (st.get("host") or {}).get("reasons") or []},
+}
+WAITING_STATES = ("deferred", "up_for_reschedule", "running", "queued", "scheduled")
+FIELD_HISTORY_LAST_STAGE = 3
+
+
+def with_tenant_state(runs: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    """``runs`` (a row's ``{"cutover": ..., "field_history": ...}``) with the waits and the step after a success
+    explained from the tenant's ``state`` (see the module invariants); a section that could not be read adds
+    nothing."""
+    cutover = runs.get("cutover")
+    if not cutover:
+        return runs
+    cutover = dict(cutover)
+    task = cutover.get("task")
+    if task in WAIT_RESULTS and cutover.get("task_state") in WAITING_STATES:
+        cutover.update(_wait_explained(task, state))
+    elif cutover.get("state") == "success" and not runs.get("field_history"):
+        fh = state.get("field_history") or {}
+        if "error" not in fh and int(fh.get("stage") or 0) < FIELD_HISTORY_LAST_STAGE:
+            cutover["next_action"] = (f"trigger field_history_eligibility for this tenant (Field History: "
+                                      f"{fh.get('stage_text') or 'not started'})")
+    return {**runs, "cutover": cutover}
+
+
+def _wait_explained(task: str, state: dict[str, Any]) -> dict[str, Any]:
+    from nexus_cutover.projection.transition import CUTOVER
+    from nexus_cutover.transition import Outcome
+
+    section = "drain" if task == "wait_for_drain" else "host"
+    if "error" in (state.get(section) or {}) or "stale" in state:
+        return {}  # no reading of the tenant to explain the wait with: the task log's word stands
+    step = CUTOVER[task]
+    verdict = step.verdict(WAIT_RESULTS[task](state))
+    if verdict.outcome is Outcome.PROCEED:
+        return {"reason": f"waiting: its next look should pass ({task} is done by the tenant's state); the run goes "
+                          "on by itself"}
+    reason = verdict.reason if verdict.outcome is Outcome.STOP else f"waiting for {verdict.reason}"
+    return {"reason": reason, "next_action": step.wait_action}

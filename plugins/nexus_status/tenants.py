@@ -11,9 +11,13 @@ Invariants of :class:`StateCache` (the one every request of this API server shar
 * a tenant is read at most once per ``REFRESH_S`` (the page's refresh period),
   however many viewers ask: a fresh state is served from the cache, and a read
   already under way is joined, not repeated;
-* a viewer waits only for tenants never read yet: a state older than the
-  interval is served as it is (its ``checked_at`` says when) while its re-read
-  runs in the background, so a fleet-wide filter answers at once after the
+* a viewer waits for tenants never read yet, and for the page's rows at most
+  ``fresh_wait_s`` (``FRESH_WAIT_S``) for the re-read of a state older than the
+  interval; a state still older than the interval when it is served carries
+  ``stale`` (when it was read, how long ago, and that a re-read is under way),
+  so a row is either fresh or says so plainly (issue 34.5: the view opened
+  after a run ended showed the state of minutes before beside the run's
+  success). A fleet-wide filter (``fresh_wait_s`` 0) answers at once after the
   first sweep;
 * reads run on a pool of ``READERS`` threads (bounded concurrency: a fleet of
   2,000 never opens 2,000 connections at once);
@@ -23,6 +27,7 @@ Invariants of :class:`StateCache` (the one every request of this API server shar
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import threading
 import time
@@ -38,6 +43,8 @@ READERS = int(os.environ.get("NEXUS_STATUS_READERS", "4"))
 CONNECT_TIMEOUT_S = 5.0
 #: How long one request waits for the reads it needs; a tenant still being read after that shows as such.
 WAIT_S = float(os.environ.get("NEXUS_STATUS_WAIT_S", "120"))
+#: How long the page's rows wait for the re-read of a state older than the interval before being served as stale.
+FRESH_WAIT_S = float(os.environ.get("NEXUS_STATUS_FRESH_WAIT_S", "10"))
 #: The sections of ``read_tenant_state``: a tenant none of them can be read from is ``unreadable``.
 SECTIONS = ("fence", "drain", "host", "receipts", "field_history")
 
@@ -106,16 +113,30 @@ class StateCache:
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nexus-status-read")
 
-    def get(self, conn_ids: Iterable[str], wait_s: float = WAIT_S) -> dict[str, dict[str, Any]]:
-        """conn_id -> state for ``conn_ids``: fresh or stale ones from the cache (stale ones re-read in the
-        background), the never-read ones read (or joined) now, waiting at most ``wait_s``."""
+    def get(self, conn_ids: Iterable[str], wait_s: float = WAIT_S, fresh_wait_s: float = 0.0) -> dict[str, dict[str, Any]]:
+        """conn_id -> state for ``conn_ids``: the never-read ones read (or joined) now, waiting at most ``wait_s``;
+        the ones older than the interval re-read, waiting at most ``fresh_wait_s`` for that, and served marked
+        ``stale`` if still older than the interval then."""
         conn_ids = list(conn_ids)
-        first_reads = self._due(conn_ids)
+        first_reads, rereads = self._due(conn_ids)
         if first_reads:
             wait(first_reads, timeout=wait_s)
+        if rereads and fresh_wait_s > 0:
+            wait(rereads, timeout=fresh_wait_s)
         with self._lock:
-            return {c: self._entries[c][1] if c in self._entries else unreadable(c, "read still in progress")
+            now = self.clock()
+            return {c: self._served(self._entries[c], now) if c in self._entries else unreadable(c, "read still in progress")
                     for c in conn_ids}
+
+    def _served(self, entry: tuple[float, dict[str, Any]], now: float) -> dict[str, Any]:
+        """A cached state as served: itself when read within the interval, else a copy that says it is stale."""
+        read_at, state = entry
+        age_s = now - read_at
+        if age_s < self.interval_s:
+            return state
+        at = dt.datetime.fromtimestamp(read_at, dt.UTC).strftime("%H:%M:%S UTC")
+        return {**state, "stale": {"read_at": dt.datetime.fromtimestamp(read_at, dt.UTC).isoformat(), "age_s": round(age_s),
+                                   "text": f"stale: this row was read at {at} ({round(age_s)} s ago); a new read is under way"}}
 
     def settle(self, timeout_s: float = WAIT_S) -> None:
         """Wait for the reads under way (the background re-reads included)."""
@@ -129,10 +150,11 @@ class StateCache:
             entry = self._entries.get(conn_id)
         return entry[1] if entry and self.clock() - entry[0] < self.interval_s else None
 
-    def _due(self, conn_ids: list[str]) -> list[Future]:
-        """Start the reads ``conn_ids`` need; return those of the tenants with no state yet (to wait for)."""
+    def _due(self, conn_ids: list[str]) -> tuple[list[Future], list[Future]]:
+        """Start the reads ``conn_ids`` need; return those of the tenants with no state yet and those re-reading
+        a state older than the interval."""
         now = self.clock()
-        first_reads = []
+        first_reads, rereads = [], []
         with self._lock:
             for conn_id in conn_ids:
                 entry = self._entries.get(conn_id)
@@ -141,9 +163,8 @@ class StateCache:
                 future = self._inflight.get(conn_id)
                 if future is None:
                     future = self._inflight[conn_id] = self._pool.submit(self._read, conn_id)
-                if entry is None:
-                    first_reads.append(future)
-        return first_reads
+                (first_reads if entry is None else rereads).append(future)
+        return first_reads, rereads
 
     def _read(self, conn_id: str) -> None:
         from nexus_status import history

@@ -301,3 +301,27 @@ def test_trigger_looks_again_soon_then_backs_off_towards_the_interval(airflow_db
     at = event.payload["at"]
     gaps = [round(b - a, 2) for a, b in zip(at, at[1:], strict=False)]
     assert len(gaps) == 2 and 1.0 <= gaps[0] < 15 and 2.0 <= gaps[1] < 15 and gaps[1] > gaps[0], gaps
+
+
+def test_a_stuck_drains_stop_names_each_cause_with_its_count(airflow_db, tmp_path):
+    """Issue 34.7: the STOPPED line of a stuck drain named no cause."""
+    from nexus_airflow.sensors import TenantWaitSensor
+    from nexus_cutover.projection.drain import drain_report
+
+    (tmp_path / "t.db").touch()
+    engine = make_engine(f"sqlite:///{tmp_path / 't.db'}")
+    make_cutover_ready(engine)
+    sc = TenantScenario(namespace=NS)
+    lane = sc.pack("pk-a").lane("lane-1")
+    lane.generation(1, status="processing", lease_owner="gone", lease_expires_at=sc.now - dt.timedelta(minutes=5))
+    for _ in range(4):
+        lane.generation(1, status="pending")
+    sc.write(engine)
+    report = drain_report(engine, NS, deadline=utcnow() + dt.timedelta(hours=1), stale_heartbeat=dt.timedelta(seconds=30))
+    engine.dispose()
+    message = TenantWaitSensor(task_id="wait_for_drain", wait="drain").stop_message(report.as_json())
+    assert message.startswith("the drain of old projection work cannot finish within drain_timeout")
+    assert message.endswith("Now: the drain is stuck: 1 processing items whose lease expired (their worker is gone); "
+                            "4 pending items while no live old-protocol projection_worker heartbeats")
+    writers = TenantWaitSensor(task_id="check_old_writers", wait="old_writers").stop_message({"live": ["w-1", "w-2"]})
+    assert writers.endswith("Now: 2 live old writer(s) to be stopped (w-1, w-2), then a person's confirmation")

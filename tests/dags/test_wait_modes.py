@@ -152,6 +152,8 @@ def test_drain_wait_stops_with_its_report_when_drain_timeout_runs_out(dag, tenan
     assert report["state"] == "stuck" and report["timed_out"] is True, report
     assert report["remaining"] == 1 and "drain_timeout" in report["message"], report
     assert "cannot finish within drain_timeout" in report["message"]
+    # the STOPPED line names the cause with its count (issue 34.7)
+    assert "Now: the drain is stuck: 1 items still live when the drain timeout passed" in report["message"], report
     assert result.xcom("wait_for_drain", key="report_text")
     state, tries, started, reschedules = ti_of(result.run_id, "wait_for_drain")
     assert tries == 1

@@ -94,13 +94,14 @@ def test_each_tenant_read_once_per_interval_whatever_the_viewers(fleet):
         cache.get(ids[:4])
         cache.settle()
         assert cache.total_reads() == 30
-        clock.now += 0.2  # the interval has passed: served as it was at once, re-read once in the background
+        clock.now += 0.2  # the interval has passed: served at once marked stale, re-read once in the background
         reader.gate.clear()  # the re-reads cannot finish until the gate opens: an answer now did not wait for them
         answers: list[dict] = []
         viewer = threading.Thread(target=lambda: answers.append(cache.get(ids[:4], wait_s=120)))
         viewer.start()
         viewer.join(20)
-        assert answers and all(answers[0][c] is states[c] for c in ids[:4])
+        assert answers and all({k: v for k, v in answers[0][c].items() if k != "stale"} == states[c] for c in ids[:4])
+        assert all(answers[0][c]["stale"]["age_s"] == 10 for c in ids[:4])
         cache.get(ids[:4])
         reader.gate.set()
         cache.settle()
@@ -108,6 +109,31 @@ def test_each_tenant_read_once_per_interval_whatever_the_viewers(fleet):
         after = cache.get(ids[:4])
         assert all(after[c] is not states[c] for c in ids[:4])  # the re-read state, not the old one
     finally:
+        cache.close()
+
+
+def test_a_row_is_fresh_or_says_plainly_that_it_is_stale_and_since_when(fleet):
+    """Issue 34.5: the view opened minutes after its last read showed that read as the tenant's state."""
+    from nexus_status.tenants import StateCache
+
+    ids, _ = fleet
+    clock, reader = Clock(), Tracking()
+    cache = StateCache(reader, interval_s=3.0, workers=2, clock=clock)
+    try:
+        first = cache.get(ids[:2])
+        assert all("stale" not in first[c] for c in ids[:2])
+        clock.now += 265  # nobody looked for 265 s
+        reader.gate.clear()  # the re-read cannot finish: the row cannot be fresh, so it says it is not
+        stale = cache.get(ids[:2], fresh_wait_s=0.2)
+        for c in ids[:2]:
+            assert stale[c]["stale"]["age_s"] == 265
+            assert stale[c]["stale"]["text"] == "stale: this row was read at 13:46:40 UTC (265 s ago); a new read is under way"
+        reader.gate.set()  # the re-read can finish: the page's rows wait for it and are fresh
+        fresh = cache.get(ids[:2], fresh_wait_s=60)
+        assert all("stale" not in fresh[c] and fresh[c] is not first[c] for c in ids[:2])
+        assert [cache.reads[c] for c in ids[:2]] == [2, 2]
+    finally:
+        reader.gate.set()
         cache.close()
 
 
@@ -227,3 +253,76 @@ def test_chart_points_thin_evenly_and_keep_both_ends():
     gaps = {b["t"] - a["t"] for a, b in zip(thin, thin[1:], strict=False)}
     assert gaps <= {3.0, 4.0}  # even: 360 / 119 steps of 3 or 4 samples
     assert chart_points(samples[:50], 120) == samples[:50]
+
+
+def _tenant_state(tmp_path, monkeypatch, name: str, build) -> dict:
+    """The real reader's state of a SQLite tenant ``name`` after ``build(scenario)``."""
+    from nexus_status.tenants import read_tenant
+
+    url = _tenant_file(tmp_path, name)
+    sc = TenantScenario(namespace=name)
+    build(sc)
+    engine = make_engine(url)
+    try:
+        sc.write(engine)
+    finally:
+        engine.dispose()
+    conn_id = f"nexus_tenant_{name}"
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", connection_json(url))
+    return read_tenant(conn_id)
+
+
+def test_what_now_names_the_live_writers_while_check_old_writers_waits(tmp_path, monkeypatch):
+    """Issue 34.7: the deferred step said only that its progress was in the task log."""
+    from nexus_status.runs import summarize, with_tenant_state
+
+    def build(sc):
+        for i in (1, 2, 3):
+            sc.process(catalog.ROLE_INGRESS_WRITER, process_id=f"old-ingress-{i}")
+
+    state = _tenant_state(tmp_path, monkeypatch, "writers", build)
+    run = summarize("connector_projection_cutover", "r1", "running", [("check_old_writers", "deferred")], None)
+    assert "task log" in run["reason"] and run["next_action"] is None  # what the view said before
+    explained = with_tenant_state({"cutover": run}, state)["cutover"]
+    assert explained["reason"] == ("waiting for 3 live old writer(s) to be stopped (old-ingress-1, old-ingress-2, "
+                                   "old-ingress-3), then a person's confirmation")
+    assert explained["next_action"].startswith("stop every live old writer named (keep the fence)")
+    assert with_tenant_state({"cutover": run}, {**state, "stale": {"age_s": 300}})["cutover"] == run  # no stale cause
+
+
+def test_a_stuck_drain_names_its_causes_with_their_counts(tmp_path, monkeypatch):
+    import datetime as dt
+
+    from nexus_status import history
+    from nexus_status.fleet import _row
+    from nexus_status.runs import summarize, with_tenant_state
+
+    def build(sc):
+        lane = sc.pack("pk-a").lane("lane-1")
+        for _ in range(2):
+            lane.generation(1, status="processing", lease_owner="old-worker-gone",
+                            lease_expires_at=sc.now - dt.timedelta(minutes=5))
+        for _ in range(3):
+            lane.generation(1, status="pending")
+
+    state = _tenant_state(tmp_path, monkeypatch, "stuck", build)
+    assert state["drain"]["state"] == "stuck"
+    row = _row(state, {}, history)
+    assert row["drain"]["blockers_text"] == ("stuck: 2 processing items whose lease expired (their worker is gone); "
+                                             "3 pending items while no live old-protocol projection_worker heartbeats")
+    run = summarize("connector_projection_cutover", "r1", "running", [("wait_for_drain", "deferred")], None)
+    explained = with_tenant_state({"cutover": run}, state)["cutover"]
+    assert explained["reason"] == ("the drain is stuck: 2 processing items whose lease expired (their worker is gone); "
+                                   "3 pending items while no live old-protocol projection_worker heartbeats")
+    assert "old runtime" in explained["next_action"]
+
+
+def test_after_a_cutover_success_what_now_names_field_history(tmp_path, monkeypatch):
+    from nexus_status.runs import summarize, with_tenant_state
+
+    state = _tenant_state(tmp_path, monkeypatch, "done", lambda sc: None)
+    run = summarize("connector_projection_cutover", "r1", "success", [], None)
+    explained = with_tenant_state({"cutover": run}, state)["cutover"]
+    assert explained["next_action"].startswith("trigger field_history_eligibility for this tenant (Field History: stage")
+    with_fh = with_tenant_state({"cutover": run, "field_history": {"state": "running"}}, state)["cutover"]
+    assert with_fh["next_action"] is None  # its own run says where it is

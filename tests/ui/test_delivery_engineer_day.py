@@ -13,10 +13,13 @@ each from where the previous one left the tenant:
    tenant view keeps describing the waiting run (the refused one listed under it);
 3. Reject in *Required actions*: the run ends failed, the fence stays, and the
    log ends with the reason and how to retry or back out, with no traceback;
+3b. clear ``check_old_writers`` (with its downstream, as the UI's Clear does; through the endpoint the UI
+   calls): the run asks again, and the question shows the evidence of its own try, taken after the Reject;
+   Reject again;
 4. a run with the host started by command (chosen in the form, a poll interval
    set in a collapsed section): it adopts the fence, Confirm in *Required
    actions*, and it succeeds; the tenant view shows it cut over, its proofs
-   verified, and nothing cut off at 1600 px;
+   verified, and nothing cut off at 1600 px; its first rendering is fresh or says it is stale;
 5. the Field History and rollout forms start with only their required fields;
    the rollouts page says how to start one when there is none;
 6. Field History stops at stage 1 on the demo's old producers, naming how to
@@ -27,8 +30,10 @@ Screenshots of every page are kept under ``test-artifacts/ui/``.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import pathlib
+import re
 import time
 
 import pytest
@@ -108,14 +113,16 @@ def tenant_view(person: Person, *, must_show: str, timeout_s: float = 90) -> dic
     person.driver.switch_to.frame(frame)
     script = (f"return Array.from(document.querySelectorAll('tr[data-tenant=\"{TENANT}\"]'))"
               ".map(r => r.innerText).join('\\n')")
+    seen: list[str] = []
     text = wait_until(f"the tenant view to show {must_show!r}",
-                      lambda: (t := person.driver.execute_script(script)) and must_show in t and t, timeout_s, every_s=1)
+                      lambda: (t := person.driver.execute_script(script)) and (seen.append(t) or must_show in t) and t,
+                      timeout_s, every_s=1)
     layout = person.driver.execute_script(
         "const r = s => document.querySelector(s).getBoundingClientRect().right;"
         "return {whatNow: r('.what-now'), proofs: r('.proofs'), table: r('table'),"
         " width: document.documentElement.clientWidth, scroll: document.documentElement.scrollWidth};")
     person.driver.switch_to.default_content()
-    return {"text": text, "layout": layout}
+    return {"text": text, "layout": layout, "first": seen[0]}
 
 
 def assert_nothing_cut_off(layout: dict) -> None:
@@ -205,6 +212,33 @@ def test_reject_in_required_actions_ends_the_run_with_a_readable_stop(demo, pers
     person.screenshot("05_rejected_task_log")
 
 
+def test_a_clear_after_the_reject_asks_again_with_the_evidence_of_its_own_try(demo, person, runs):
+    """Issue 34.4: the re-asked question showed the first try's evidence (Airflow kept its body)."""
+    from selenium.webdriver.common.by import By
+
+    run_id = runs["rejected"]
+    cleared_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    demo.stack.request("POST", f"/api/v2/dags/{CUTOVER}/clearTaskInstances", {
+        "dry_run": False, "dag_run_id": run_id, "task_ids": ["check_old_writers"], "include_downstream": True,
+        "only_failed": False})
+    wait_for_task(demo, run_id, "confirm_writers_stopped", ("awaiting_input",))
+    detail = demo.stack.request(
+        "GET", f"/api/v2/dags/{CUTOVER}/dagRuns/{run_id}/taskInstances/confirm_writers_stopped/-1/hitlDetails")
+    taken = re.search(r"Evidence taken at (\S+)Z, try (\d+) of this step", detail["body"])
+    assert taken and int(taken.group(2)) == 2, detail["body"][:400]
+    assert dt.datetime.fromisoformat(taken.group(1)) > cleared_at, (taken.group(1), cleared_at)
+
+    time.sleep(5)  # a person reads before answering (apache/airflow#71172: an answer within ~1 s can be lost)
+    person.open("/required_actions")
+    row = wait_until(f"the required action of run {run_id}", lambda: next(
+        (r for r in person.driver.find_elements(By.CSS_SELECTOR, "tbody tr") if run_id in r.text), None), 120)
+    row.find_element(By.CSS_SELECTOR, "a").click()
+    wait_until("the question of try 2", lambda: f"Evidence taken at {taken.group(1)}Z, try 2" in person.text(), 60)
+    person.screenshot("05b_asked_again_with_its_own_evidence")
+    person.click("Reject", timeout_s=60)
+    wait_until(f"run {run_id} to fail again", lambda: run_state(demo, run_id) == "failed", 180, every_s=2)
+
+
 def test_confirm_in_required_actions_and_the_cutover_succeeds(demo, person, runs):
     before = run_ids(demo, CUTOVER)
     form = person.open_trigger_form(CUTOVER)
@@ -229,6 +263,9 @@ def test_confirm_in_required_actions_and_the_cutover_succeeds(demo, person, runs
 
     view = tenant_view(person, must_show="cut over")
     person.screenshot("07_tenant_view_after_the_cutover")
+    # the first rendering after the run ended: fresh, or it says it is stale and since when (issue 34.5)
+    assert "cut over" in view["first"] or "stale: this row was read at" in view["first"], view["first"]
+    assert "Next: trigger field_history_eligibility" in view["text"].split("PROOFS")[0]
     what_now, proofs = view["text"].split("PROOFS")[0], view["text"].split("PROOFS")[1]
     assert f"open run {run_id}" in what_now and "success" in what_now
     assert "later:" not in what_now  # the refused and rejected runs are older than the one that cut over

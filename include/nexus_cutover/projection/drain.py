@@ -63,6 +63,12 @@ CAUSE_HELP = {
 }
 
 
+def blockers_text(totals: dict[str, int]) -> str:
+    """A stuck drain's causes in words with their counts (``blocker_totals``), e.g. "6 processing items whose lease
+    expired (their worker is gone); 24 pending items while no live ..."; empty when none."""
+    return "; ".join(f"{n} {CAUSE_HELP.get(cause, cause)}" for cause, n in totals.items() if n)
+
+
 @dataclass
 class DrainReport:
     """One look at the drain: remaining counts by status and the blockers grouped by cause."""

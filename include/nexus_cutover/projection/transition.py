@@ -34,7 +34,9 @@ def drain_verdict(report: dict[str, Any]) -> Verdict:
     if report["state"] == "drained":
         return PROCEED
     if report["state"] == "stuck":
-        blockers = "; ".join(f"{k} {v}" for k, v in (report.get("blocker_totals") or {}).items() if v)
+        from .drain import blockers_text
+
+        blockers = blockers_text(report.get("blocker_totals") or {})
         return Verdict(Outcome.STOP, "the drain is stuck: " + (blockers or "drain_timeout reached"),
                        timed_out=bool(report.get("timed_out")))
     return Verdict(Outcome.WAIT, f"the drain ({report['remaining']} old projection WorkItems remaining)")
@@ -108,12 +110,16 @@ CUTOVER = Transition("connector_projection_cutover", (
         Step("wait_for_drain", Kind.WAITS, f"{STEPS}:drain", verdict=drain_verdict,
              dry_run="one look: drained, stuck (a stop) or still draining (the run would wait)",
              next_action="read the report (grouped by cause, with WorkIds). Resolve with the old runtime or a "
-             "separately reviewed operational decision. **Never change WorkItem status to proceed.** Clear the task"),
+             "separately reviewed operational decision. **Never change WorkItem status to proceed.** Clear the task",
+             wait_action="nothing while it drains: the old runtime finishes its work and the run goes on by itself. "
+             "Stuck items (named by cause) need the old runtime or a separately reviewed operational decision"),
     )),
     Stage(3, "Old writers stopped, confirmed; the history digest", group_id="step_3_old_writers", steps=(
         Step("check_old_writers", Kind.WAITS, f"{STEPS}:writer_evidence", verdict=writers_verdict,
              dry_run="one look at the old writers: the run would wait for every live one",
-             next_action="stop it; clear the task"),
+             next_action="stop it; clear the task",
+             wait_action="stop every live old writer named (keep the fence); the run goes on by itself once none is "
+             "live, then asks you to confirm"),
         Step("confirm_writers_stopped", Kind.ASKS, f"{STEPS}:recheck_writers", verdict=confirmation_verdict,
              dry_run="asks nothing; logs the evidence it would show",
              next_action="confirm only when no old binary can resume; the database cannot prove it. If a writer came "
@@ -138,7 +144,9 @@ CUTOVER = Transition("connector_projection_cutover", (
              next_action="fix the host, clear the task"),
         Step("verify_readiness", Kind.WAITS, f"{STEPS}:readiness", verdict=readiness_verdict, dry_run_judged=False,
              dry_run="one look at the new host's readiness (the run starts the host first: not part of the verdict)",
-             next_action="check the host's log; clear"),
+             next_action="check the host's log; clear",
+             wait_action="start or fix the new host (its log says why it is not ready); the run goes on by itself "
+             "once it is ready"),
         Step("resume_admission", Kind.WRITES, f"{STEPS}:release_fence",
              dry_run="the fence it would release once ready",
              next_action="check the new host's log, then clear `verify_readiness`; a fence held by another run is "
