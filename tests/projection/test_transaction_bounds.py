@@ -178,6 +178,22 @@ def test_the_checkpoint_of_3000_failed_top_lanes_still_names_every_input_beyond_
     assert seen.largest <= BOUND, sorted(seen.counts)[-5:]
 
 
+def test_the_checkpoint_of_lanes_spelling_the_work_type_otherwise_asks_the_server_once_per_spelling(mysql_server_url):
+    """1,000 drained lanes whose Events spell the work type ``CONNECTOR.PROJECTION`` (a projection input where the
+    collation folds case, as the test server's default does): the server is asked once for the spelling, not once
+    per lane, and the audit of those lanes still runs (each lane's coalesced input above nothing is owned)."""
+    sc = TenantScenario(namespace=NS)
+    pack = sc.pack("pk-spelled")
+    for n in range(1_000):
+        pack.lane(f"lane-{n:04d}", work_type="CONNECTOR.PROJECTION").generation(2)
+    orphan = pack.lane("lane-0999", work_type="CONNECTOR.PROJECTION").event()
+    sc.fence()
+    with tenant(mysql_server_url, sc) as engine, counting(engine) as seen:
+        result = run_checkpoint(engine, "pk-spelled", timeout_s=120, written_by="test")
+    assert [(f.finding, f.event_ids) for f in result.findings] == [(audit.MISSING_OWNER, [orphan["EventId"]])]
+    assert seen.largest <= BOUND, sorted(seen.counts)[-5:]
+
+
 def test_status_and_the_standing_of_3000_checkpointed_packs_stay_in_bounds(mysql_server_url):
     """3,000 active packs, each checkpointed with range work above its cutoff (the new runtime's own, not old work
     above it) and a receipt: ``status`` and the standing read every pack in a statement per chunk of packs."""
