@@ -20,7 +20,10 @@ Cost, on indexes only: per pack one statement with the greatest ``LaneOrdinal`` 
 (``ix_WorkItem_ProjectionOrder``, MAX per group: a loose index scan where the server has one); then, only for the
 identities whose top is above the cutoff, their WorkItems above it (a range of the same index; the row is read for
 ``InputStartOrdinal`` and ``WorkClass``, which no index holds) and the Events in reach (``ix_Event_SourceLane``).
-The cost grows with the rows above the cutoff, never with history below it.
+The cost grows with the rows above the cutoff, never with history below it. Each of these reads runs for 100 packs
+or identities per statement (:func:`packs_above_cutoff`, :mod:`nexus_cutover.batched`): a namespace of thousands of
+checkpointed packs, each with the new runtime's range work above its cutoff on every lane, is read in a few dozen
+statements of one transaction, not a statement per pack and per lane.
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ drain of old projection work, the checkpoint of every active pack, the new
 host(s), receipt materialization and the Field History stage. Read only: it
 never writes to the tenant database. Each section fails on its own (a tenant
 before the additive schema has no checkpoint table yet); the error text names
-what is missing and never contains a DSN or a password.
+what is missing and never contains a DSN or a password. The packs and receipts sections read every pack of the
+namespace in one statement, or one per hundred packs, never one per pack (TiDB bounds a transaction's statements; a
+namespace may hold thousands of packs).
 """
 
 from __future__ import annotations
