@@ -239,7 +239,7 @@ def test_each_member_of_a_batched_read_is_its_own_index_read(draining):
         ("walk down", audit._walk_down_member, [((False, 4), at(a)), ((True, 32), {**at(b), "lane": 9, "work": 7})],
          {"_System_WorkItem": "ix_WorkItem_ProjectionOrder"}),
         ("indirect inputs", audit._indirect_events_member,
-         [((False, False, 50), at(a)), ((True, True, 50), {**at(b), "above": 1, "ordinal": 2, "event": 5})],
+         [((False, 50), {**at(a), "above": audit.BELOW_EVERY_ORDINAL}), ((True, 50), {**at(b), "above": 1, "ordinal": 2, "event": 5})],
          {"_System_Event": "ix_Event_SourceLane", "_System_WorkItem": "ix_WorkItem_Selected"}),
         ("identity tops", above_cutoff._tops_member, [(None, {"pack": "pk-drain", "cutoff": 9}), (None, {"pack": "pk-x", "cutoff": 1})],
          {"_System_WorkItem": "ix_WorkItem_ProjectionOrder"}),

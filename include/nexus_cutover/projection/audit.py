@@ -524,12 +524,17 @@ def indirect_events_statement(ident: ProjectionIdentity, above: int | None, afte
     )
 
 
-def _indirect_events_member(k: int, shape: tuple[bool, bool, int]) -> Select:
-    """Member ``k`` of a batched probe (:mod:`nexus_cutover.batched`): :func:`indirect_events_statement`, shape
-    (``above`` set, keyset set, limit)."""
-    has_above, keyset, limit = shape
+#: The ``above`` of a batched probe of an identity without a boundary: every EnqueueOrdinal (0 or more) is above it,
+#: so every member of a probe has one form whatever its boundary.
+BELOW_EVERY_ORDINAL = -1
+
+
+def _indirect_events_member(k: int, shape: tuple[bool, int]) -> Select:
+    """Member ``k`` of a batched probe (:mod:`nexus_cutover.batched`): :func:`indirect_events_statement` above the
+    parameter ``above`` (:data:`BELOW_EVERY_ORDINAL` for none), shape (keyset set, limit)."""
+    keyset, limit = shape
     after = (batched.param("ordinal", k), batched.param("event", k)) if keyset else None
-    return indirect_events_statement(batched.identity_slot(k), batched.param("above", k) if has_above else None, after, limit)
+    return indirect_events_statement(batched.identity_slot(k), batched.param("above", k), after, limit)
 
 
 def _indirect_events(
@@ -546,8 +551,8 @@ def _indirect_events(
             limit = max(1, batch_size // len(chunk))
             deadline.check(f"auditing the inputs of {len(chunk)} identities ({probes[chunk[0]][0].label()}, ...)")
             found = batched.rows_by_key(conn, _indirect_events_member, [
-                ((probes[i][1] is not None, after[i] is not None, limit),
-                 {**batched.identity_values(probes[i][0]), **({"above": probes[i][1]} if probes[i][1] is not None else {}),
+                ((after[i] is not None, limit),
+                 {**batched.identity_values(probes[i][0]), "above": BELOW_EVERY_ORDINAL if probes[i][1] is None else probes[i][1],
                   **dict(zip(("ordinal", "event"), after[i] or (), strict=False))})
                 for i in chunk])
             for i, rows in zip(chunk, found, strict=True):
