@@ -253,3 +253,10 @@ def test_each_member_of_a_batched_read_is_its_own_index_read(draining):
         reads = [r for r in plan_rows if r["table"] in keys]
         assert len(reads) >= len(members) * len(keys), (what, plan_rows)
         assert all(r["key"] == keys[r["table"]] and r["type"] != "ALL" for r in reads), (what, plan_rows)
+
+
+def test_a_batched_read_is_built_in_a_few_sizes_only():
+    """Full chunks, then the rest in powers of two: each size is one compiled statement an engine keeps."""
+    assert [len(c) for c in batched.chunks(range(237))] == [100, 100, 32, 4, 1]
+    assert [len(c) for c in batched.chunks(range(64), 31)] == [31, 31, 2]
+    assert list(batched.chunks([])) == []
