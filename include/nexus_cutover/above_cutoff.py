@@ -20,17 +20,21 @@ Cost, on indexes only: per pack one statement with the greatest ``LaneOrdinal`` 
 (``ix_WorkItem_ProjectionOrder``, MAX per group: a loose index scan where the server has one); then, only for the
 identities whose top is above the cutoff, their WorkItems above it (a range of the same index; the row is read for
 ``InputStartOrdinal`` and ``WorkClass``, which no index holds) and the Events in reach (``ix_Event_SourceLane``).
-The cost grows with the rows above the cutoff, never with history below it.
+The cost grows with the rows above the cutoff, never with history below it. Each of these reads runs for 100 packs
+or identities per statement (:func:`packs_above_cutoff`, :mod:`nexus_cutover.batched`): a namespace of thousands of
+checkpointed packs, each with the new runtime's range work above its cutoff on every lane, is read in a few dozen
+statements of one transaction, not a statement per pack and per lane.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, Select, func, select
 
-from . import catalog, identity
+from . import batched, catalog, identity
 from .catalog import ConnectorProjectionProtocol, Event, PackInstall, WorkItem
 from .identity import ProjectionIdentity
 
@@ -96,25 +100,70 @@ def reached_events_statement(ident: ProjectionIdentity, cutoff: int, reach: int)
     )
 
 
+def _tops_member(k: int, _shape: None) -> Select:
+    return identity_tops_statement(batched.param("pack", k), batched.param("cutoff", k))
+
+
+def _old_work_member(k: int, _shape: None) -> Select:
+    return old_work_statement(batched.identity_slot(k), batched.param("cutoff", k))
+
+
+def _reached(k: int) -> Select:
+    return reached_events_statement(batched.identity_slot(k), batched.param("cutoff", k), batched.param("reach", k))
+
+
+def _reached_count_member(k: int, _shape: None) -> Select:
+    return select(func.count()).select_from(_reached(k).order_by(None).subquery())
+
+
+def _reached_sample_member(k: int, _shape: None) -> Select:
+    return _reached(k).add_columns(Event.c.EnqueueOrdinal).limit(SHOWN)
+
+
 def pack_above_cutoff(conn: Connection, pack_install_id: str, cutoff: int) -> AboveCutoff | None:
     """The pack's old-protocol work above ``cutoff``, or None when it holds none (module docstring)."""
-    found = AboveCutoff(pack_install_id, cutoff)
-    for row in conn.execute(identity_tops_statement(pack_install_id, cutoff)).all():
-        ident = identity.of_row(row)
-        old = conn.execute(old_work_statement(ident, cutoff)).all()
-        if not old:
-            continue  # only range work above the cutoff: the new runtime's own
-        found.work_items += len(old)
-        found.work_ids += [int(work_id) for work_id, _ in old][: max(0, SHOWN - len(found.work_ids))]
-        reached = reached_events_statement(ident, cutoff, max(int(lane) for _, lane in old))
-        found.events += conn.execute(select(func.count()).select_from(reached.order_by(None).subquery())).scalar_one()
-        if len(found.event_ids) < SHOWN:
-            found.event_ids += [int(e) for e in conn.execute(reached.limit(SHOWN - len(found.event_ids))).scalars()]
-    if not found.work_items:
-        return None
-    found.work_ids.sort()
-    found.event_ids.sort()
-    return found
+    found = packs_above_cutoff(conn, [(pack_install_id, cutoff)])
+    return found[0] if found else None
+
+
+def packs_above_cutoff(conn: Connection, packs: Sequence[tuple[str, int]]) -> list[AboveCutoff]:
+    """Each of ``packs`` (PackInstallId, cutoff) holding old-protocol work above its cutoff, in ``packs``' order.
+
+    The reads of the module docstring, each run for a chunk of packs or identities per statement
+    (:mod:`nexus_cutover.batched`): the identity tops of every pack, the old work above the cutoff of every identity
+    whose top is above it, then the Events in reach of the identities that have some (counted, and the first
+    :data:`SHOWN` named): statements grow with packs / 100, never a statement per pack or per lane.
+    """
+    tops: list[tuple[int, ProjectionIdentity]] = []  # (index into packs, identity whose top is above its cutoff)
+    for chunk in batched.chunks(range(len(packs))):
+        found = batched.rows_by_key(conn, _tops_member, [(None, {"pack": packs[i][0], "cutoff": packs[i][1]}) for i in chunk])
+        tops += [(i, ProjectionIdentity(*row[: len(identity.COLUMN_NAMES)])) for i, rows in zip(chunk, found, strict=True)
+                 for row in rows]
+    old: list[tuple[int, ProjectionIdentity, list[tuple[int, int]]]] = []  # ... its old work above the cutoff, by lane
+    for chunk in batched.chunks(tops):
+        found = batched.rows_by_key(conn, _old_work_member, [
+            (None, {**batched.identity_values(ident), "cutoff": packs[i][1]}) for i, ident in chunk])
+        old += [(i, ident, sorted((int(lane), int(w)) for w, lane in rows)) for (i, ident), rows in zip(chunk, found, strict=True)
+                if rows]  # an identity with only range work above the cutoff: the new runtime's own
+    counts: list[int] = []
+    samples: list[list[int]] = []
+    for chunk in batched.chunks(old):
+        members = [(None, {**batched.identity_values(ident), "cutoff": packs[i][1], "reach": work[-1][0]})
+                   for i, ident, work in chunk]
+        counts += [int(rows[0][0]) for rows in batched.rows_by_key(conn, _reached_count_member, members)]
+        samples += [[int(e) for e, _ in sorted(rows, key=lambda row: (row[1], row[0]))]
+                    for rows in batched.rows_by_key(conn, _reached_sample_member, members)]
+    by_pack: dict[int, AboveCutoff] = {}
+    for (i, _, work), events, sample in zip(old, counts, samples, strict=True):
+        found = by_pack.setdefault(i, AboveCutoff(*packs[i]))
+        found.work_items += len(work)
+        found.work_ids += [w for _, w in work][: max(0, SHOWN - len(found.work_ids))]
+        found.events += events
+        found.event_ids += sample[: max(0, SHOWN - len(found.event_ids))]
+    for found in by_pack.values():
+        found.work_ids.sort()
+        found.event_ids.sort()
+    return [by_pack[i] for i in sorted(by_pack)]
 
 
 def checkpointed_active_packs(conn: Connection, namespace: str) -> list[tuple[str, int]]:
@@ -130,5 +179,4 @@ def checkpointed_active_packs(conn: Connection, namespace: str) -> list[tuple[st
 
 def namespace_above_cutoff(conn: Connection, namespace: str) -> list[AboveCutoff]:
     """Every active, checkpointed pack of ``namespace`` holding old-protocol work above its cutoff (read only)."""
-    return [found for pack, cutoff in checkpointed_active_packs(conn, namespace)
-            if (found := pack_above_cutoff(conn, pack, cutoff)) is not None]
+    return packs_above_cutoff(conn, checkpointed_active_packs(conn, namespace))

@@ -86,11 +86,17 @@ def projection_identities(conn: Connection, table: Table, identities: Iterable[P
     The server decides, as it decides every identity equality: a value spelled byte for byte like one of
     :data:`~nexus_cutover.catalog.PROJECTION_WORK_TYPES` is one under any collation; any other spelling
     (``'Connector.Projection'`` on a case-folding collation) is asked of the server with one index dive on
-    ``table``'s identity prefix (:func:`is_projection_input` against the stored value).
+    ``table``'s identity prefix (:func:`is_projection_input` against the stored value), once per distinct spelling:
+    the answer is the collation's of that spelling, whichever identity carries it (a pack may have thousands of
+    lanes of one odd spelling, and the audit's transaction is bounded).
     """
+    answers: dict[str, bool] = {}
+
     def server_says_projection(ident: ProjectionIdentity) -> bool:
-        probe = select(literal(1)).where(matches(table, ident), is_projection_input(table)).limit(1)
-        return conn.execute(probe).first() is not None
+        if ident.work_type not in answers:
+            probe = select(literal(1)).where(matches(table, ident), is_projection_input(table)).limit(1)
+            answers[ident.work_type] = conn.execute(probe).first() is not None
+        return answers[ident.work_type]
 
     return {ident for ident in identities if ident.work_type in PROJECTION_WORK_TYPES or server_says_projection(ident)}
 

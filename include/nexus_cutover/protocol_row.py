@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, bindparam, insert, select
 
-from .catalog import PROTOCOL_RANGES, ConnectorProjectionProtocol
+from .catalog import PACK_ACTIVE, PROTOCOL_RANGES, ConnectorProjectionProtocol, PackInstall
 from .clock import utcnow
 from .errors import CutoverError
 from .holders import stored_holder
@@ -55,6 +55,19 @@ def read_protocol_row(conn: Connection, pack_install_id: str, *, for_update: boo
     if row is None:
         return None
     return ProtocolRow(*row)
+
+
+def active_protocol_rows(conn: Connection, namespace: str) -> dict[str, ProtocolRow]:
+    """The protocol row of every active pack of ``namespace`` that has one (PackInstallId as ``_System_PackInstall``
+    spells it -> row), in one statement: a range on ``ix_PackInstall_Namespace``, then a primary-key probe per pack
+    (never a statement per pack: a namespace may hold thousands)."""
+    p = PackInstall
+    stmt = (
+        select(p.c.PackInstallId.label("pack"), *_ROW.selected_columns)
+        .join_from(p, _t, _t.c.PackInstallId == p.c.PackInstallId)
+        .where(p.c.Namespace == namespace, p.c.Status == PACK_ACTIVE)
+    )
+    return {row[0]: ProtocolRow(*row[1:]) for row in conn.execute(stmt)}
 
 
 def require_version_1(row: ProtocolRow) -> ProtocolRow:

@@ -59,13 +59,14 @@ def read_standing(bind: Engine | Connection, namespace: str) -> Standing:
     from .catalog import ConnectorProjectionProtocol
     from .clock import utcnow
     from .projection.fence import cutover_fences, fences_in_force
-    from .protocol_row import read_protocol_row
+    from .protocol_row import active_protocol_rows
     from .runtime.activation import active_packs
 
     with tx.reading(bind, f"reading where namespace {namespace!r} stands") as conn:
         packs = active_packs(conn, namespace)
         table = schema.has_table(conn, ConnectorProjectionProtocol.name)
-        done = [p for p in packs if table and read_protocol_row(conn, p) is not None]
+        rows = active_protocol_rows(conn, namespace) if table else {}  # one statement, not one per pack
+        done = [p for p in packs if p in rows]
         held = [f["ArmedBy"] for f in cutover_fences(fences_in_force(conn, namespace, utcnow()))]
         above = [a.as_json() for a in namespace_above_cutoff(conn, namespace)] if table else []
     return Standing(len(packs), len(done), held, above)

@@ -5,7 +5,9 @@ drain of old projection work, the checkpoint of every active pack, the new
 host(s), receipt materialization and the Field History stage. Read only: it
 never writes to the tenant database. Each section fails on its own (a tenant
 before the additive schema has no checkpoint table yet); the error text names
-what is missing and never contains a DSN or a password.
+what is missing and never contains a DSN or a password. The packs and receipts sections read every pack of the
+namespace in one statement, or one per hundred packs, never one per pack (TiDB bounds a transaction's statements; a
+namespace may hold thousands of packs).
 """
 
 from __future__ import annotations
@@ -83,17 +85,22 @@ def _drain(engine: Engine, ns: str) -> dict[str, Any]:
 
 
 def _packs(engine: Engine, ns: str) -> list[dict[str, Any]]:
-    from .above_cutoff import pack_above_cutoff
-    from .protocol_row import read_protocol_row
+    """Every active pack with its checkpoint and its old work above the cutoff: a few statements whatever the
+    number of packs (a namespace may hold thousands; one read-only transaction, TiDB bounds its statements)."""
+    from .above_cutoff import packs_above_cutoff
+    from .protocol_row import active_protocol_rows
     from .runtime.activation import active_packs
     from .schema import has_table
 
     out = []
     with tx.reading(engine, "reading the packs and their checkpoints") as conn:
         table = has_table(conn, catalog.ConnectorProjectionProtocol.name)
-        for pack in active_packs(conn, ns):
-            row = read_protocol_row(conn, pack) if table else None
-            above = pack_above_cutoff(conn, pack, row.legacy_max_ordinal) if row is not None else None
+        packs = active_packs(conn, ns)
+        rows = active_protocol_rows(conn, ns) if table else {}
+        checkpointed = [(pack, rows[pack].legacy_max_ordinal) for pack in packs if pack in rows]
+        above = {found.pack_install_id: found for found in packs_above_cutoff(conn, checkpointed)}
+        for pack in packs:
+            row = rows.get(pack)
             out.append({
                 "pack_install_id": pack,
                 "checkpoint": None if row is None else {
@@ -101,7 +108,7 @@ def _packs(engine: Engine, ns: str) -> list[dict[str, Any]]:
                     "written_at": row.written_at.isoformat() if row.written_at else None,
                     "written_by": row.written_by},
                 # old-protocol work an old runtime admitted above the cutoff: a stop, not "checkpointed"
-                "old_work_above_cutoff": None if above is None else above.as_json(),
+                "old_work_above_cutoff": above[pack].as_json() if pack in above else None,
             })
     return out
 
@@ -117,19 +124,16 @@ def _hosts(engine: Engine, ns: str) -> dict[str, Any]:
 
 
 def _receipts(engine: Engine, ns: str) -> dict[str, Any]:
-    from .runtime.activation import active_packs
-
-    t = catalog.IngressReceipt
+    """The ingress receipts of the namespace's active packs, counted in one statement (a range of
+    ``ix_IngressReceipt_Pending`` per pack, joined from ``ix_PackInstall_Namespace``)."""
+    t, p = catalog.IngressReceipt, catalog.PackInstall
     with tx.reading(engine, "reading the ingress receipts") as conn:
-        packs = active_packs(conn, ns)
-        total = materialized = 0
-        for pack in packs:
-            row = conn.execute(
-                select(func.count(), func.count(t.c.MaterializedAt)).select_from(t).where(t.c.PackInstallId == pack)
-            ).one()
-            total += row[0]
-            materialized += row[1]
-    return {"total": total, "materialized": materialized}
+        total, materialized = conn.execute(
+            select(func.count(t.c.PackInstallId), func.count(t.c.MaterializedAt))
+            .select_from(p.join(t, t.c.PackInstallId == p.c.PackInstallId))
+            .where(p.c.Namespace == ns, p.c.Status == catalog.PACK_ACTIVE)
+        ).one()
+    return {"total": int(total), "materialized": int(materialized)}
 
 
 def field_history_stage(d: dict[str, Any], *, switches_final: bool) -> tuple[int, str]:

@@ -311,7 +311,7 @@ def test_a_completed_top_spelled_otherwise_is_the_boundary_without_a_walk_down(a
     _write(engine, tenant)
     walks = []
     real_walk = audit._walk_down
-    monkeypatch.setattr(audit, "_walk_down", lambda conn, ident, deadline: walks.append(ident) or real_walk(conn, ident, deadline))
+    monkeypatch.setattr(audit, "_walk_down", lambda conn, idents, deadline: walks.extend(idents) or real_walk(conn, idents, deadline))
     found, _, groups = product(engine, "dp-top", fold)
     equated = fold("Lane-B") == fold("lane-b  ")
     assert walks == ([] if equated else [audit.identity.ProjectionIdentity("dp-top", "k", 1, "1.0.0", PROJECTION, "Lane-B")])

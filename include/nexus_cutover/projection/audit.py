@@ -45,7 +45,16 @@ How it stays bounded (memory does not grow with history depth):
    the cost does not grow with depth;
 5. per identity, only Events *above* B(I) -- or, for mixed identities, all of
    them -- are probed for a direct task, with an anti-join on
-   ``ix_WorkItem_Selected``, in keyset batches that return offenders only.
+   ``ix_WorkItem_Selected``, in keyset batches that return offenders only;
+6. the walks (4) and the probes (5) of many identities share a statement: a
+   UNION ALL of the same per-identity index reads, a chunk of identities each
+   (:mod:`nexus_cutover.batched`), so the statements of one audit grow with
+   lanes / 100, never a statement per lane (TiDB bounds a transaction);
+7. a pack-wide refusal (``live_work``, ``native_work_before_checkpoint``) is
+   decided before any per-identity read: a pack with more than
+   :data:`PER_IDENTITY_AFTER_PACK_WIDE_REFUSAL` identities is refused on it
+   alone (the run after the drain audits the identities); a smaller one is
+   audited in full, every finding named.
 
 Nothing here writes; timestamps decide nothing.
 """
@@ -57,9 +66,9 @@ from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, and_, exists, func, or_, select
+from sqlalchemy import Connection, Select, and_, exists, func, or_, select
 
-from .. import catalog, identity
+from .. import batched, catalog, identity
 from ..catalog import Event, WorkItem
 from ..db import Deadline
 from ..identity import ProjectionIdentity
@@ -110,8 +119,16 @@ _EXPLANATIONS = {
 }
 
 DEFAULT_BATCH = 5000
-#: Rows per read of an identity walked down because its top row is not a completed projection WorkItem.
+#: Most rows per read of the identities walked down because their top row is not a completed projection WorkItem.
 REACH_WALK_BATCH = 1000
+#: Rows per identity of the first walk-down round (a failed or live top has its completed generation right below
+#: it, as a rule), and the factor by which each further round reads more.
+FIRST_WALK_ROWS = 4
+WALK_GROWTH = 8
+#: With a pack-wide refusal (``live_work``, ``native_work_before_checkpoint``) decided, the per-identity audit runs
+#: only for a pack of at most this many identities (a few statements, every finding named); a larger pack is refused
+#: on the pack-wide findings alone, its identities audited by the run after the drain.
+PER_IDENTITY_AFTER_PACK_WIDE_REFUSAL = 100
 
 
 @dataclass
@@ -200,7 +217,8 @@ def audit_pack(
     Findings are one per refusal class and identity *as the server equates identities*
     (:func:`~nexus_cutover.identity.identity_keys`): rows spelled ``Lane-A`` and ``lane-a`` on a case-folding
     collation, or ``a`` and ``a `` on a PAD SPACE one, are one identity and one finding, named by the spelling
-    the server's GROUP BY of the pack's Events returns (else the first row's).
+    the server's GROUP BY of the pack's Events returns (else the first row's). With a pack-wide refusal and more than
+    :data:`PER_IDENTITY_AFTER_PACK_WIDE_REFUSAL` identities, only the pack-wide findings are named (module docstring, 7).
     """
     deadline.check("auditing live work")
     live = list(_live_projection_work(conn, pack_install_id, namespace))
@@ -221,14 +239,19 @@ def audit_pack(
     for ident, work_id in native:
         findings.add(NATIVE_WORK_BEFORE_CHECKPOINT, ident, work_id=work_id)
 
+    if (live or other_live or native) and len(event_identities) > PER_IDENTITY_AFTER_PACK_WIDE_REFUSAL:
+        log.info("audit of %s: refused pack-wide (%d live, %d range-protocol WorkItems); its %d identities are audited "
+                 "by the run after the drain", pack_install_id, len(live) + len(other_live), len(native),
+                 len(event_identities))
+        return AuditReport(pack_install_id, findings.ordered(), legacy_max, 0, 0)
+
     reach = _work_reach_by_identity(conn, pack_install_id, [ident for ident, _, _ in event_identities], deadline)
-    identities = 0
-    probed = 0
+    mixed: set[ProjectionIdentity] = set()
+    probes: list[tuple[ProjectionIdentity, int | None]] = []
     for ident, min_ordinal, max_ordinal in event_identities:
-        identities += 1
         r = reach[ident]
-        mixed = min_ordinal == 0 and max_ordinal > 0
-        if mixed:
+        if min_ordinal == 0 and max_ordinal > 0:
+            mixed.add(ident)
             above = None  # every indirect Event of a mixed identity is refused, below B(I) too
         elif r.completed_boundary is not None:
             if max_ordinal <= r.completed_boundary:
@@ -236,18 +259,22 @@ def audit_pack(
             above = r.completed_boundary
         else:
             above = None
-        for event_id, ordinal in _indirect_events(conn, ident, above, deadline, batch_size):
-            probed += 1
-            if mixed:
-                findings.add(MIXED_HISTORY_INDIRECT, ident, event_id=event_id)
-            elif r.terminal_reach is not None and r.terminal_reach >= ordinal:
-                findings.add(BEYOND_COMPLETED_BOUNDARY, ident, event_id=event_id)
-            elif r.any_reach is not None and r.any_reach >= ordinal:
-                pass  # reached only by live work, which is already a live_work finding
-            else:
-                findings.add(MISSING_OWNER, ident, event_id=event_id)
-        if identities % 100 == 0:
-            log.info("audit of %s: %d identities checked, %d inputs probed", pack_install_id, identities, probed)
+        probes.append((ident, above))
+    identities = len(event_identities)
+    probed = 0
+    for ident, event_id, ordinal in _indirect_events(conn, probes, deadline, batch_size):
+        probed += 1
+        r = reach[ident]
+        if ident in mixed:
+            findings.add(MIXED_HISTORY_INDIRECT, ident, event_id=event_id)
+        elif r.terminal_reach is not None and r.terminal_reach >= ordinal:
+            findings.add(BEYOND_COMPLETED_BOUNDARY, ident, event_id=event_id)
+        elif r.any_reach is not None and r.any_reach >= ordinal:
+            pass  # reached only by live work, which is already a live_work finding
+        else:
+            findings.add(MISSING_OWNER, ident, event_id=event_id)
+    log.info("audit of %s: %d identities checked, %d probed for indirect inputs, %d inputs found", pack_install_id,
+             identities, len(probes), probed)
 
     return AuditReport(pack_install_id, findings.ordered(), legacy_max, identities, probed)
 
@@ -404,34 +431,57 @@ def _work_reach_by_identity(
     keys = identity.identity_keys(conn, [ident for ident, _ in completed_tops] + list(idents))
     completed_at_top = {keys[ident]: lane_ordinal for ident, lane_ordinal in completed_tops}
     reach: dict[ProjectionIdentity, _WorkReach] = {}
-    walked = 0
+    walked: list[ProjectionIdentity] = []
     for ident in idents:
         top = completed_at_top.get(keys[ident])
         if top is not None:  # the greatest row of the identity is completed projection work: it is every reach
             reach[ident] = _WorkReach(top, top, top)
         else:  # no WorkItem, or the top is live, failed, cancelled or of another class
-            reach[ident] = _walk_down(conn, ident, deadline)
-            walked += 1
+            walked.append(ident)
     if walked:
-        log.info("audit of %s: %d of %d identities walked down below their top WorkItem", pack_install_id, walked,
+        reach.update(_walk_down(conn, walked, deadline))
+        log.info("audit of %s: %d of %d identities walked down below their top WorkItem", pack_install_id, len(walked),
                  len(idents))
     return reach
 
 
-def _walk_down(conn: Connection, ident: ProjectionIdentity, deadline: Deadline) -> _WorkReach:
-    """Read ``ident``'s projection WorkItems from the top down, in keyset batches, until a completed row or the end."""
-    r = _WorkReach()
-    below = None
-    while True:
-        deadline.check(f"walking down the WorkItems of identity {ident.label()}")
-        rows = conn.execute(walk_down_statement(ident, below)).all()
-        for lane_ordinal, status, _ in rows:
-            r.take(int(lane_ordinal), status)
-            if r.known:
-                return r
-        if len(rows) < REACH_WALK_BATCH:
-            return r
-        below = (int(rows[-1][0]), int(rows[-1][2]))
+def _walk_down_member(k: int, shape: tuple[bool, int]) -> Select:
+    """Member ``k`` of a batched walk down (:mod:`nexus_cutover.batched`): :func:`walk_down_statement`, shape
+    (keyset set, limit)."""
+    keyset, limit = shape
+    below = (batched.param("lane", k), batched.param("work", k)) if keyset else None
+    return walk_down_statement(batched.identity_slot(k), below, limit)
+
+
+def _walk_down(conn: Connection, idents: list[ProjectionIdentity], deadline: Deadline) -> dict[ProjectionIdentity, _WorkReach]:
+    """Read each of ``idents``' projection WorkItems from the top down until a completed row or the end: in rounds,
+    each a statement per chunk of identities (:mod:`nexus_cutover.batched`) reading the next rows of every identity
+    not known yet. A round reads :data:`FIRST_WALK_ROWS` rows per identity, the next ones :data:`WALK_GROWTH` times
+    more (up to :data:`REACH_WALK_BATCH`, the chunk shrinking so a statement returns at most that many rows): an
+    identity stops being read at its first completed row, as when walked alone."""
+    reach = {ident: _WorkReach() for ident in idents}
+    below: dict[ProjectionIdentity, tuple[int, int] | None] = dict.fromkeys(idents)
+    pending, rows_each = list(idents), FIRST_WALK_ROWS
+    while pending:
+        still: list[ProjectionIdentity] = []
+        for chunk in batched.chunks(pending, max(1, min(batched.UNION_CHUNK, REACH_WALK_BATCH // rows_each))):
+            deadline.check(f"walking down the WorkItems of {len(chunk)} identities ({chunk[0].label()}, ...)")
+            found = batched.rows_by_key(conn, _walk_down_member, [
+                ((below[ident] is not None, rows_each),
+                 {**batched.identity_values(ident), **dict(zip(("lane", "work"), below[ident] or (), strict=False))})
+                for ident in chunk])
+            for ident, rows in zip(chunk, found, strict=True):
+                rows.sort(key=lambda row: (row[0], row[2]), reverse=True)  # (LaneOrdinal, WorkId) descending
+                r = reach[ident]
+                for lane_ordinal, status, _ in rows:
+                    r.take(int(lane_ordinal), status)
+                    if r.known:
+                        break
+                if not r.known and len(rows) == rows_each:
+                    below[ident] = (int(rows[-1][0]), int(rows[-1][2]))
+                    still.append(ident)
+        pending, rows_each = still, min(REACH_WALK_BATCH, rows_each * WALK_GROWTH)
+    return reach
 
 
 def event_ordinals_statement(pack_install_id: str):
@@ -474,16 +524,42 @@ def indirect_events_statement(ident: ProjectionIdentity, above: int | None, afte
     )
 
 
+#: The ``above`` of a batched probe of an identity without a boundary: every EnqueueOrdinal (0 or more) is above it,
+#: so every member of a probe has one form whatever its boundary.
+BELOW_EVERY_ORDINAL = -1
+
+
+def _indirect_events_member(k: int, shape: tuple[bool, int]) -> Select:
+    """Member ``k`` of a batched probe (:mod:`nexus_cutover.batched`): :func:`indirect_events_statement` above the
+    parameter ``above`` (:data:`BELOW_EVERY_ORDINAL` for none), shape (keyset set, limit)."""
+    keyset, limit = shape
+    after = (batched.param("ordinal", k), batched.param("event", k)) if keyset else None
+    return indirect_events_statement(batched.identity_slot(k), batched.param("above", k), after, limit)
+
+
 def _indirect_events(
-    conn: Connection, ident: ProjectionIdentity, above: int | None, deadline: Deadline, batch_size: int
-) -> Iterator[tuple[int, int]]:
-    """Keyset batches of (EventId, EnqueueOrdinal) without a direct task, in ordinal order."""
-    after = None
-    while True:
-        deadline.check(f"auditing identity {ident.label()}")
-        rows = conn.execute(indirect_events_statement(ident, above, after, batch_size)).all()
-        for event_id, ordinal in rows:
-            yield int(event_id), int(ordinal)
-        if len(rows) < batch_size:
-            return
-        after = (int(rows[-1][1]), int(rows[-1][0]))
+    conn: Connection, probes: list[tuple[ProjectionIdentity, int | None]], deadline: Deadline, batch_size: int
+) -> Iterator[tuple[ProjectionIdentity, int, int]]:
+    """(identity, EventId, EnqueueOrdinal) of each probe's Events without a direct task above its ``above``, each
+    identity's in ordinal order: keyset batches of a chunk of identities per statement (:mod:`nexus_cutover.batched`),
+    at most ``batch_size`` rows per statement; an identity whose batch came back full is read on in the next round."""
+    after: dict[int, tuple[int, int] | None] = dict.fromkeys(range(len(probes)))
+    pending = list(range(len(probes)))
+    while pending:
+        still: list[int] = []
+        for chunk in batched.chunks(pending):
+            limit = max(1, batch_size // len(chunk))
+            deadline.check(f"auditing the inputs of {len(chunk)} identities ({probes[chunk[0]][0].label()}, ...)")
+            found = batched.rows_by_key(conn, _indirect_events_member, [
+                ((after[i] is not None, limit),
+                 {**batched.identity_values(probes[i][0]), "above": BELOW_EVERY_ORDINAL if probes[i][1] is None else probes[i][1],
+                  **dict(zip(("ordinal", "event"), after[i] or (), strict=False))})
+                for i in chunk])
+            for i, rows in zip(chunk, found, strict=True):
+                rows.sort(key=lambda row: (row[1], row[0]))  # (EnqueueOrdinal, EventId)
+                for event_id, ordinal in rows:
+                    yield probes[i][0], int(event_id), int(ordinal)
+                if len(rows) == limit:
+                    after[i] = (int(rows[-1][1]), int(rows[-1][0]))
+                    still.append(i)
+        pending = still
