@@ -209,6 +209,8 @@ def test_status_and_the_standing_of_3000_checkpointed_packs_stay_in_bounds(mysql
     with tenant(mysql_server_url, sc) as engine, counting(engine) as seen:
         state = read_tenant_state(engine, NS)
         standing = read_standing(engine, NS)
+        planned = plan(engine, PlanOptions(namespace=NS, holder="op-1"))  # the fence's look: one statement, not 3,000
+    assert planned["verdict"].startswith("done: already cut over"), planned["verdict"]
     assert "packs_error" not in state, state["packs_error"]
     assert len(state["packs"]) == PACKS and all(p["checkpoint"] and p["old_work_above_cutoff"] is None for p in state["packs"])
     assert state["receipts"] == {"total": PACKS, "materialized": 0}

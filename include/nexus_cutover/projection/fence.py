@@ -72,7 +72,7 @@ from ..errors import BadInput, Refused
 from ..fencing import fence_in_force, is_cutover_fence, override_active
 from ..holders import airflow_run_link, airflow_run_named, same_holder, stored_holder
 from ..locks import lifecycle_lock_names
-from ..protocol_row import read_protocol_row
+from ..protocol_row import active_protocol_rows
 from ..schema import has_table
 from ..standing import is_cut_over
 
@@ -428,10 +428,13 @@ class _Holders:
         raise FenceHeld(namespace, fence, self.me, state=state, take_over=self.take_over)
 
 
-def _all_checkpointed(conn: Connection, packs: list[str]) -> bool:
+def _all_checkpointed(conn: Connection, namespace: str, packs: list[str]) -> bool:
+    """Whether every pack of the run has its protocol row: one statement for the namespace's active packs (never a
+    statement per pack inside the locked transaction: a namespace may hold thousands)."""
     if not packs or not has_table(conn, ConnectorProjectionProtocol.name):
         return False
-    return all(read_protocol_row(conn, p) is not None for p in packs)
+    have = active_protocol_rows(conn, namespace)
+    return all(p in have for p in packs)
 
 
 def last_released_cutover_fence(conn: Connection, namespace: str) -> dict[str, Any] | None:
@@ -484,7 +487,7 @@ def _arm(
                  .values(ArmedBy=decide.me, Reason=record), namespace, fence_id, "adopted")
         _still_one_cutover_fence(conn, namespace, now)
         return FenceResult(namespace, "adopted", fence_id, others, previous_holder=previous, holder=decide.me)
-    if _all_checkpointed(conn, packs):  # and no cutover fence in force: cut over, unless old work is above a cutoff
+    if _all_checkpointed(conn, namespace, packs):  # and no cutover fence in force: cut over, unless old work is above a cutoff
         above = [a for a in namespace_above_cutoff(conn, namespace) if a.pack_install_id in packs]
         if not is_cut_over(packs=len(packs), checkpointed=len(packs), cutover_fences=0, above_cutoff=len(above)):
             raise OldWorkAboveCutoff(namespace, above)
