@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from sqlalchemy import ColumnElement, Connection, Engine, Select, select
 
 from .. import catalog, tx
-from ..above_cutoff import namespace_above_cutoff, pack_above_cutoff
+from ..above_cutoff import namespace_above_cutoff, packs_above_cutoff
 from ..catalog import PROTOCOL_RANGES
-from ..protocol_row import read_protocol_row
+from ..protocol_row import active_protocol_rows
 from ..schema import missing_projection_schema
 from .errors import NotActivated
 from .packs import no_protocol_row_reason
@@ -116,9 +116,10 @@ def _check(conn: Connection, namespace: str) -> ActivationVerdict:
             ],
         )
     packs = active_packs(conn, namespace)
+    rows = active_protocol_rows(conn, namespace)  # one statement, whatever the number of packs
     reasons = []
     for pack in packs:
-        row = read_protocol_row(conn, pack)
+        row = rows.get(pack)
         if row is None or row.protocol_version != PROTOCOL_RANGES:
             reasons.append(_not_served_reason(pack, row.protocol_version if row else None))
     reasons += [found.describe() for found in namespace_above_cutoff(conn, namespace)]
@@ -171,12 +172,11 @@ class ServedPacks:
         with tx.reading(self.engine, f"listing the packs of namespace {self.namespace!r}") as conn:
             rows = pack_protocols(conn, self.namespace)
             skipped = {pack: _not_served_reason(pack, version) for pack, version in rows if version != PROTOCOL_RANGES}
-            for pack, version in rows:  # a pack about to be served: not while it holds old work above its cutoff
-                if version == PROTOCOL_RANGES and pack not in self.packs:
-                    row = read_protocol_row(conn, pack)
-                    found = pack_above_cutoff(conn, pack, row.legacy_max_ordinal) if row is not None else None
-                    if found is not None:
-                        skipped[pack] = found.describe()
+            coming = [pack for pack, version in rows if version == PROTOCOL_RANGES and pack not in self.packs]
+            if coming:  # a pack about to be served: not while it holds old work above its cutoff (read in chunks)
+                cutoffs = active_protocol_rows(conn, self.namespace)
+                for found in packs_above_cutoff(conn, [(p, cutoffs[p].legacy_max_ordinal) for p in coming if p in cutoffs]):
+                    skipped[found.pack_install_id] = found.describe()
         served = [pack for pack, version in rows if version == PROTOCOL_RANGES and pack not in skipped]
         added = [pack for pack in served if pack not in self.packs]
         for pack in added:
