@@ -134,3 +134,53 @@ def tls_server():
 def cli_env():
     """The environment of a command line run: this process's, without any tenant DSN."""
     return {k: v for k, v in os.environ.items() if k not in ("NEXUS_TENANT_DSN", "CONNECTOR_CUTOVER_DSN")}
+
+
+@pytest.fixture
+def tls_tenant(tls_server):
+    """``(database name, admin engine)``: a fresh database on the TLS server with the Part A schema and one pack of
+    'acme' (pk-1), written over TLS; dropped afterwards."""
+    import uuid
+
+    from sqlalchemy import text
+
+    from nexus_cutover.db import make_engine
+    from nexus_cutover.schema import create_legacy_schema
+    from nexus_sim.scenario import TenantScenario
+
+    name = f"nx_tls_{uuid.uuid4().hex[:10]}"
+    admin = make_engine(tls_server.dsn("mysql", ssl_mode="VERIFY_IDENTITY", ssl_ca=tls_server.ca))
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE DATABASE `{name}`"))
+    engine = make_engine(tls_server.dsn(name, ssl_mode="VERIFY_IDENTITY", ssl_ca=tls_server.ca))
+    try:
+        create_legacy_schema(engine)
+        scenario = TenantScenario(namespace="acme")
+        scenario.pack("pk-1")
+        scenario.write(engine)
+        yield name, engine
+    finally:
+        engine.dispose()
+        with admin.begin() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> pathlib.Path:
+    """The migrated metadata DB of this session's Airflow home (as in tests/dags)."""
+    from tests.dags.airflow_harness import migrate_metadata_db
+
+    return migrate_metadata_db()
+
+
+@pytest.fixture
+def airflow_connection(monkeypatch):
+    """``airflow_connection(conn_id, fields)``: make ``conn_id`` resolve to the connection ``fields`` (JSON form)."""
+    import json
+
+    def _make(conn_id: str, fields: dict) -> str:
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
+        return conn_id
+
+    return _make
