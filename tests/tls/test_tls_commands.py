@@ -66,6 +66,17 @@ def test_a_cutover_step_over_tls_from_the_dsn(tls_server, tls_tenant, cli_env):
     assert_nothing_secret(cutover, tls_server.client_key)
 
 
+def test_the_new_host_connects_over_tls_from_its_dsn(tls_server, tls_tenant, cli_env):
+    """``nexus-host``, which ``start_new_host`` starts with the run's DSN in ``NEXUS_TENANT_DSN``: the TLS parameters
+    in that DSN are all it needs (the user REQUIRE SSL): it registers, then its activation gate stops it on this
+    tenant without the cutover's schema, as on any server."""
+    name, _ = tls_tenant
+    proc = run(["--namespace", "acme", "--drain-and-exit"], client_dsn(tls_server, name), cli_env, module="host")
+    assert "registered for namespace 'acme'" in proc.stderr and "activation gate refused" in proc.stderr, proc.stderr
+    assert "cannot connect" not in proc.stderr
+    assert_nothing_secret(proc, tls_server.client_key)
+
+
 @pytest.mark.parametrize(("query", "code", "words"), [
     ({"ssl_mode": "VERIFY-EVERYTHING"}, 2, "ssl_mode 'VERIFY-EVERYTHING' is not a TLS mode"),
     ({"ssl_mode": "VERIFY_CA", "ssl_ca": "/nonexistent/ca.pem"}, 2, "the ssl_ca file '/nonexistent/ca.pem' does not exist"),
