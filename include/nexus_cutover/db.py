@@ -18,24 +18,34 @@ Invariants:
   reports take one snapshot; READ UNCOMMITTED would read uncommitted rows).
   Anything else is :class:`~nexus_cutover.errors.BadInput` (exit 2) naming the
   setting to change, raised before any statement of the command runs.
+* Every MySQL-protocol connection is secured as :mod:`nexus_cutover.tls` decides from the DSN's TLS query
+  parameters (``ssl_mode``, ``ssl_ca``, ``ssl_cert``, ``ssl_key``), judged at the engine's first connection (so a
+  command has shown its masked target first): a bad value is :class:`BadInput`; a server that offers no TLS under
+  a mode that requires it is refused before anything is sent to it; a refused handshake is
+  :class:`~nexus_cutover.errors.Unreachable` ("cannot connect: ..."), in words naming the mode and what to fix.
+  :func:`engine_tls` is what an engine uses, :func:`tls_report` what a report shows.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import re
+import ssl
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import quote_plus
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 
-from . import catalog
+from . import catalog, tls
 from .errors import BadInput, CutoverError, LockTimeout, MissingSchema, Unreachable
 
 DSN_ENV_CUTOVER = "CONNECTOR_CUTOVER_DSN"
@@ -51,6 +61,7 @@ _DUPLICATE_KEY = 1062
 _DDL_ALREADY_DONE = {1050, 1060, 1061}  # table exists / duplicate column / duplicate key name
 _QUERY_INTERRUPTED = {1317, 1969, 3024}  # killed / max_statement_time / max_execution_time
 _CONNECTION_ERRORS = {2002, 2003, 2005, 2006, 2013, 2055}
+_TLS_CONNECTION_ERROR = 2026  # CR_SSL_CONNECTION_ERROR: the MySQL client's code for a refused TLS handshake
 _ACCESS_DENIED = {1044, 1045}
 _UNKNOWN_DATABASE = 1049
 _NO_SUCH_TABLE = 1146
@@ -233,7 +244,8 @@ def _check_session(dbapi_connection, _record) -> None:  # pragma: no cover - dri
 
 def make_engine(dsn: str | URL, *, connect_timeout: float = 10.0, **kwargs) -> Engine:
     """An engine for a tenant DSN (validated with :func:`parse_dsn`); on MySQL-protocol servers every new
-    connection is checked by :func:`session_problem` first."""
+    connection is secured as the DSN's TLS parameters say (:mod:`nexus_cutover.tls`) and checked by
+    :func:`session_problem` first."""
     url = dsn if isinstance(dsn, URL) else parse_dsn(dsn)
     if url.drivername in _SQLITE_DRIVERS:
         engine = create_engine(
@@ -245,10 +257,104 @@ def make_engine(dsn: str | URL, *, connect_timeout: float = 10.0, **kwargs) -> E
         return engine
     if url.drivername == "mysql":
         url = url.set(drivername="mysql+pymysql")
+    rest, tls_values = tls.split_tls(dict(url.query))
+    url = url.set(query=rest)
+    connector = _TlsConnector(tls_values, url)
     connect_args = {"connect_timeout": max(1, int(math.ceil(connect_timeout)))}
     engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args, **kwargs)
+    _ENGINE_TLS[engine] = connector
+    event.listen(engine, "do_connect", connector.connect)
     event.listen(engine, "connect", _check_session)
     return engine
+
+
+#: Each MySQL-protocol engine's :class:`_TlsConnector` (an engine holds no attributes of ours).
+_ENGINE_TLS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def engine_tls(engine: Engine) -> tls.TlsSettings | None:
+    """The TLS settings ``engine`` connects with; None for SQLite (or an engine not made by :func:`make_engine`).
+    :class:`BadInput` when the DSN's TLS parameters are bad."""
+    connector = _ENGINE_TLS.get(engine)
+    return connector.settings if connector is not None else None
+
+
+def tls_report(engine: Engine, conn: Connection | None = None) -> dict[str, Any] | None:
+    """What a report shows of ``engine``'s TLS (:meth:`TlsSettings.report`), and with ``conn`` (one of its
+    connections) the TLS version that connection negotiated (``in_use``, None when plain); None for SQLite."""
+    settings = engine_tls(engine)
+    if settings is None:
+        return None
+    report = {**settings.report(), "text": settings.describe()}
+    if conn is not None:
+        rows = _session_execute(conn, "SHOW SESSION STATUS LIKE 'Ssl_version'")
+        report["in_use"] = (str(rows[0][1]) or None) if rows else None
+    return report
+
+
+class _TlsConnector:
+    """Opens an engine's DBAPI connections with its TLS settings (the ``do_connect`` hook); the settings are judged
+    at the first connection and kept."""
+
+    def __init__(self, values: dict, url: URL) -> None:
+        self.values = values
+        self.url = url
+        self.where = f"{url.host}:{url.port or 3306}" if url.host else "the server"
+
+    @functools.cached_property
+    def settings(self) -> tls.TlsSettings:
+        return tls.settings_of(self.values, local=tls.is_local_host(self.url.host, dict(self.url.query)))
+
+    @functools.cached_property
+    def context(self):
+        return self.settings.ssl_context()
+
+    def connect(self, dialect, _record, cargs, cparams):  # pragma: no cover - driver hook, tested through engines
+        settings = self.settings
+        if dialect.driver != "pymysql":  # mysqlclient takes the MySQL client's modes as they are
+            cparams["ssl_mode"] = settings.mode
+            if settings.mode != "DISABLED":
+                files = {"ca": settings.ca, "cert": settings.cert, "key": settings.key}
+                cparams["ssl"] = {k: v for k, v in files.items() if v}
+            return None
+        import pymysql
+
+        if settings.mode == "DISABLED":
+            cparams["ssl_disabled"] = True
+        else:
+            cparams["ssl"] = self.context
+        try:
+            return _pymysql_connection_class()(*cargs, nexus_tls=settings, nexus_where=self.where, **cparams)
+        except pymysql.err.OperationalError as exc:
+            original = getattr(exc, "original_exception", None)
+            if isinstance(original, ssl.SSLError):
+                raise pymysql.err.OperationalError(_TLS_CONNECTION_ERROR,
+                                                   settings.handshake_refusal(original, self.where)) from None
+            if exc.args and exc.args[0] in _ACCESS_DENIED and settings.mode == "DISABLED":
+                raise pymysql.err.OperationalError(exc.args[0], f"{exc.args[1]} (ssl_mode=DISABLED: if this user must "
+                                                   "connect over TLS (REQUIRE SSL), use ssl_mode=REQUIRED or a VERIFY_ mode)") from None
+            raise
+
+
+@functools.cache
+def _pymysql_connection_class():
+    """PyMySQL's connection, refusing before it authenticates a server that offers no TLS when the mode requires
+    TLS (PyMySQL given a context goes on in plain text then: the MySQL client's PREFERRED)."""
+    import pymysql
+    from pymysql.constants import CLIENT
+
+    class TlsCheckedConnection(pymysql.connections.Connection):
+        def __init__(self, *args, nexus_tls: tls.TlsSettings, nexus_where: str, **kwargs) -> None:
+            self._nexus_tls = nexus_tls
+            self._nexus_where = nexus_where
+            super().__init__(*args, **kwargs)
+
+        def _request_authentication(self) -> None:
+            if self._nexus_tls.requires_tls and not self.server_capabilities & CLIENT.SSL:
+                raise pymysql.err.OperationalError(_TLS_CONNECTION_ERROR, self._nexus_tls.no_server_tls(self._nexus_where))
+            super()._request_authentication()
+
+    return TlsCheckedConnection
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -354,6 +460,10 @@ def classify(exc: sa_exc.DBAPIError, what: str) -> CutoverError:
         return LockTimeout(f"could not take the locks or finish in time while {what}: {message}; nothing written")
     if "database is locked" in lowered or "database table is locked" in lowered:
         return LockTimeout(f"could not take the SQLite write lock while {what}; nothing written")
+    if code == _TLS_CONNECTION_ERROR:
+        args = getattr(getattr(exc, "orig", None), "args", ())
+        words = str(args[1]) if len(args) > 1 else message
+        return Unreachable(f"cannot connect to the tenant database while {what}: {words}")
     if code in _CONNECTION_ERRORS or isinstance(exc, sa_exc.InterfaceError):
         return Unreachable(f"cannot reach the tenant database while {what}: {message}")
     if code in _ACCESS_DENIED:

@@ -12,7 +12,7 @@ Invariants:
 * A report that explains a stop is pushed to XCom (key ``report``) and logged
   *before* the task fails.
 * Engines are created per task execution and disposed of afterwards; only the
-  masked DSN is ever logged.
+  masked DSN is ever logged, with the TLS mode the connection uses.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def tenant_engine(conn_id: str, log) -> Iterator[Any]:
     from nexus_airflow.hooks import NexusTenantHook
 
     hook = NexusTenantHook(conn_id)
-    log.info("tenant database: %s (connection %s)", hook.masked_dsn, conn_id)
+    log.info("tenant database: %s (connection %s, %s)", hook.masked_dsn, conn_id, hook.tls_text)
     engine = hook.get_engine()
     try:
         yield engine

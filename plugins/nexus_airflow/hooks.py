@@ -1,24 +1,82 @@
 """One hook: an Airflow connection -> a SQLAlchemy engine on a tenant database.
 
-* ``mysql`` connections (MySQL, MariaDB, TiDB) go through ``MySqlHook``'s URI,
-  then :func:`nexus_cutover.db.make_engine` (PyMySQL driver, pre-ping).
+* ``mysql`` connections (MySQL, MariaDB, TiDB): the URL is built here from the
+  connection's fields and extras, as ``MySqlHook.get_uri()`` builds it (each extra a
+  query parameter, ``client`` choosing the driver) except for TLS, which ``get_uri``
+  loses (it flattens a mapping extra to text): the TLS extras ``ssl_mode``
+  (``DISABLED``, ``PREFERRED``, ``REQUIRED``, ``VERIFY_CA``, ``VERIFY_IDENTITY``),
+  ``ssl_ca``, ``ssl_cert``, ``ssl_key`` (file paths), and MySqlHook's own ``ssl``
+  mapping (``{"ca": ..., "cert": ..., "key": ...}``, or its JSON text) become the DSN's
+  TLS query parameters, which :mod:`nexus_cutover.tls` reads (the default without
+  ``ssl_mode``: ``VERIFY_CA`` with a CA, else ``PREFERRED`` on a local server and
+  ``REQUIRED`` on any other). Then :func:`nexus_cutover.db.make_engine` (PyMySQL, pre-ping).
 * ``sqlite`` connections (the embedded demo default) use the connection's host
   as the database path, as Airflow's own SqliteHook does.
 
 The DSN and password never leave this object: it is neither logged, nor put in
-XCom, nor returned; :attr:`masked_dsn` is what may be shown.
+XCom, nor returned; :attr:`masked_dsn` is what may be shown, :attr:`tls_text` the TLS
+mode it connects with. The one exception, :meth:`dsn_for_child_process`, registers the
+DSN and its password with Airflow's secrets masker first (``mask_secret``).
 """
 
 from __future__ import annotations
 
+import json
 from functools import cached_property
+from urllib.parse import quote_plus, urlencode
 
 from airflow.sdk import BaseHook
 from sqlalchemy import Engine
 from sqlalchemy.pool import NullPool
 
-from nexus_cutover.db import make_engine, mask_dsn, parse_dsn
+from nexus_cutover import tls
+from nexus_cutover.db import dsn_secrets, make_engine, mask_dsn, parse_dsn
 from nexus_cutover.errors import BadInput
+
+
+def mysql_dsn_of(conn, conn_id: str) -> str:
+    """The DSN of an Airflow ``mysql`` connection: ``MySqlHook.get_uri()``'s, with the TLS extras as the DSN's TLS
+    query parameters (see the module docstring); :class:`BadInput` naming the extra when one is malformed."""
+    extra = dict(conn.extra_dejson)
+    client = str(extra.pop("client", "mysqlclient"))
+    prefix = {"pymysql": "mysql+pymysql", "mysql-connector-python": "mysql+mysqlconnector"}.get(client, "mysql")
+    where = f"connection {conn_id!r}"
+    tls_extras: dict[str, str] = {}
+    mapping = extra.pop("ssl", None)
+    if isinstance(mapping, str) and mapping.strip().startswith("{"):
+        try:
+            mapping = json.loads(mapping)
+        except ValueError:
+            raise BadInput(f"{where}: its ssl extra is not a JSON mapping: give {{\"ca\": ..., \"cert\": ..., \"key\": ...}} "
+                           "or the extras ssl_mode, ssl_ca, ssl_cert, ssl_key") from None
+    if isinstance(mapping, dict):
+        for name, value in mapping.items():
+            key = tls.parameter_name(f"ssl_{name}")
+            if key not in tls.TLS_PARAMETERS or key == "ssl_mode":
+                raise BadInput(f"{where}: its ssl extra has the key {name!r}, which nexus-cutover does not read: "
+                               "give ca, cert and key (file paths), and the mode as the ssl_mode extra")
+            tls_extras[key] = str(value)
+    elif mapping not in (None, ""):
+        raise BadInput(f"{where}: its ssl extra is not a mapping: give {{\"ca\": ..., \"cert\": ..., \"key\": ...}} "
+                       "or the extras ssl_mode, ssl_ca, ssl_cert, ssl_key")
+    query: dict[str, str] = {}
+    for name, value in extra.items():
+        if not value:
+            continue
+        if tls.is_tls_parameter(name):
+            key = tls.parameter_name(name)
+            if key in tls_extras:
+                raise BadInput(f"{where} gives {key} twice (as the extra {name} and in its ssl mapping): give it once")
+            tls_extras[key] = str(value)
+        else:
+            query[name] = str(value)
+    query.update(tls_extras)
+    auth = ""
+    if conn.login:
+        auth = quote_plus(conn.login) + (f":{quote_plus(conn.password)}" if conn.password else "") + "@"
+    host = (conn.host or "localhost") + (f":{conn.port}" if conn.port else "")
+    schema = f"/{quote_plus(conn.schema)}" if conn.schema else ""
+    return f"{prefix}://{auth}{host}{schema}" + (f"?{urlencode(query)}" if query else "")
 
 
 class NexusTenantHook(BaseHook):
@@ -45,9 +103,7 @@ class NexusTenantHook(BaseHook):
             ) from None
         conn_type = (conn.conn_type or "").lower()
         if conn_type == "mysql":
-            from airflow.providers.mysql.hooks.mysql import MySqlHook
-
-            uri = MySqlHook(mysql_conn_id=self.nexus_conn_id).get_uri()
+            uri = mysql_dsn_of(conn, self.nexus_conn_id)
         elif conn_type == "sqlite":
             path = conn.host or conn.schema
             if not path:
@@ -68,6 +124,22 @@ class NexusTenantHook(BaseHook):
     def masked_dsn(self) -> str:
         return mask_dsn(self._dsn)
 
+    @cached_property
+    def tls_settings(self) -> tls.TlsSettings | None:
+        """The TLS the connection is made with (None for SQLite); :class:`BadInput` when its extras are bad."""
+        url = parse_dsn(self._dsn)
+        if url.drivername.startswith("sqlite"):
+            return None
+        _, values = tls.split_tls(dict(url.query))
+        return tls.settings_of(values, local=tls.is_local_host(url.host, dict(url.query)),
+                               where=f"connection {self.nexus_conn_id!r}")
+
+    @property
+    def tls_text(self) -> str:
+        """``TLS VERIFY_IDENTITY`` (see :meth:`nexus_cutover.tls.TlsSettings.describe`), or ``no TLS (SQLite file)``."""
+        settings = self.tls_settings
+        return settings.describe() if settings is not None else "no TLS (SQLite file)"
+
     def get_engine(self, *, connect_timeout: float = 10.0, pooled: bool = True) -> Engine:
         """A new engine; the caller disposes of it.
 
@@ -80,5 +152,11 @@ class NexusTenantHook(BaseHook):
         return make_engine(self._dsn, connect_timeout=connect_timeout, **kwargs)
 
     def dsn_for_child_process(self) -> str:
-        """The DSN, only to be placed in a child process's environment (``NEXUS_TENANT_DSN``); never log it."""
+        """The DSN with its TLS parameters, only to be placed in a child process's environment (``NEXUS_TENANT_DSN``);
+        never log it. Registered with Airflow's secrets masker first, with each secret it carries (the password, a
+        query password, the key's path), so a log line that quotes it shows ``***``."""
+        from airflow.sdk.log import mask_secret
+
+        for secret in dsn_secrets(self._dsn):
+            mask_secret(secret)
         return self._dsn

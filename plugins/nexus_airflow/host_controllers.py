@@ -5,8 +5,10 @@ Invariants:
 * ``command`` runs the argv of the Airflow Variable ``nexus_host_command``
   (a JSON list; ``{tenant}`` is replaced by the namespace), by default the
   project's reference host ``nexus-host --namespace {tenant}``. The tenant DSN
-  reaches the child only through its environment (``NEXUS_TENANT_DSN``); the
-  logged and returned argv never contain it. The child is detached (its own
+  reaches the child only through its environment (``NEXUS_TENANT_DSN``, with its
+  TLS query parameters, so the host connects as the run does); each secret it
+  carries is given to Airflow's ``mask_secret`` first; the logged and returned
+  argv never contain it. The child is detached (its own
   session) and keeps running after the task; an exit within the grace period is
   a failure reported with the tail of its log. The grace ends early once the
   host is ready (registered, activated, heartbeating): that wait is admission
@@ -56,6 +58,12 @@ def start_command(tenant: str, dsn: str, log, ready: Callable[[], bool] | None =
     """Start the host detached; watch it for :data:`START_GRACE_S` (an exit then fails with its log's tail),
     or until ``ready()`` says it registered and activated, whichever comes first: the grace is inside the
     admission pause, and a host that is ready has passed it."""
+    from airflow.sdk.log import mask_secret
+
+    from nexus_cutover.db import dsn_secrets
+
+    for secret in dsn_secrets(dsn):  # the child's environment holds the DSN: no log line may show it
+        mask_secret(secret)
     argv = host_argv(tenant)
     log_path = os.path.join(tempfile.gettempdir(), f"nexus-host-{tenant}-{int(time.time())}.log")
     env = dict(os.environ, NEXUS_TENANT_DSN=dsn)

@@ -75,6 +75,7 @@ class ApplySchemaOperator(BaseOperator):
     """Additive DDL of the range protocol, each object skipped when present; refuses without ReplayOfWorkId."""
 
     def execute(self, context) -> dict[str, Any]:
+        from nexus_cutover.db import tls_report
         from nexus_cutover.projection import steps
 
         p = params_of(context)
@@ -85,11 +86,13 @@ class ApplySchemaOperator(BaseOperator):
 
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
             result = steps.apply_schema(engine, dry_run=p.dry_run, on_created=created)
+            with engine.connect() as conn:  # the run's first step that reports: the TLS its tenant connection used
+                tenant_tls = tls_report(engine, conn)
         for label in result.present:
             self.log.info("%s: present, skipped", label)
         if p.dry_run:
-            return {"dry_run": True, "plan": plan(self.log, result.plan)}
-        return {"created": result.created, "present": result.present}
+            return {"dry_run": True, "plan": plan(self.log, result.plan), "tls": tenant_tls}
+        return {"created": result.created, "present": result.present, "tls": tenant_tls}
 
 
 class ArmFenceOperator(BaseOperator):

@@ -291,6 +291,7 @@ def _has_release(c: Command) -> bool:
 
 
 def cmd_status(c: Command) -> tuple[int, dict[str, Any]]:
+    from ..db import tls_report
     from ..namespaces import require_known_namespace
     from ..schema import require_tenant_schema
     from ..tenant_status import read_tenant_state
@@ -301,8 +302,11 @@ def cmd_status(c: Command) -> tuple[int, dict[str, Any]]:
     with tx.reading(c.engine, "checking the tenant schema") as conn:
         require_tenant_schema(conn)
         require_known_namespace(conn, c.args.namespace)
-    state = read_tenant_state(c.engine, c.args.namespace)
+        state_tls = tls_report(c.engine, conn)
+    state = {**read_tenant_state(c.engine, c.args.namespace), "tls": state_tls}
     c.say(f"tenant {state['tenant']}: {state['phase']}")
+    if state_tls is not None:
+        c.say(f"  database: {state_tls['text']}, " + (f"in use: {state_tls['in_use']}" if state_tls["in_use"] else "plain (no TLS)"))
     c.say(f"  fence: {state['fence'].get('text', state['fence'].get('error'))}")
     c.say(f"  drain: {state['drain'].get('text', state['drain'].get('error'))}")
     for pack in state["packs"]:
