@@ -30,6 +30,7 @@ CUTOVER_DAG = "connector_projection_cutover"
 PLAN_KEY = "rollout"
 WAVE_KEY = "wave"
 SUMMARY_KEY = "summary"
+SUMMARY_TEXT_KEY = "summary_text"  # the summary as the lines a person reads (the task log's)
 PLAN_TASK = "plan"
 SUMMARY_TASK = "summary"
 #: Each wave group's tasks: open (its lanes), cutover (mapped per lane), confirm (per-wave question), close.

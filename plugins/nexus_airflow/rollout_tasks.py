@@ -134,7 +134,7 @@ def summarize(run_id: str, ti, log) -> dict[str, Any]:
     result = {"tenants": tenants, "succeeded": ok, "not_succeeded": [t for t in tenants if t not in ok],
               "skipped": plan["skipped"], "halted": halted, "admission_pause": pauses}
     ti.xcom_push(key=ro.SUMMARY_KEY, value=result)
-    ti.xcom_push(key="summary_text", value="\n".join(lines))
+    ti.xcom_push(key=ro.SUMMARY_TEXT_KEY, value="\n".join(lines))
     if result["not_succeeded"]:
         raise _fail(f"{len(result['not_succeeded'])} of {len(tenants)} tenant(s) did not succeed"
                     + (f" ({halted})" if halted else "") + ": " + ", ".join(result["not_succeeded"]))
@@ -153,7 +153,7 @@ def preflight_only(ti, log) -> dict[str, Any]:
             + "; no fence armed, no tenant run started")
     log.info("%s%s", text, "".join(f"\n  {t}: {why}" for t, why in result["would_skip"].items()))
     ti.xcom_push(key=ro.SUMMARY_KEY, value=result)
-    ti.xcom_push(key="summary_text", value=text)
+    ti.xcom_push(key=ro.SUMMARY_TEXT_KEY, value=text)
     return result
 
 

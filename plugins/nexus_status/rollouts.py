@@ -74,14 +74,16 @@ def _rollout_xcoms(session, runs: list[dict[str, Any]]) -> dict[str, dict[str, A
     from nexus_airflow import rollout as contract
     from nexus_airflow.rollout_preflight import PREFLIGHT_KEY, PREFLIGHT_TASK
 
-    out: dict[str, dict[str, Any]] = {r["run_id"]: {"plan": None, "waves": {}, "summary": None, "preflight": None}
+    out: dict[str, dict[str, Any]] = {r["run_id"]: {"plan": None, "waves": {}, "summary": None, "summary_text": None,
+                                                    "preflight": None}
                                       for r in runs}
     if not runs:
         return out
     rows = session.execute(
         select(XComModel.run_id, XComModel.task_id, XComModel.key, XComModel.value).where(
             XComModel.dag_run_id.in_([r["_pk"] for r in runs]),
-            XComModel.key.in_([contract.PLAN_KEY, contract.WAVE_KEY, contract.SUMMARY_KEY, PREFLIGHT_KEY]))
+            XComModel.key.in_([contract.PLAN_KEY, contract.WAVE_KEY, contract.SUMMARY_KEY, contract.SUMMARY_TEXT_KEY,
+                               PREFLIGHT_KEY]))
     ).all()
     for run_id, task_id, key, value in rows:
         value = _json(value)
@@ -95,6 +97,8 @@ def _rollout_xcoms(session, runs: list[dict[str, Any]]) -> dict[str, dict[str, A
                 out[run_id]["waves"][wave] = value
         elif key == contract.SUMMARY_KEY and task_id == contract.SUMMARY_TASK:
             out[run_id]["summary"] = value
+        elif key == contract.SUMMARY_TEXT_KEY and task_id == contract.SUMMARY_TASK and isinstance(value, str):
+            out[run_id]["summary_text"] = value
     return out
 
 
@@ -293,6 +297,7 @@ def _rollout(run, xc, control_raw, tenant_runs, steps, etas, own_tasks=()) -> di
             "approval": plan.get("approval"), "approvers": plan.get("approvers") or [],
             "max_failed": plan.get("max_failed"), "max_parallel": plan.get("max_parallel"),
             "skipped": plan.get("skipped") or {}, "waves": waves, "summary": xc["summary"],
+            "summary_text": xc.get("summary_text"),
             "preflight": preflight_view(run["run_id"], xc.get("preflight")),
             "control": {"variable": contract.control_variable(run["run_id"]), "value": control_raw,
                         "state": control_state(control_raw)},
@@ -304,7 +309,7 @@ def rollout_eta(run_state: str, waves: list[dict[str, Any]], max_parallel: int |
     if run_state in ("success", "failed"):
         halted = [w["name"] for w in waves if w["state"] in ("halted", "cancelled")]
         text = f"halted at {halted[-1]}: no later wave starts" if halted and run_state == "failed" else "finished"
-        return {"eta_min": 0 if run_state == "success" else None, "text": f"{text} ({run_state})"}
+        return {"eta_min": 0 if run_state == "success" else None, "text": f"{text} ({run_state})", "final": run_state}
     done = [t["minutes"] for w in waves for t in w["tenants"] if t.get("minutes") is not None]
     total = 0.0
     for w in waves:

@@ -210,7 +210,8 @@ def _rollout_spec() -> dict:
                        "failed": {"r03": {"task": "audit_and_checkpoint", "reason": REASON_R03}},
                        "approval": {"by": "lead-anna", "at": "2026-12-01T09:40:00Z", "answer": "approved"}}),
         {"task_id": "summary", "key": SUMMARY_KEY, "value": {"succeeded": ["r01", "r02", "r04"], "failed": ["r03"],
-                                                             "halted_at_wave": 1, "not_run": ["r05", "r06", "r07"]}}]}
+                                                             "halted_at_wave": 1, "not_run": ["r05", "r06", "r07"]}},
+        {"task_id": "summary", "key": "summary_text", "value": "halted at wave 1\nsucceeded: r01, r02, r04\nfailed: r03"}]}
     rollout_b = {"dag_id": ROLLOUT, "run_id": "rollout-b", "state": "running", "conf": {},
                  "tis": [{"task_id": "wave_01.confirm", "state": "awaiting_input"}], "xcoms": [
         {"task_id": "plan", "key": PLAN_KEY, "value": plan_b},
@@ -301,6 +302,8 @@ def test_rollout_page_and_what_now_in_chromium(stack, rollouts_seeded):
     assert r03["r03"]["reason"] == "Refused: the audit found 2 admissions after the fence on [DSN hidden]"
     assert r03["r05"]["state"] == "not started" and a["skipped"] == {"r00": "already cut over"}
     assert a["eta"]["text"] == "halted at wave 1: no later wave starts (failed)" and a["summary"]["failed"] == ["r03"]
+    assert a["eta"]["final"] == "failed" and b["eta"].get("final") is None  # a finished rollout's state, not an ETA
+    assert a["summary_text"].splitlines() == ["halted at wave 1", "succeeded: r01, r02, r04", "failed: r03"]  # lines
     assert b["control"]["state"] == "pause" and b["waves"][0]["approval"]["answer"] == "rejected"
     assert b["waves"][1]["step"] == {"task": "wave_01.confirm", "state": "awaiting_input"}
     assert b["waves"][0]["step"] is None and a["waves"][1]["step"] is None
@@ -329,6 +332,7 @@ def test_rollout_page_and_what_now_in_chromium(stack, rollouts_seeded):
         page_a = browser.eval("document.querySelector('[data-rollout=\"rollout-a\"]').innerText")
         page_b = browser.eval("document.querySelector('[data-rollout=\"rollout-b\"]').innerText")
         rollout_html = browser.eval("document.documentElement.outerHTML")
+        eta_a = browser.eval("document.querySelector('[data-rollout=\"rollout-a\"] .rollout-eta').className")
         browser.screenshot(ARTIFACTS / "rollouts.png")
         browser.goto(f"{stack.base_url}/nexus-status/")
         browser.wait_for("document.querySelector('tr[data-tenant=\"s02\"] svg.drain-chart') !== null", timeout_s=40)
@@ -341,7 +345,9 @@ def test_rollout_page_and_what_now_in_chromium(stack, rollouts_seeded):
     assert "Wave 0 · canary succeeded" in page_a and "approved by lead-anna" in page_a
     assert "Wave 1 · wave 1 halted" in page_a and "Wave 2 · wave 2 pending" in page_a
     assert "audit_and_checkpoint" in page_a and "[DSN hidden]" in page_a and "Next: a fence finding" in page_a
-    assert "skipped: r00 (already cut over)" in page_a and "halted_at_wave" in page_a
+    assert "skipped: r00 (already cut over)" in page_a and "succeeded: r01, r02, r04" in page_a  # the summary's lines
+    assert "halted_at_wave" not in page_a  # its JSON is one click away, not the summary a person reads (issue 34)
+    assert eta_a == "st failed rollout-eta"  # a finished rollout in its state's colour, not the ETA's warning colour
     assert "rejected by lead-bob" in page_b and "control pause" in page_b
     assert "waiting for approval: wave_01.confirm awaiting_input" in page_b
     assert "wait_for_drain deferred" in page_b and "items/min, ETA ~" in page_b
