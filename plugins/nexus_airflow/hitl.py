@@ -225,11 +225,11 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
         armed = results.fence(context["ti"])
         if armed is not None and armed.not_needed:
             self.log.info("nothing to confirm: every pack of %s is already checkpointed and no cutover fence is in force "
-                          "(arm_fence found nothing to do); evidence:\n%s", p.tenant, ev.as_markdown())
+                          "(arm_fence found nothing to do); evidence:\n%s", p.tenant, ev.as_text())
             return {"outcome": "nothing_to_confirm", "evidence": ev.as_json()}
         if p.dry_run:
             plan(self.log, [])
-            self.log.info("dry run: would ask to confirm; evidence:\n%s", ev.as_markdown())
+            self.log.info("dry run: would ask to confirm; evidence:\n%s", ev.as_text())
             return {"dry_run": True, "evidence": ev.as_json()}
         if not ev.all_stopped_or_silent:
             stop(context, self.log, f"{NOT_PERFORMED}: old writers are live again: "

@@ -33,6 +33,12 @@ def test_evidence_classifies_every_old_writer(engine):
     assert [p["process_id"] for p in ev.live] == ["dr-live", "in-live"]
     md = ev.as_markdown()
     assert "| `in-live` | ingress_writer | 4.11.0 | **live**" in md
+    text = ev.as_text()  # what a task log and a terminal show: plain aligned columns, no markdown (issue 34)
+    assert "|" not in text and "**" not in text and "`" not in text
+    row = next(line for line in text.splitlines() if line.strip().startswith("in-live"))
+    assert row.split()[:4] == ["in-live", "ingress_writer", "4.11.0", "live"]
+    header, *rows = [line for line in text.splitlines()[1:]]
+    assert all(r.index(r.split()[1]) == header.index("role") for r in rows if len(r.split()) > 1)  # columns aligned
 
 
 def test_all_stopped_or_silent(engine):

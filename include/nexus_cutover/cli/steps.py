@@ -152,7 +152,7 @@ def cmd_drain(c: Command) -> tuple[int, dict[str, Any]]:
 
 def cmd_writers(c: Command) -> tuple[int, dict[str, Any]]:
     ev = steps.writer_evidence(c.engine, c.args.namespace, stale_heartbeat=c.stale)
-    c.say(ev.as_markdown())
+    c.say(ev.as_text())
     if not CUTOVER["check_old_writers"].verdict(ev.as_json()).proceeds:
         raise Stopped(f"{len(ev.live)} old-protocol writer(s) still live: "
                       + ", ".join(p["process_id"] for p in ev.live) + "; stop them (keep the fence)", ev.as_json())
@@ -368,7 +368,7 @@ def _wait(c: Command, step: str, look: Callable[[], tuple[dict[str, Any], str]],
 
 def _confirm(c: Command, ev) -> str:
     """The person's confirmation: the flag (given after reading the evidence) or an interactive answer."""
-    print(ev.as_markdown(), file=sys.stderr if c.args.json else sys.stdout, flush=True)
+    print(ev.as_text(), file=sys.stderr if c.args.json else sys.stdout, flush=True)
     if c.args.confirm_writers_stopped:
         return "--confirm-writers-stopped"
     if not sys.stdin.isatty():

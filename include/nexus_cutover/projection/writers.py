@@ -151,6 +151,24 @@ class WriterEvidence:
             "stopped_not_shown": self.stopped_not_shown,
         }
 
+    def as_text(self) -> str:
+        """The evidence as a task log or a terminal shows it: aligned plain columns, no markdown markup (the question's
+        page renders :meth:`WriterEvidence.as_markdown`)."""
+        head = (f"old-protocol writers of namespace {self.namespace} at {self.checked_at.isoformat()}Z (live = not stopped "
+                f"and heartbeat within {self.stale_heartbeat_s:g} s):")
+        if not self.processes and not self.stopped_total:
+            return head + "\n  none registered (no ingress_writer, receipt_materializer, projection_worker or dependency_resolver)"
+        table = [("process", "role", "version", "state", "last heartbeat (age s)", "stopped at")] + [
+            (str(p["process_id"]), str(p["role"]), str(p["binary_version"]), str(p["state"]),
+             f"{p['last_heartbeat_at']} ({p['heartbeat_age_s']})", str(p["stopped_at"] or "-")) for p in self.processes]
+        widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+        lines = ["  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in table]
+        if self.stopped_not_shown:
+            counts = ", ".join(f"{role} {n}" for role, n in sorted(self.stopped_by_role.items()))
+            lines.append(f"  {self.stopped_not_shown} older stopped process(es) not listed ({self.stopped_total} stopped in all: "
+                         f"{counts}); every live and silent one is listed")
+        return "\n".join([head, *lines])
+
     def as_markdown(self) -> str:
         """The evidence table shown to the engineer in the confirmation step."""
         head = (
