@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import Engine, func, select
 
 from . import catalog, tx
-from .clock import utcnow
+from .clock import utc_text, utcnow
 from .db import make_engine, translate_errors
 from .errors import CutoverError
 from .fencing import is_cutover_fence
@@ -60,7 +60,7 @@ def _fence(engine: Engine, ns: str) -> dict[str, Any]:
                 + "): every step refuses until L2 releases all but one")
     elif cutover:
         f = cutover[0]
-        text = f"armed (fence {f['FenceId']} '*' since {f['ArmedAt']}, by {f['ArmedBy']})"
+        text = f"armed (fence {f['FenceId']} '*' since {utc_text(f['ArmedAt'])}, by {f['ArmedBy']})"
     elif fences:
         text = f"{len(fences)} other fence(s) in force"
     else:

@@ -30,7 +30,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from .. import polling, tx
-from ..clock import utcnow
+from ..clock import utc_text, utcnow
 from ..db import DSN_ENV_TENANT, dsn_from_env, make_engine, mask_dsn
 from ..errors import BadInput, LockTimeout, Refused
 from ..liveness import DEFAULT_STALE_HEARTBEAT_S
@@ -270,11 +270,11 @@ def cmd_verify(c: Command) -> tuple[int, dict[str, Any]]:
         seen = steps.verify_no_old_writer(c.engine, c.args.namespace, released_at=since)
         report.update({"since": since.isoformat(), "old_writers_after_release": seen})
         if seen:
-            problems.append(f"{len(seen)} old-protocol writer(s) ran after {since.isoformat()}: "
+            problems.append(f"{len(seen)} old-protocol writer(s) ran after {utc_text(since)}: "
                             + ", ".join(p["process_id"] for p in seen)
                             + ". Do not restart an old writer after this point: stop them and review what they admitted.")
         else:
-            c.say(f"no old-protocol writer ran after {since.isoformat()}")
+            c.say(f"no old-protocol writer ran after {utc_text(since)}")
     else:
         c.say("no released cutover fence yet: the old-writer check starts at the release")
     problems = [p for p in problems if p]
