@@ -147,18 +147,21 @@ def test_the_cli_refuses_a_long_holder_equal_in_its_first_128_characters(engine)
 # -- no call out of the process under the lock ------------------------------------------------------------------
 
 class HeldLook:
-    """A ``holder_state`` that stays open until released, saying ``state`` then: the Airflow call, held."""
+    """A ``holder_state`` that stays open until released, then says what Airflow would: run-1 finished, any other
+    holder still at work. The Airflow call, held."""
 
-    def __init__(self, state: str):
-        self.state, self.entered, self.release = state, threading.Event(), threading.Event()
+    def __init__(self):
+        self.entered, self.release = threading.Event(), threading.Event()
+        self.asked: list[str] = []
 
     def __call__(self, holder: str) -> str:
+        self.asked.append(holder)
         self.entered.set()
         assert self.release.wait(60), "the test never released the look"
-        return self.state
+        return fence.HOLDER_FINISHED if holder == "run-1" else fence.HOLDER_ACTIVE
 
 
-def _arm_in_thread(engine, look: HeldLook, **kw):
+def _arm_in_thread(engine, look, **kw):
     outcome: dict = {}
 
     def arm():
@@ -177,7 +180,7 @@ def _arm_in_thread(engine, look: HeldLook, **kw):
 def test_while_the_holder_is_looked_at_no_tenant_lock_is_held(engine):
     _tenant(engine)
     first = fence.arm_fence(engine, NS, armed_by="run-1", timeout_s=10, packs=[PACK])
-    look = HeldLook(fence.HOLDER_FINISHED)
+    look = HeldLook()
     thread, outcome = _arm_in_thread(engine, look)
     try:
         # Another operator of the tenant takes the namespace lock at once (a 2 s bound: not a wait on us).
@@ -191,21 +194,42 @@ def test_while_the_holder_is_looked_at_no_tenant_lock_is_held(engine):
     assert outcome["result"].outcome == "adopted" and outcome["result"].fence_id == first.fence_id
 
 
-def test_a_fence_that_changed_between_the_look_and_the_lock_is_refused_and_nothing_is_written(engine):
+def test_a_fence_taken_between_the_look_and_the_lock_is_looked_at_again_and_its_new_holder_named(engine):
+    """run-1 finished, says the look; while it is out, run-3 adopts the fence. Under the lock the fence is not the one
+    looked at: nothing is written, the decision looks again and stops naming run-3, which holds the tenant now."""
     _tenant(engine)
     first = fence.arm_fence(engine, NS, armed_by="run-1", timeout_s=10, packs=[PACK])
-    look = HeldLook(fence.HOLDER_FINISHED)  # run-1 finished, says the look ...
+    look = HeldLook()
     thread, outcome = _arm_in_thread(engine, look)
-    try:  # ... while run-3 adopts the fence in between
+    try:
         taken = fence.arm_fence(engine, NS, armed_by="run-3", timeout_s=10, packs=[PACK],
                                 holder_state=lambda h: fence.HOLDER_FINISHED)
         assert taken.outcome == "adopted"
     finally:
         look.release.set()
         thread.join(60)
-    assert isinstance(outcome.get("error"), fence.FenceChanged), outcome
-    assert "'run-3'" in str(outcome["error"]) and "nothing was written" in str(outcome["error"])
+    assert isinstance(outcome.get("error"), fence.FenceHeld), outcome
+    assert outcome["error"].holder == "run-3" and look.asked == ["run-1", "run-3"]
     assert _fences(engine) == [("run-3", None, False)] and taken.fence_id == first.fence_id
+
+
+def test_a_fence_that_keeps_moving_under_every_look_is_refused_and_nothing_is_written(engine):
+    """Each look at the holder lets another session adopt the fence under a new name (no lock is held during the
+    look): after every look the lock finds another holder; after LOOKS looks the decision refuses (FenceChanged)."""
+    _tenant(engine)
+    fence.arm_fence(engine, NS, armed_by="run-1", timeout_s=10, packs=[PACK])
+    names = iter(f"hand-{n}" for n in range(10))
+
+    def finished_but_moved_meanwhile(holder: str) -> str:
+        with engine.begin() as conn:  # the fence taken over by hand while this run looks (outside its lock)
+            conn.execute(catalog.AdmissionFence.update().where(catalog.AdmissionFence.c.ReleasedAt.is_(None))
+                         .values(ArmedBy=next(names)))
+        return fence.HOLDER_FINISHED
+
+    with pytest.raises(fence.FenceChanged) as changed:
+        fence.arm_fence(engine, NS, armed_by="run-2", timeout_s=10, packs=[PACK], holder_state=finished_but_moved_meanwhile)
+    assert f"({fence.LOOKS} looks)" in str(changed.value) and "nothing was written" in str(changed.value)
+    assert _fences(engine) == [(f"hand-{fence.LOOKS - 1}", None, False)]  # never run-2
 
 
 def test_plan_names_an_airflow_run_that_holds_the_tenant_as_one_with_its_link(engine):

@@ -41,8 +41,9 @@ at a time"):
   the fence in force (``holder_state``: for the DAG, a call into Airflow) is
   asked after a read-only look and before the locked transaction, and passed
   into it as a value (:class:`HolderLook`). The locked transaction re-reads the
-  fence; if it is not the one looked at (another fence, another holder), it
-  refuses with :class:`FenceChanged` and writes nothing: a rerun looks again.
+  fence; if it is not the one looked at (another fence, another holder: a run
+  that armed or adopted it meanwhile), it rolls back, writing nothing, and the
+  decision looks again (at most :data:`LOOKS` times, then :class:`FenceChanged`).
 * Check where it is relied on: every decision is re-read and every write made
   in one transaction of the policy (:func:`nexus_cutover.tx.run`: READ
   COMMITTED) holding the namespace lifecycle lock, inside a bounded
@@ -348,16 +349,38 @@ def arm_fence(
     packs = sorted(set(packs))
     deadline = Deadline(timeout_s)
     me = stored_holder(armed_by)
-    decide = _Holders(me, look_at_holder(engine, namespace, me, holder_state, deadline), adopt, take_over)
-    if dry_run:  # read only: not even the lock rows are created
-        return tx.read(
-            engine, lambda conn: _arm(conn, namespace, decide, reason, packs, dry_run=True, seam=None),
-            what="checking the admission fence", deadline=deadline,
-        )
-    return tx.run(
-        engine, lambda conn: _arm(conn, namespace, decide, reason, packs, dry_run=False, seam=between_check_and_act),
-        what="arming the admission fence", deadline=deadline, locks=lifecycle_lock_names(namespace),
-    )
+    for look in range(1, LOOKS + 1):
+        decide = _Holders(me, look_at_holder(engine, namespace, me, holder_state, deadline), adopt, take_over)
+        try:
+            if dry_run:  # read only: not even the lock rows are created
+                return tx.read(
+                    engine, lambda conn, decide=decide: _arm(conn, namespace, decide, reason, packs, dry_run=True, seam=None),
+                    what="checking the admission fence", deadline=deadline,
+                )
+            return tx.run(
+                engine,
+                lambda conn, decide=decide: _arm(conn, namespace, decide, reason, packs, dry_run=False,
+                                                 seam=between_check_and_act),
+                what="arming the admission fence", deadline=deadline, locks=lifecycle_lock_names(namespace),
+            )
+        except FenceMovedSinceTheLook as moved:  # rolled back, nothing written: look again, with no lock held
+            if look == LOOKS:
+                raise moved.refusal from None
+    raise AssertionError("unreachable")
+
+
+#: How often a fence decision looks at the holder again when the fence moved between its look and its lock (another
+#: run armed or adopted it meanwhile: the next look names that run, usually FenceHeld); then FenceChanged.
+LOOKS = 3
+
+
+class FenceMovedSinceTheLook(Exception):
+    """Raised inside the locked transaction (rolling it back) when the fence in force is not the one whose holder was
+    looked at; :func:`arm_fence` looks again, at most :data:`LOOKS` times, then raises ``refusal``."""
+
+    def __init__(self, refusal: FenceChanged):
+        super().__init__(str(refusal))
+        self.refusal = refusal
 
 
 def held_by_another(
@@ -417,9 +440,9 @@ class _Holders:
         if holder == self.me:
             return None
         if not self.look.is_of(fence):
-            raise FenceChanged(namespace, fence["FenceId"], "taken", why=(
-                f"it is held by {holder!r}, which is not the fence in force when this run looked at its holder "
-                "before taking the namespace lock"))
+            raise FenceMovedSinceTheLook(FenceChanged(namespace, fence["FenceId"], "taken", why=(
+                f"it is held by {holder!r}, which kept changing between this run's look at its holder and the "
+                f"namespace lock ({LOOKS} looks)")))
         state = self.look.state
         if state == HOLDER_FINISHED:
             return "its run finished"
