@@ -22,14 +22,14 @@ CUTOVER_DAG = "connector_projection_cutover"
 CONFIRM = "Confirm: all old writers stopped"
 
 
-def cutover_conf(tenant: str) -> dict[str, Any]:
+def cutover_conf(tenant: str, **overrides: Any) -> dict[str, Any]:
     """The demo's conf (poll 10 s: the runbook's floor; the reference host started by the run). The tests answer
     as the user who triggered the run, so they allow self-approval where the form has that field."""
     from nexus_airflow.params import cutover_params
 
     conf = {"tenant": tenant, "host_controller": "command", "poll_interval": 10, "stale_heartbeat": 20,
             "drain_timeout": 300, "writers_stop_timeout": 120, "confirm_timeout": 600, "readiness_timeout": 120,
-            "checkpoint_timeout": 60}
+            "checkpoint_timeout": 60, **overrides}
     if "allow_self_approval" in cutover_params():
         conf["allow_self_approval"] = True
     return conf

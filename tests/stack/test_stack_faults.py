@@ -103,7 +103,9 @@ def test_sigkill_triggerer_holding_waiting_drains_the_other_takes_over(stack, my
     stack.wait_healthy()  # both triggerers heartbeating: what the takeover needs (an earlier test may have loaded them)
     started = time.monotonic()
     tenants = [new_tenant(stack, mysql_server_url, "tk", build=pending_drain_tenant) for _ in range(WAITING_TENANTS)]
-    runs = {stack.trigger(CUTOVER_DAG, cutover_conf(t["tenant"]))["dag_run_id"]: t for t in tenants}
+    # The drains must outlast the parking of all 16 (up to 600 s below): with the runbook's 300 s, the first tenants'
+    # drains timed out on a loaded machine before the last one parked (armed tenants' tasks go first since issue 36).
+    runs = {stack.trigger(CUTOVER_DAG, cutover_conf(t["tenant"], drain_timeout=1800))["dag_run_id"]: t for t in tenants}
     run_ids = list(runs)
     victim = None
     try:
