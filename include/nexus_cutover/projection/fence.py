@@ -435,7 +435,8 @@ class _Holders:
 
     def __call__(self, namespace: str, fence: dict[str, Any]) -> str | None:
         """None: the fence is this holder's (reuse); else how it may be adopted. Raises FenceHeld otherwise, and
-        FenceChanged when the fence is not the one whose holder was looked at."""
+        :class:`FenceMovedSinceTheLook` (the caller looks again) when the fence is not the one whose holder was
+        looked at."""
         holder = fence["ArmedBy"]
         if holder == self.me:
             return None
