@@ -76,6 +76,31 @@ def _report_summary(report: Any) -> str:
     return "report: " + json.dumps(report, default=str)[:500]
 
 
+def links(context, event: str) -> list[str]:
+    """The pages a person opens from the message: a question's Required-actions page (Airflow's own link helper),
+    the run, and the status view's tenants page; none when ``[api] base_url`` is not configured. Never raises."""
+    try:
+        from urllib.parse import quote
+
+        from airflow.sdk.configuration import conf
+
+        base = (conf.get("api", "base_url", fallback=None) or "").rstrip("/")
+        ti = context.get("ti")
+        if not base or ti is None:
+            return []
+        found = []
+        if event == NEEDS_CONFIRMATION:
+            from airflow.providers.standard.operators.hitl import HITLOperator
+
+            if isinstance(context.get("task"), HITLOperator):
+                found.append(f"answer it: {HITLOperator.generate_link_to_ui_from_context(context=context, base_url=base)}")
+        found.append(f"the run: {base}/dags/{quote(ti.dag_id, safe='')}/runs/{quote(ti.run_id, safe='')}")
+        found.append(f"status view: {base}/plugin/nexus-tenants")
+        return found
+    except Exception:  # noqa: BLE001 - a message without links is still sent
+        return []
+
+
 def _task_label(ti) -> str:
     map_index = getattr(ti, "map_index", -1)
     return ti.task_id if map_index is None or map_index < 0 else f"{ti.task_id}[{map_index}]"
@@ -129,6 +154,7 @@ class CutoverNotifier(BaseNotifier):
             "Read the task log and its XCom `report` (runbook: docs/runbook.md)."
             if self.event == FAILURE else
             "Answer it in Airflow: Browse -> Required actions (no answer in time ends the run failed).",
+            *links(context, self.event),
         ])
         return subject, body
 

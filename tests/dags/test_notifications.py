@@ -10,6 +10,7 @@ import re
 import socket
 import socketserver
 import threading
+from urllib.parse import quote
 
 import pytest
 from sqlalchemy.engine import make_url
@@ -161,9 +162,10 @@ def test_stuck_drain_sends_exactly_one_failure_mail(dag, tenant, tenant_connecti
     assert password and password not in text and "mysql" not in text
 
 
-def test_rejected_confirmation_sends_one_confirmation_and_one_failure_mail(dag, tenant, tenant_connection):
+def test_rejected_confirmation_sends_one_confirmation_and_one_failure_mail(dag, tenant, tenant_connection, monkeypatch):
     engine, conn_id, password = tenant
     drained_tenant().write(engine)
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "http://airflow.example:8080")  # as every deployment sets it
     with SmtpSink() as sink, HitlAnswerer(DAG_ID, {"confirm_writers_stopped": "Reject"}) as hitl:
         tenant_connection(NOTIFY_CONN, raw_json=sink.connection_json())
         result = run_dag(dag, base_conf(conn_id, notify_conn_id=NOTIFY_CONN))
@@ -175,6 +177,11 @@ def test_rejected_confirmation_sends_one_confirmation_and_one_failure_mail(dag, 
     asked, failed = (text_of(m) for m in sink.messages)
     question = f"Confirm that every old-protocol writer of tenant {NS} is stopped"  # Required actions names the tenant
     assert question in asked and [d["subject"] for d in hitl.seen] == [question]
+    run_page = f"/dags/{DAG_ID}/runs/{quote(result.run_id, safe='')}"  # the pages a person clicks (issue 38, item 1)
+    required = f"answer it: http://airflow.example:8080/dags/{DAG_ID}/runs/{result.run_id}/tasks/confirm_writers_stopped"
+    assert f"{required}/required_actions" in asked, asked
+    assert f"the run: http://airflow.example:8080{run_page}" in asked and run_page in failed, failed
+    assert "status view: http://airflow.example:8080/plugin/nexus-tenants" in failed
     assert "cutover not performed" in failed and "Reject" in failed
     assert password not in asked + failed
 
