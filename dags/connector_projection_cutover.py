@@ -2,10 +2,12 @@
 
 The steps and their order are declared once, in
 ``nexus_cutover.projection.transition.CUTOVER`` (``nexus-cutover run`` and ``plan``
-follow the same list): this file names, per step, the operator that runs it and
-the task doc a UI user reads; :func:`nexus_airflow.declared.build` creates the
-tasks in the declared order, in one TaskGroup per declared stage. Every database
-access and every heavy import happens inside the operators at run time.
+follow the same list and run the same step bodies): this file names, per step, the
+operator that runs its body (the generic step operator; a sensor for a wait; a
+human-in-the-loop operator where a person answers) and the task doc a UI user
+reads; :func:`nexus_airflow.declared.build` creates the tasks in the declared
+order, in one TaskGroup per declared stage. Every database access and every heavy
+import happens inside the operators at run time.
 """
 
 from __future__ import annotations
@@ -16,16 +18,7 @@ from nexus_airflow.base import STEP_HOOKS, never_retry_stops, step_failed
 from nexus_airflow.declared import CUTOVER, build, steps_md, task
 from nexus_airflow.hitl import ConfirmWritersStoppedOperator, StartNewHostOperator
 from nexus_airflow.notify import CutoverNotifier
-from nexus_airflow.operators import (
-    ASSET_ALIAS,
-    ApplySchemaOperator,
-    ArmFenceOperator,
-    AuditCheckpointOperator,
-    FinalOldWriterCheckOperator,
-    HistoryDigestOperator,
-    ResolvePacksOperator,
-    ResumeAdmissionOperator,
-)
+from nexus_airflow.operators import ASSET_ALIAS, CutoverStepOperator
 from nexus_airflow.params import cutover_params
 from nexus_airflow.sensors import TenantWaitSensor
 
@@ -53,18 +46,18 @@ clear that task. The fence stays armed until resume_admission.
 #: Per declared step (its name is the task id): the operator and the task doc shown in the UI.
 TASKS = {
     "resolve_packs": task(
-        ResolvePacksOperator,
+        CutoverStepOperator,
         doc_md="Reads the tenant's active packs (or checks `pack_install_ids`). Writes nothing. "
         "**Stops** on an unknown/inactive/foreign pack or a namespace without active packs: fix the form.",
     ),
     "apply_schema": task(
-        ApplySchemaOperator,
+        CutoverStepOperator,
         doc_md="Additive DDL only: `_System_WorkItem.InputStartOrdinal` and `_System_ConnectorProjectionProtocol`, "
         "each skipped when present. **Refuses** when the v2 prerequisite `ReplayOfWorkId` is missing (it is "
         "never manufactured): land the WorkItem-only v2 handoff first, then clear.",
     ),
     "arm_fence": task(
-        ArmFenceOperator,
+        CutoverStepOperator,
         doc_md="Arms one non-expiring namespace-wide `*` admission fence held by this run (`ArmedBy`), reuses it on "
         "rerun, or adopts the one a failed/finished run left. **Stops** at once, writing nothing, while another "
         "unfinished run holds the tenant (named in XCom `report`), and while any fence override is active (listed; "
@@ -72,7 +65,6 @@ TASKS = {
     ),
     "wait_for_drain": task(
         TenantWaitSensor,
-        wait="drain",
         doc_md="Deferrable: waits until no old projection WorkItem is pending, blocked, retry or processing, "
         "logging the remaining counts and trend each poll. **Stops and reports** (XCom `report`, log) as soon "
         "as the drain provably cannot finish within `drain_timeout` -- retry not due before the deadline, "
@@ -83,7 +75,6 @@ TASKS = {
     ),
     "check_old_writers": task(
         TenantWaitSensor,
-        wait="old_writers",
         doc_md="Now stop every old ingress_writer, receipt_materializer, projection_worker and dependency_resolver "
         "(keep the fence). Waits until `_System_ProcessRegistry` shows each one stopped or silent beyond "
         "`stale_heartbeat`; the evidence is in XCom. **Stops** at `writers_stop_timeout`.",
@@ -96,14 +87,14 @@ TASKS = {
         "ends the run FAILED, cutover not performed, fence still armed, no checkpoint written.",
     ),
     "history_digest": task(
-        HistoryDigestOperator,
+        CutoverStepOperator,
         doc_md="Read only: the digest of every history `_System_Event` / `_System_WorkItem` row of the tenant "
         "(chunks by primary key, each checksum computed in the server), taken now that no old writer can change "
         "them. Summary (hash, rows, chunks) in the log and XCom; `final_old_writer_check` verifies it at the end. "
         "**Stops** at `digest_timeout` or on a missing column (named): it wrote nothing, clear it.",
     ),
     "audit_and_checkpoint": task(
-        AuditCheckpointOperator,
+        CutoverStepOperator,
         doc_md="One per pack: the Controlplane lifecycle entrypoint (same as `connector-projection-cutover`) with "
         "a bounded `checkpoint_timeout`. Under the namespace/pack locks it verifies the fence is in force with no "
         "active override, audits retained responsibility and "
@@ -119,17 +110,16 @@ TASKS = {
     ),
     "verify_readiness": task(
         TenantWaitSensor,
-        wait="readiness",
         doc_md="Deferrable: waits for a registered ProjectionProtocol=1 integration_host with ActivatedAt and a "
         "fresh heartbeat, and no live old writer. **Stops** at `readiness_timeout`: check the host log, clear.",
     ),
     "resume_admission": task(
-        ResumeAdmissionOperator,
+        CutoverStepOperator,
         doc_md="Re-checks readiness, then releases the fence this run holds (sets ReleasedAt): admission "
         "resumes through L2 and the new host. Already released: no-op success; held by another run: stops.",
     ),
     "final_old_writer_check": task(
-        FinalOldWriterCheckOperator,
+        CutoverStepOperator,
         outlets=[AssetAlias(ASSET_ALIAS)],
         trigger_rule=TriggerRule.ALL_SUCCESS,
         doc_md="Reports any old-protocol writer seen after the fence release (**do not restart an old writer "

@@ -21,9 +21,15 @@ from nexus_cutover.projection.transition import CUTOVER
 from nexus_cutover.transition import PROCEED, Kind, Outcome, Stage, Step, Transition, Verdict, verdict_line
 
 
-def test_run_and_plan_have_one_runner_per_declared_step_and_no_other():
-    assert list(cli.RUN) == CUTOVER.names and list(cli.PLAN) == CUTOVER.names
+def test_every_declared_step_calls_its_own_body_in_the_steps_module():
+    """One body per declared step, named after it: what the DAG's task, ``run`` and ``plan`` run."""
+    from nexus_cutover.projection import steps
+
+    for step in CUTOVER:
+        assert step.calls == f"nexus_cutover.projection.steps:{step.name}", step.name
+        assert step.function() is getattr(steps, step.name)
     assert list(NEXT_ACTION) == CUTOVER.names
+    assert not hasattr(cli, "RUN") and not hasattr(cli, "PLAN")  # no second table of the steps
 
 
 def test_the_field_history_stage_commands_run_the_declared_steps_of_their_stage():

@@ -31,7 +31,11 @@ class MissingSchema(BadInput):
 
 
 class Refused(CutoverError):
+    """A refusal; ``report`` is what it reports besides its message (a stop's report: the XCom ``report`` of the
+    task it stops, the ``-json`` of the command), None when the message says everything."""
+
     exit_code = 3
+    report: dict | None = None
 
 
 class LockTimeout(CutoverError):

@@ -68,15 +68,49 @@ def verdict_line(verdict: str, run: str = "the run") -> str:
     return verdict if verdict.startswith(f"{Outcome.DONE}:") else f"{run} would {verdict}"
 
 
+@dataclass
+class StepResult:
+    """What one run of a step's body gives every caller (the DAG's task, ``run``, ``plan``): the same for all three.
+
+    ``value`` is the step's result in its JSON form (the task's XCom ``return_value``, the ``-json`` field the
+    step's :attr:`Step.key` names) and ``verdict`` the declared verdict on it. ``planned`` is the ``PLAN:`` of
+    the writes a dry run would make (None outside a dry run). ``keyed`` are further results by XCom key (the
+    full digest, the evidence shown, a refusal's findings); ``fields`` what ``run -json`` carries at its top
+    level besides the value. A stop says ``message`` (default: the verdict's reason) and reports ``report``
+    (default: the value).
+    """
+
+    value: Any
+    verdict: Verdict = PROCEED
+    planned: list[str] | None = None
+    keyed: dict[str, Any] = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)
+    message: str | None = None
+    report: Any = None
+    #: The domain object behind ``value`` (the evidence, the digest), for a caller in the same process; never
+    #: serialized.
+    domain: Any = None
+
+    @property
+    def stop_message(self) -> str:
+        return self.message or self.verdict.reason
+
+    @property
+    def stop_report(self) -> Any:
+        return self.value if self.report is None else self.report
+
+
 @dataclass(frozen=True)
 class Step:
-    """One step: its name (= its Airflow task id), what it does, how its result is judged, what its dry run does."""
+    """One step: its name (= its Airflow task id), what it does, its body, how its result is judged, its dry run."""
 
     name: str
     kind: Kind
-    #: The domain function it calls, dotted (``module:function``): imported only by :meth:`function`.
+    #: Its body, dotted (``module:function``), ``(run context) -> StepResult``: what the DAG's task, ``run`` and
+    #: ``plan`` run for it. Imported only by :meth:`function`.
     calls: str
-    #: What the dry run of this step does instead of writing (plan and the DAG's ``dry_run`` say the same).
+    #: What the dry run of this step does instead of writing (shown in the task's doc; plan and the DAG's
+    #: ``dry_run`` run the same body, dry).
     dry_run: str
     #: The runbook's next action when this step stops (docs/runbook.md shows the same text).
     next_action: str
@@ -90,6 +124,17 @@ class Step:
     dry_run_judged: bool = True
     #: A waiting step: what a person does while it waits (its verdict's reason says for what), shown with it.
     wait_action: str | None = None
+    #: The field of ``run``'s and ``plan``'s JSON that holds this step's value (default: its name).
+    key: str | None = None
+    #: A waiting step: the run's param that bounds its wait (the sensor's timeout, ``run``'s flag of that name).
+    bound: str | None = None
+    #: False when ``plan`` does not run this step (it asks a person, or acts on what the earlier steps did):
+    #: ``plan`` is the fleet preflight's look at many tenants, the DAG's dry run runs every step.
+    planned: bool = True
+
+    @property
+    def out_key(self) -> str:
+        return self.key or self.name
 
     def function(self) -> Callable[..., Any]:
         module, _, name = self.calls.partition(":")
@@ -160,7 +205,8 @@ class Transition:
             if verdict.outcome is Outcome.STOP:
                 if waiting.intersection(self[name].provisional_while):
                     continue  # it looked at what an earlier wait is still changing: judged again after that wait
-                stops.append(verdict.reason)
+                if verdict.reason not in stops:  # two steps that find the same refusal say it once
+                    stops.append(verdict.reason)
             elif verdict.outcome is Outcome.DONE:
                 done.append(verdict.reason)
             elif verdict.outcome is Outcome.WAIT:

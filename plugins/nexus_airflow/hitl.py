@@ -39,7 +39,6 @@ from nexus_airflow import results
 from nexus_airflow.base import domain_errors, params_of, plan, stop, tenant_engine
 from nexus_airflow.faults import fault_point
 from nexus_airflow.notify import notify_needs_confirmation
-from nexus_cutover.projection.transition import CUTOVER
 
 NOT_PERFORMED = "cutover not performed"
 
@@ -300,12 +299,14 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
         if not shown.get("checked_at"):
             stop(context, self.log, f"{NOT_PERFORMED}: the evidence shown with the question is missing from XCom; "
                  "clear check_old_writers to gather it again.")
+        from nexus_airflow.operators import cutover_run
+
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
-            check = steps.recheck_writers(engine, p.tenant, evidence_taken_at=dt.datetime.fromisoformat(shown["checked_at"]),
-                                          stale_heartbeat=dt.timedelta(seconds=p.stale_heartbeat))
-        recheck = check.as_json()
+            answer_check = steps.accept_confirmation(cutover_run(context, self.log, engine),
+                                                     dt.datetime.fromisoformat(shown["checked_at"]))
+        check, recheck = answer_check.domain, answer_check.value
         context["ti"].xcom_push(key=results.RECHECK_KEY, value=recheck)
-        if not CUTOVER["confirm_writers_stopped"].verdict(recheck).proceeds:
+        if not answer_check.verdict.proceeds:
             stop(context, self.log,
                  f"{NOT_PERFORMED}: {answer['responded_by']} confirmed evidence taken {check.evidence_age_s:g} s earlier, "
                  f"but old writer(s) {', '.join(check.came_back)} are live or heartbeated since it was taken. Nothing was "
@@ -344,44 +345,41 @@ class StartNewHostOperator(_StrictHITL):
         super().__init__(**kwargs)
 
     def execute(self, context) -> Any:
+        """The step's body (:func:`nexus_cutover.projection.steps.start_new_host`), the host started by
+        ``host_controller``: ``command`` or ``http`` here, ``manual`` by a person asked here."""
+        from nexus_airflow.operators import run_body
+
+        def by_controller(run) -> None:
+            run.start_host = lambda run, _live: self._start(context, run)
+
+        return run_body(self, context, "start_new_host", prepare=by_controller)
+
+    def _start(self, context, run) -> dict[str, Any]:
         from nexus_airflow import host_controllers
         from nexus_airflow.hooks import NexusTenantHook
         from nexus_cutover.projection import steps
 
         p = params_of(context)
-        stale = dt.timedelta(seconds=p.stale_heartbeat)
-        with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
-            r = steps.readiness(engine, p.tenant, stale_heartbeat=stale)
-            live_hosts = [h["process_id"] for h in r.hosts if h["state"] == "live"]
-            if p.dry_run:
-                return {"dry_run": True, "plan": plan(self.log, [
-                    f"start the new host via {p.host_controller} (live new hosts now: {live_hosts or 'none'})"])}
-            if live_hosts:
-                self.log.info("a new host already runs for %s (%s): not starting another", p.tenant,
-                              ", ".join(live_hosts))
-                return {"controller": p.host_controller, "already_running": live_hosts}
-            if p.host_controller == "command":
-                result = host_controllers.start_command(
-                    p.tenant, NexusTenantHook(p.conn_id).dsn_for_child_process(), self.log,
-                    ready=lambda: steps.readiness(engine, p.tenant, stale_heartbeat=stale).ready)
-            elif p.host_controller == "http":
-                result = host_controllers.start_http(p.tenant, p.host_http_conn_id, self._packs(context),
-                                                     context["run_id"], self.log)
-            else:
-                self._ask(context, (
-                    f"## Tenant `{p.tenant}`: start the matching new host\n\n"
-                    f"Every pack checkpoint is written: {self._packs(context)}.\n\n"
-                    "Start the new host and Connectors for this tenant (ProjectionProtocol 1), then choose "
-                    f"**{self.approve_option}**. verify_readiness checks that it registered and activated.\n\n"
-                    "The project's reference host, started from a shell that reaches the tenant database "
-                    "(the password is the connection's, shown masked here):\n\n"
-                    f"```\n{_host_command_line(p.tenant, NexusTenantHook(p.conn_id).masked_dsn)}\n```\n\n"
-                    "Or let the run start it: trigger with host_controller `command` (the Variable "
-                    f"`{host_controllers.HOST_COMMAND_VARIABLE}` names the command) or `http` (a deployer).\n\n"
-                    "Do not restart an old writer after this point."
-                ))
-        fault_point("start_new_host.after_write")
-        return result
+        if p.host_controller == "command":
+            return host_controllers.start_command(
+                p.tenant, NexusTenantHook(p.conn_id).dsn_for_child_process(), self.log,
+                ready=lambda: steps.readiness(run.engine, p.tenant, stale_heartbeat=run.stale).ready)
+        if p.host_controller == "http":
+            return host_controllers.start_http(p.tenant, p.host_http_conn_id, self._packs(context),
+                                               context["run_id"], self.log)
+        self._ask(context, (
+            f"## Tenant `{p.tenant}`: start the matching new host\n\n"
+            f"Every pack checkpoint is written: {self._packs(context)}.\n\n"
+            "Start the new host and Connectors for this tenant (ProjectionProtocol 1), then choose "
+            f"**{self.approve_option}**. verify_readiness checks that it registered and activated.\n\n"
+            "The project's reference host, started from a shell that reaches the tenant database "
+            "(the password is the connection's, shown masked here):\n\n"
+            f"```\n{_host_command_line(p.tenant, NexusTenantHook(p.conn_id).masked_dsn)}\n```\n\n"
+            "Or let the run start it: trigger with host_controller `command` (the Variable "
+            f"`{host_controllers.HOST_COMMAND_VARIABLE}` names the command) or `http` (a deployer).\n\n"
+            "Do not restart an old writer after this point."
+        ))
+        raise AssertionError("unreachable: asking a person defers the task")
 
     @staticmethod
     def _packs(context) -> list[str]:

@@ -206,31 +206,32 @@ def _base_kwargs(context, deadline: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class TenantWait:
-    """What one waiting step of the cutover waits for: its poller, its bound, its passing state, its stop."""
+    """What one waiting step of the cutover waits with: its poller, its passing state, its stop (its bound is the
+    step's declared :attr:`~nexus_cutover.transition.Step.bound`)."""
 
     poller_path: str
-    timeout_param: str  # the RunParams field bounding the wait
     done_state: str
     stop_message: str
     plan: str  # the dry run's PLAN line (one look, no wait)
     text_key: str | None = None  # XCom key for the poller's human report, when it has one
 
 
+#: Per waiting step of the cutover (by its declared name, = its task id).
 WAITS = {
-    "drain": TenantWait(
-        "nexus_airflow.pollers.DrainPoller", "drain_timeout", "drained",
+    "wait_for_drain": TenantWait(
+        "nexus_airflow.pollers.DrainPoller", "drained",
         "the drain of old projection work cannot finish within drain_timeout: stopped and reported "
         "(no WorkItem was changed; the fence stays armed)",
         "wait for the drain", "report_text",
     ),
-    "old_writers": TenantWait(
-        "nexus_airflow.pollers.OldWritersPoller", "writers_stop_timeout", "stopped",
+    "check_old_writers": TenantWait(
+        "nexus_airflow.pollers.OldWritersPoller", "stopped",
         "old-protocol writers are still live after writers_stop_timeout: stop them (keep the fence), "
         "then clear check_old_writers",
         "wait until every old writer is stopped", "evidence_md",
     ),
-    "readiness": TenantWait(
-        "nexus_airflow.pollers.ReadinessPoller", "readiness_timeout", "ready",
+    "verify_readiness": TenantWait(
+        "nexus_airflow.pollers.ReadinessPoller", "ready",
         "the new host did not become ready within readiness_timeout; admission stays fenced. "
         "Check the host's logs, fix, then clear verify_readiness",
         "wait for the new host to be ready",
@@ -239,25 +240,26 @@ WAITS = {
 
 
 class TenantWaitSensor(StatusPollSensor):
-    """One waiting step of the cutover (``wait``: drain, old_writers, readiness): the one sensor class for all three.
+    """The waiting step of the cutover its task id names (wait_for_drain, check_old_writers, verify_readiness).
 
     Passes on the wait's ``done_state``; a dry run looks once and logs the PLAN
     when the real run would wait; any other final state stops the run with the
     poller's report (on a dry run too: the real run would stop there).
     """
 
-    def __init__(self, *, wait: str, **kwargs) -> None:
+    def __init__(self, **kwargs) -> None:
+        from nexus_cutover.projection.transition import CUTOVER
+
         super().__init__(**kwargs)
-        self.wait = wait
-        self.poller_path = WAITS[wait].poller_path
-        self.timeout_param = WAITS[wait].timeout_param
+        self.poller_path = WAITS[self.task_id].poller_path
+        self.timeout_param = CUTOVER[self.task_id].bound
 
     @property
     def spec(self) -> TenantWait:
-        return WAITS[self.wait]
+        return WAITS[self.task_id]
 
     def wait_seconds(self, context) -> float:
-        return float(getattr(params_of(context), self.spec.timeout_param))
+        return float(getattr(params_of(context), self.timeout_param))
 
     def poller_kwargs(self, context, deadline: str) -> dict[str, Any]:
         return _base_kwargs(context, deadline)

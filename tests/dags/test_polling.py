@@ -319,9 +319,9 @@ def test_a_stuck_drains_stop_names_each_cause_with_its_count(airflow_db, tmp_pat
     sc.write(engine)
     report = drain_report(engine, NS, deadline=utcnow() + dt.timedelta(hours=1), stale_heartbeat=dt.timedelta(seconds=30))
     engine.dispose()
-    message = TenantWaitSensor(task_id="wait_for_drain", wait="drain").stop_message(report.as_json())
+    message = TenantWaitSensor(task_id="wait_for_drain").stop_message(report.as_json())
     assert message.startswith("the drain of old projection work cannot finish within drain_timeout")
     assert message.endswith("Now: the drain is stuck: 1 processing items whose lease expired (their worker is gone); "
                             "4 pending items while no live old-protocol projection_worker heartbeats")
-    writers = TenantWaitSensor(task_id="check_old_writers", wait="old_writers").stop_message({"live": ["w-1", "w-2"]})
+    writers = TenantWaitSensor(task_id="check_old_writers").stop_message({"live": ["w-1", "w-2"]})
     assert writers.endswith("Now: 2 live old writer(s) to be stopped (w-1, w-2), then a person's confirmation")

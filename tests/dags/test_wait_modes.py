@@ -233,4 +233,4 @@ def test_a_wait_is_never_skipped_or_silenced(airflow_db, flag):
     from nexus_airflow.sensors import TenantWaitSensor
 
     with pytest.raises(ValueError, match="never skipped"):
-        TenantWaitSensor(task_id="wait_for_drain", wait="drain", **{flag: True})
+        TenantWaitSensor(task_id="wait_for_drain", **{flag: True})

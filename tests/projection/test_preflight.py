@@ -54,7 +54,7 @@ def _fence_held(engine, ns):
     build_production_tenant(engine, namespace=ns, seed=5, **SIZES)
     from nexus_cutover.projection import steps
 
-    steps.apply_schema(engine)  # a fence needs the additive schema: another engineer's run got this far
+    steps.actions.apply_schema(engine)  # a fence needs the additive schema: another engineer's run got this far
     arm_fence(engine, ns, armed_by="cli:someone-else", timeout_s=10)
 
 
@@ -66,9 +66,9 @@ def _cut_over(engine, ns):
     from nexus_cutover.projection import steps
 
     build_production_tenant(engine, namespace=ns, seed=6, **SIZES)
-    steps.apply_schema(engine)
+    steps.actions.apply_schema(engine)
     armed = arm_fence(engine, ns, armed_by=HOLDER, timeout_s=10)
-    for pack in steps.resolve_packs(engine, ns):
+    for pack in steps.actions.resolve_packs(engine, ns):
         assert steps.checkpoint(engine, pack, timeout_s=30, written_by=HOLDER).outcome == "written"
     with engine.begin() as conn:  # released as resume_admission would (readiness is not what this test is about)
         conn.execute(update(catalog.AdmissionFence).where(catalog.AdmissionFence.c.FenceId == armed.fence_id)

@@ -75,13 +75,13 @@ def test_the_cutover_with_traffic_throughout_then_the_host_on_hostile_receipts(c
         traffic = LiveTraffic(engine, p, receipts_after_release=True, future_per_tick=3)
 
         apply_steps(engine, projection_steps(engine))
-        fence = steps.arm_fence(engine, NS, holder="prod-test", packs=packs, timeout_s=30)
+        fence = steps.actions.arm_fence(engine, NS, holder="prod-test", packs=packs, timeout_s=30)
         traffic.tick()  # ordinary work arrives while fenced (receipts are held for the new host)
         drain = steps.drain(engine, NS, deadline=dt.datetime.now(dt.UTC).replace(tzinfo=None) + STALE,
                             stale_heartbeat=STALE)
         assert drain.state == "drained", drain.counts_text()  # ordinary work in every status is not waited for
         assert steps.writer_evidence(engine, NS, stale_heartbeat=STALE).all_stopped_or_silent
-        digest = steps.history_digest(engine, NS, timeout_s=60)
+        digest = steps.actions.history_digest(engine, NS, timeout_s=60)
         traffic.tick()
         results = {pack: steps.checkpoint(engine, pack, timeout_s=60, written_by="prod-test") for pack in packs}
         assert {pack: (r.outcome, r.findings) for pack, r in results.items()} == {pack: ("written", []) for pack in packs}

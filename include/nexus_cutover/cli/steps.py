@@ -2,7 +2,7 @@
 
     nexus-cutover <command> [-namespace NS] [options] [-json]
 
-Commands (each one function of :mod:`nexus_cutover.projection.steps`):
+Commands (each a step of :mod:`nexus_cutover.projection.steps`; ``run`` and ``plan`` run their bodies):
 ``plan``, ``apply-schema``, ``arm-fence``, ``drain [--wait]``, ``writers``,
 ``checkpoint`` (identical to ``connector-projection-cutover``), ``activate-pack``,
 ``digest`` (the history digest, ``-out FILE`` to keep it), ``readiness``,
@@ -92,7 +92,7 @@ class Command:
 
 
 def cmd_apply_schema(c: Command) -> tuple[int, dict[str, Any]]:
-    result = steps.apply_schema(c.engine, dry_run=c.args.dry_run, on_created=lambda label: c.say(f"{label}: created"))
+    result = steps.actions.apply_schema(c.engine, dry_run=c.args.dry_run, on_created=lambda label: c.say(f"{label}: created"))
     for label in result.present:
         c.say(f"{label}: present, skipped")
     for line in result.plan if c.args.dry_run else []:
@@ -107,12 +107,12 @@ CLI_TAKE_OVER = ("if {holder} is finished (an Airflow run that failed or was rej
 
 
 def _arm(c: Command, packs: list[str], *, dry_run: bool = False):
-    return steps.arm_fence(c.engine, c.args.namespace, holder=c.args.holder, packs=packs, timeout_s=c.args.timeout,
+    return steps.actions.arm_fence(c.engine, c.args.namespace, holder=c.args.holder, packs=packs, timeout_s=c.args.timeout,
                            adopt=c.args.adopt, take_over=CLI_TAKE_OVER, dry_run=dry_run)
 
 
 def cmd_arm_fence(c: Command) -> tuple[int, dict[str, Any]]:
-    packs = steps.resolve_packs(c.engine, c.args.namespace, c.args.pack_install_id or ())
+    packs = steps.actions.resolve_packs(c.engine, c.args.namespace, c.args.pack_install_id or ())
     result = _arm(c, packs, dry_run=c.args.dry_run)
     c.say(f"fence {result.fence_id}: {result.outcome}" + (f" (left by {result.previous_holder})" if result.previous_holder else ""))
     if result.outcome in ("armed", "reused", "adopted"):
@@ -200,16 +200,8 @@ def _held_fence_id(c: Command) -> int:
 def cmd_release_fence(c: Command) -> tuple[int, dict[str, Any]]:
     result = steps.release_fence(c.engine, c.args.namespace, _held_fence_id(c), holder=c.args.holder, stale_heartbeat=c.stale,
                                  timeout_s=c.args.timeout, dry_run=c.args.dry_run)
-    c.say(f"fence {result.fence_id}: {result.outcome}" + _pause_text(result))
+    c.say(f"fence {result.fence_id}: {result.outcome}" + steps.pause_text(result))
     return EXIT_OK, result.as_json()
-
-
-def _pause_text(result) -> str:
-    """The admission pause of a released fence, as its row records it ("" before the release)."""
-    if result.admission_pause_s is None:
-        return ""
-    return (f" (admission paused {result.admission_pause_s:.3f} s: armed {result.armed_at}, "
-            f"released {result.released_at})")
 
 
 def _released_at(c: Command) -> dt.datetime:
@@ -225,7 +217,7 @@ def _released_at(c: Command) -> dt.datetime:
 
 
 def cmd_digest(c: Command) -> tuple[int, dict[str, Any]]:
-    digest = steps.history_digest(c.engine, c.args.namespace, timeout_s=c.args.timeout, chunk_rows=c.args.chunk_rows,
+    digest = steps.actions.history_digest(c.engine, c.args.namespace, timeout_s=c.args.timeout, chunk_rows=c.args.chunk_rows,
                                   connections=c.args.digest_connections)
     if c.args.out:
         _save_digest(digest, c.args.out)
@@ -323,9 +315,6 @@ def cmd_status(c: Command) -> tuple[int, dict[str, Any]]:
 
 # -- plan ---------------------------------------------------------------------------------
 
-#: Per declared step, what ``plan`` looks at (the domain's dry run: :mod:`nexus_cutover.projection.dry_run`).
-PLAN = dry_run.PLAN
-
 
 def plan_options(c: Command) -> dry_run.PlanOptions:
     """The dry run's options from this invocation's flags."""
@@ -349,20 +338,84 @@ def _now() -> dt.datetime:
 # -- run ------------------------------------------------------------------------------------
 
 
-def _wait(c: Command, step: str, look: Callable[[], tuple[dict[str, Any], str]], timeout_s: float) -> Verdict:
-    """Look until the step's declared verdict is no longer ``wait`` (a stop at ``timeout_s``): that verdict.
+def cmd_run(c: Command) -> tuple[int, dict[str, Any]]:
+    """The declared steps in the declared order, in one process: each step's body (the DAG's), a waiting step
+    looked at again until its verdict is no longer ``wait``, a per-pack step once per pack. Stops where the DAG
+    stops (each step's declared verdict decides: proceed, stop with the step's next action, or done when nothing
+    is left to do)."""
+    out: dict[str, Any] = {"namespace": c.args.namespace, "holder": c.args.holder, "steps": []}
+    results = steps.Results()
+    run = _cutover_run(c, results)
+    stage = None
+    for step in CUTOVER:
+        if CUTOVER.stage_of(step.name) is not stage:
+            stage = CUTOVER.stage_of(step.name)
+            c.say(f"step {stage.number}: {stage.title.lower()}")
+        out["steps"].append(step.name)
+        verdict = _run_declared(c, run, step, results, out)
+        if verdict.outcome is Outcome.DONE:
+            c.say(verdict.reason)
+            out["outcome"] = "nothing_to_do"
+            return EXIT_OK, out
+    out["outcome"] = "cut_over"
+    c.say(f"cutover complete for {c.args.namespace}: "
+          + ", ".join(f"{r['pack_install_id']}={r['legacy_max_ordinal']}" for r in out["checkpoints"])
+          + ". Do not restart an old writer after this point.")
+    return EXIT_OK, out
 
-    ``look()`` returns the step's result (its JSON form, what the verdict reads) and one progress line.
-    """
+
+def _cutover_run(c: Command, results: steps.Results) -> steps.CutoverRun:
+    a = c.args
+    return steps.CutoverRun(
+        c.engine, a.namespace, a.holder, requested_packs=tuple(a.pack_install_id or ()), adopt=a.adopt,
+        lock_timeout_s=a.timeout, drain_timeout_s=a.drain_timeout, digest_timeout_s=a.timeout,
+        digest_connections=a.digest_connections, chunk_rows=a.chunk_rows, stale_heartbeat_s=a.stale_heartbeat,
+        take_over=CLI_TAKE_OVER, earlier=results.earlier, say=lambda line: c.say(f"  {line}"),
+        confirm=lambda ev: _confirm(c, ev), start_host=lambda _run, _live: _start_new_host(c))
+
+
+def _run_declared(c: Command, run: steps.CutoverRun, step, results: steps.Results, out: dict[str, Any]) -> Verdict:
+    """One declared step (once per pack for a per-pack step, the first stop ending it): its verdict; a stop is
+    raised (Stopped, or TimedOut at a wait's bound) with the step's next action."""
+    verdict = PROCEED
+    for pack in run.packs() if step.per_pack_of else [None]:
+        run.pack = pack
+        result = _wait(c, run, step) if step.bound else steps.run_step(step.name, run)
+        results.record(step.name, result)
+        out[step.out_key] = results.earlier(step.name)
+        out.update(result.fields)
+        if step.name == "history_digest" and c.args.digest_out:
+            _save_digest(result.domain, c.args.digest_out)
+            c.say(f"  saved to {c.args.digest_out}")
+        verdict = result.verdict
+        if verdict.outcome is Outcome.STOP or verdict.outcome is Outcome.WAIT:
+            raise (TimedOut if verdict.timed_out else Stopped)(_stop_message(step.name, result), out)
+        if verdict.outcome is Outcome.DONE:
+            break
+    return verdict
+
+
+def _stop_message(step: str, result) -> str:
+    from ..projection.next_actions import next_action
+
+    reason = result.stop_message.rstrip().rstrip(".")
+    return f"{step}: {reason}." if "Next:" in reason else f"{step}: {reason}. Next: {next_action(step)}."
+
+
+def _wait(c: Command, run: steps.CutoverRun, step):
+    """Run a waiting step's body until its verdict is no longer ``wait``; at its bound (the flag named by the
+    step's :attr:`~nexus_cutover.transition.Step.bound`) a stop that says it timed out."""
+    timeout_s = float(getattr(c.args, step.bound))
     started, gaps = time.monotonic(), polling.gaps(c.args.poll_interval)
+    run.deadline = _now() + dt.timedelta(seconds=timeout_s)
     while True:
-        result, line = look()
-        c.say(f"  {line}")
-        verdict = CUTOVER[step].verdict(result)
-        if verdict.outcome is not Outcome.WAIT:
-            return verdict
+        result = steps.run_step(step.name, run)
+        if result.verdict.outcome is not Outcome.WAIT:
+            return result
         if time.monotonic() - started >= timeout_s:
-            return Verdict(Outcome.STOP, f"{step} did not pass within {timeout_s:g}s: {line}", timed_out=True)
+            result.verdict = Verdict(Outcome.STOP, f"{step.name} did not pass within {timeout_s:g}s: "
+                                     f"{result.verdict.reason}", timed_out=True)
+            return result
         time.sleep(next(gaps))
 
 
@@ -382,170 +435,12 @@ def _confirm(c: Command, ev) -> str:
     return f"interactive:{c.args.holder}"
 
 
-def cmd_run(c: Command) -> tuple[int, dict[str, Any]]:
-    """The declared steps in the declared order, in one process, stopping where the DAG stops (each step's
-    declared verdict decides: proceed, stop with the step's next action, or done when nothing is left to do)."""
-    from ..projection.next_actions import next_action
-
-    out: dict[str, Any] = {"namespace": c.args.namespace, "holder": c.args.holder, "steps": []}
-    stage = None
-    for step in CUTOVER:
-        if CUTOVER.stage_of(step.name) is not stage:
-            stage = CUTOVER.stage_of(step.name)
-            c.say(f"step {stage.number}: {stage.title.lower()}")
-        out["steps"].append(step.name)
-        verdict = RUN[step.name](c, out)
-        if verdict.outcome is Outcome.DONE:
-            c.say(verdict.reason)
-            out["outcome"] = "nothing_to_do"
-            return EXIT_OK, out
-        if verdict.outcome is not Outcome.PROCEED:
-            message = f"{step.name}: {verdict.reason.rstrip('.')}. Next: {next_action(step.name)}."
-            raise (TimedOut if verdict.timed_out else Stopped)(message, out)
-    out["outcome"] = "cut_over"
-    c.say(f"cutover complete for {c.args.namespace}: "
-          + ", ".join(f"{r['pack_install_id']}={r['legacy_max_ordinal']}" for r in out["checkpoints"])
-          + ". Do not restart an old writer after this point.")
-    return EXIT_OK, out
-
-
-def _run_packs(c: Command, out: dict[str, Any]) -> Verdict:
-    """The packs; a tenant another holder holds is refused here, before the schema step writes anything."""
-    out["packs"] = steps.resolve_packs(c.engine, c.args.namespace, c.args.pack_install_id or ())
-    c.say(f"  packs {', '.join(out['packs'])}")
-    steps.held_by_another(c.engine, c.args.namespace, holder=c.args.holder, adopt=c.args.adopt, take_over=CLI_TAKE_OVER)
-    return PROCEED
-
-
-def _run_schema(c: Command, out: dict[str, Any]) -> Verdict:
-    out["schema"] = steps.apply_schema(c.engine, on_created=lambda label: c.say(f"  {label}: created")).as_json()
-    return PROCEED
-
-
-def _run_fence(c: Command, out: dict[str, Any]) -> Verdict:
-    armed = _arm(c, out["packs"])
-    out["fence"] = armed.as_json()
-    c.say(f"  fence {armed.fence_id}: {armed.outcome}")
-    return CUTOVER["arm_fence"].verdict(out["fence"])
-
-
-def _run_drain(c: Command, out: dict[str, Any]) -> Verdict:
-    """Wait for the drain (keep the old workers and resolvers running); never changes a WorkItem."""
-    deadline = _now() + dt.timedelta(seconds=c.args.drain_timeout)
-
-    def look() -> tuple[dict[str, Any], str]:
-        report = _drain_once(c, deadline)
-        out["drain"] = report.as_json()
-        if report.state == "stuck":
-            c.say(report.report_text())
-        return out["drain"], report.counts_text()
-
-    return _wait(c, "wait_for_drain", look, c.args.drain_timeout)
-
-
-def _run_writers(c: Command, out: dict[str, Any]) -> Verdict:
-    """Stop every old writer, receipt materializer and worker now (keep the fence): wait until none is live."""
-
-    def look() -> tuple[dict[str, Any], str]:
-        c.evidence = steps.writer_evidence(c.engine, c.args.namespace, stale_heartbeat=c.stale)
-        live = [p["process_id"] for p in c.evidence.live]
-        return c.evidence.as_json(), (f"{len(live)} old writer(s) still live: {', '.join(live)}" if live
-                                      else "every old writer stopped")
-
-    return _wait(c, "check_old_writers", look, c.args.writers_stop_timeout)
-
-
-def _run_confirm(c: Command, out: dict[str, Any]) -> Verdict:
-    """The person's confirmation, then the registry read again against the evidence they were shown."""
-    confirmed_by = _confirm(c, c.evidence)
-    check = steps.recheck_writers(c.engine, c.args.namespace, evidence_taken_at=c.evidence.checked_at,
-                                  stale_heartbeat=c.stale)
-    out["confirmation"] = {"confirmed_by": confirmed_by, **check.as_json()}
-    return CUTOVER["confirm_writers_stopped"].verdict(out["confirmation"])
-
-
-def _run_digest(c: Command, out: dict[str, Any]) -> Verdict:
-    c.digest = steps.history_digest(c.engine, c.args.namespace, timeout_s=c.args.timeout, chunk_rows=c.args.chunk_rows,
-                                    connections=c.args.digest_connections)
-    out["history_digest"] = c.digest.summary()
-    c.say(f"  {c.digest.summary_text()}")
-    if c.args.digest_out:
-        _save_digest(c.digest, c.args.digest_out)
-        c.say(f"  saved to {c.args.digest_out}")
-    return PROCEED
-
-
-def _run_checkpoints(c: Command, out: dict[str, Any]) -> Verdict:
-    """Audit and checkpoint each pack; the first refusal stops with every finding."""
-    out["checkpoints"] = []
-    for pack in out["packs"]:
-        result = steps.checkpoint(c.engine, pack, timeout_s=c.args.timeout, written_by=c.args.holder)
-        out["checkpoints"].append(result.as_json())
-        _checkpoint_outcome(c, result)
-        verdict = CUTOVER["audit_and_checkpoint"].verdict(out["checkpoints"][-1])
-        if not verdict.proceeds:
-            return verdict
-    return PROCEED
-
-
-def _run_host(c: Command, out: dict[str, Any]) -> Verdict:
-    """Start the host with ``-host-command``; without one the person starts it now."""
+def _start_new_host(c: Command) -> dict[str, Any]:
+    """Start the host with ``-host-command``; without one the person starts it now (readiness waits for it)."""
     c.say("  start the new host" + (f" ({c.args.host_command})" if c.args.host_command else " now"))
-    if c.args.host_command:
-        out["host_pid"] = _start_host(c.args.host_command)
-    return PROCEED
-
-
-def _run_readiness(c: Command, out: dict[str, Any]) -> Verdict:
-    def look() -> tuple[dict[str, Any], str]:
-        r = steps.readiness(c.engine, c.args.namespace, stale_heartbeat=c.stale)
-        out["readiness"] = r.as_json()
-        return out["readiness"], ("ready" if r.ready else "not ready: " + "; ".join(r.reasons))
-
-    return _wait(c, "verify_readiness", look, c.args.readiness_timeout)
-
-
-def _run_release(c: Command, out: dict[str, Any]) -> Verdict:
-    released = steps.release_fence(c.engine, c.args.namespace, int(out["fence"]["fence_id"]), holder=c.args.holder,
-                                   stale_heartbeat=c.stale, timeout_s=c.args.timeout)
-    out["release"] = released.as_json()
-    out["admission_pause_s"] = released.admission_pause_s
-    c.say(f"  fence {released.fence_id}: {released.outcome}; admission resumes through the new host"
-          + _pause_text(released))
-    return PROCEED
-
-
-def _run_final_check(c: Command, out: dict[str, Any]) -> Verdict:
-    """No old writer ran after the release, and no history row changed since the digest."""
-    from ..projection.fence import fence_row
-
-    with tx.reading(c.engine, "reading the released fence") as conn:
-        released_at = dt.datetime.fromisoformat(fence_row(conn, int(out["fence"]["fence_id"]))["ReleasedAt"])
-    out["old_writers_after_release"] = steps.verify_no_old_writer(c.engine, c.args.namespace, released_at=released_at)
-    if out["old_writers_after_release"]:
-        return CUTOVER["final_old_writer_check"].verdict(out)
-    verification = steps.verify_history(c.engine, c.digest, timeout_s=c.args.timeout)
-    out["history"] = {**verification.as_json(), "summary": verification.summary()}
-    c.say(f"  {verification.summary()}")
-    return CUTOVER["final_old_writer_check"].verdict(out)
-
-
-#: Per declared step, how ``run`` runs it: (command, out) -> the step's verdict. ``run`` follows the declaration's
-#: order, never this table's.
-RUN: dict[str, Callable[[Command, dict[str, Any]], Verdict]] = {
-    "resolve_packs": _run_packs,
-    "apply_schema": _run_schema,
-    "arm_fence": _run_fence,
-    "wait_for_drain": _run_drain,
-    "check_old_writers": _run_writers,
-    "confirm_writers_stopped": _run_confirm,
-    "history_digest": _run_digest,
-    "audit_and_checkpoint": _run_checkpoints,
-    "start_new_host": _run_host,
-    "verify_readiness": _run_readiness,
-    "resume_admission": _run_release,
-    "final_old_writer_check": _run_final_check,
-}
+    if not c.args.host_command:
+        return {"controller": "manual"}
+    return {"controller": "command", "host_pid": _start_host(c.args.host_command)}
 
 
 def _start_host(command: str) -> int:

@@ -156,6 +156,7 @@ class FenceHeld(Refused):
                  take_over: str = TAKE_OVER, releasing: bool = False):
         self.fence = fence
         self.holder = fence["ArmedBy"]
+        self.report = {"held_by": self.holder, "fence": fence}
         self.state = state
         run = airflow_run_named(self.holder)
         if releasing:
@@ -190,6 +191,7 @@ class SeveralCutoverFences(Refused):
 
     def __init__(self, namespace: str, fences: list[dict[str, Any]]):
         self.fences = fences
+        self.report = {"cutover_fences": fences}
         listed = "; ".join(f"FenceId={f['FenceId']} ArmedBy={f['ArmedBy']!r} ArmedAt={utc_text(f['ArmedAt'])}" for f in fences)
         super().__init__(
             f"namespace {namespace!r} has {len(fences)} cutover fences in force (non-expiring '*'): {listed}. One "
@@ -231,6 +233,7 @@ class ActiveOverrides(Refused):
 
     def __init__(self, namespace: str, overrides: list[dict[str, Any]]):
         self.overrides = overrides
+        self.report = {"active_overrides": overrides}
         listed = "; ".join(
             f"OverrideId={o['OverrideId']} FenceId={o['FenceId']} Scope={o['Scope']!r} CreatedBy={o['CreatedBy']!r}"
             for o in overrides
@@ -249,6 +252,7 @@ class OldWorkAboveCutoff(Refused):
 
     def __init__(self, namespace: str, above: list[Any]):
         self.above = [a.as_json() for a in above]
+        self.report = {"old_work_above_cutoff": self.above}
         super().__init__(
             f"namespace {namespace!r} is not cut over: " + "; ".join(a.describe() for a in above)
             + ". Nothing was armed; a rerun changes nothing until that decision is made."

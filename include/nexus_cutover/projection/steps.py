@@ -1,286 +1,529 @@
-"""The connector projection range cutover, step by step (seed 000, "Existing-data cutover"): the functions.
+"""The cutover's declared steps, one body each: the one door the DAG, ``nexus-cutover run`` and ``plan`` go through.
 
-One function per step. The order is declared once, in
-:data:`nexus_cutover.projection.transition.CUTOVER` (which also says each
-step's kind, verdict, dry run and next action); the DAG's operators, the
-sensors' pollers and ``nexus-cutover`` call exactly these functions; the
-modules behind them read (drain, writers, audit) or write (schema, fence,
-checkpoint). In the declared order, and why:
+:data:`~nexus_cutover.projection.transition.CUTOVER` declares the steps and
+their order; each step's ``calls`` names its body here, a function
+``(CutoverRun) -> StepResult``: what the step reads or writes (through
+:mod:`.actions`), what it says (``run.say``), the ``PLAN:`` of the writes it
+would make when the run is dry, and the declared verdict on its result. The
+three callers are loops over the declaration that run these bodies and differ
+only in what is theirs:
 
-1. :func:`resolve_packs`, :func:`held_by_another` (a tenant another holder holds
-   is refused before anything is written), :func:`apply_schema`,
-   :func:`arm_fence` -- additive schema, then one non-expiring namespace-wide
-   ``*`` admission fence held by the run. Old workers and dependency resolvers
-   keep running.
-2. :func:`drain` -- until no old projection WorkItem is pending, blocked, retry
-   or processing; stuck work is reported, never changed.
-3. :func:`writer_evidence`, then a person confirms every old writer stopped,
-   then :func:`recheck_writers` when the answer arrives, then
-   :func:`history_digest`: the chunk checksums of every history row, taken now
-   that nothing old can change them.
-4. :func:`checkpoint` per pack -- under the namespace/pack locks: the fence
-   precondition, the audit, the one-time ``LegacyMaxOrdinal``.
-5. :func:`readiness` of the new host, :func:`release_fence` (admission resumes,
-   only while ready, in the releasing transaction), :func:`verify_no_old_writer`
-   (no old writer ran after the release) and :func:`verify_history` (no history
-   row changed since the digest).
+* the DAG (``nexus_airflow.operators``): one task per step; a
+  :class:`CutoverRun` over the task's params, reading earlier steps' results
+  from XCom; a stop fails the task with its report; plus Airflow's own parts
+  (the form check, a cancelled rollout, the human-in-the-loop questions,
+  deferral, the Asset event);
+* ``nexus-cutover run`` (:mod:`nexus_cutover.cli.steps`): every step in one
+  process, waiting steps looked at again until they pass, the confirmation a
+  prompt or a flag;
+* ``nexus-cutover plan`` (:mod:`.dry_run`): every :attr:`~nexus_cutover.transition.Step.planned`
+  step once, dry, every verdict combined.
 
-Nothing here UPDATEs or DELETEs an Event or WorkItem or changes a WorkItem's
-status; there is no step that skips a refusal.
+The dry run is a property of the run (:attr:`CutoverRun.dry_run`): a body
+asks the domain for its dry run and records the ``PLAN:`` of the writes
+(:meth:`CutoverRun.plan`); no caller branches on it for a step.
+
+Invariants:
+
+* A body's refusal the real run would stop at is its ``stop`` verdict with the
+  refusal's report (a held tenant, active overrides, old work above a cutoff,
+  a refused audit): every caller stops, or, in ``plan``, reports it, the same
+  way. Bad input and errors that are not this step's finding are raised.
+* Nothing here UPDATEs or DELETEs an Event or WorkItem or changes a WorkItem's
+  status; there is no body that skips a refusal.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
-from .. import schema
 from ..clock import utcnow
-from ..db import Deadline
 from ..errors import Refused
+from ..liveness import DEFAULT_STALE_HEARTBEAT_S
+from ..transition import Outcome, StepResult, Verdict
+from . import actions
 from . import fence as fences
-from . import writers
-from .checkpoint import CheckpointResult, run_checkpoint
-from .digest import DEFAULT_CHUNK_ROWS, DigestVerification, HistoryDigest, compute_digest, verify_digest
+from .actions import (  # the single-step functions, for the single-step commands and the pollers
+    NotReady,
+    SchemaResult,
+    WriterRecheck,
+    checkpoint,
+    cutover_standing,
+    drain,
+    held_by_another,
+    readiness,
+    recheck_writers,
+    release_fence,
+    verify_history,
+    verify_no_old_writer,
+    writer_evidence,
+)
+from .digest import DEFAULT_CHUNK_ROWS
 from .digest_limits import DEFAULT_DIGEST_CONNECTIONS
-from .drain import DrainReport, drain_report
-from .plan import resolve_packs as _resolve_packs
-from .plan import schema_plan
+from .transition import CUTOVER
+
+__all__ = [
+    "CUTOVER", "CutoverRun", "NotReady", "Refused", "SchemaResult", "StepResult", "Verdict", "WriterRecheck",
+    "checkpoint", "cutover_standing", "drain", "held_by_another", "readiness", "recheck_writers", "release_fence",
+    "run_step", "verify_history", "verify_no_old_writer", "writer_evidence",
+]
+
+RETURN = "return_value"
 
 
-def resolve_packs(engine: Engine, namespace: str, requested: Iterable[str] = ()) -> list[str]:
-    """Step 1a. Reads the namespace's active packs (or checks ``requested``); writes nothing.
-
-    Refuses (BadInput) an unknown, inactive or foreign pack, or a namespace without one.
-    """
-    return _resolve_packs(engine, namespace, requested)
+def _quiet(_line: str) -> None:
+    return None
 
 
-def held_by_another(
-    engine: Engine, namespace: str, *, holder: str, holder_state: fences.HolderState = fences.unknown_holders,
-    adopt: str | None = None, take_over: str = fences.TAKE_OVER,
-) -> None:
-    """Step 1a'. Read only, before any write of the run: refuses (FenceHeld, SeveralCutoverFences) a tenant that
-    another holder holds and this one may not adopt (contract, "One cutover per tenant at a time": a second run
-    stops at once, naming the holder, and writes nothing). :func:`arm_fence` decides again under the lock."""
-    fences.held_by_another(engine, namespace, holder=holder, holder_state=holder_state, adopt=adopt, take_over=take_over)
+def _no_seam(_point: str) -> None:
+    return None
 
 
 @dataclass
-class SchemaResult:
-    created: list[str]
-    present: list[str]
-    plan: list[str]
-    missing: list[str] = field(default_factory=list)  # the labels of the objects a real run would create
+class CutoverRun:
+    """What a run of the cutover's steps knows: the tenant, who it is, its bounds, the earlier steps' results,
+    whether it writes, and the few things only its caller can do (ask a person, start the host).
 
-    def as_json(self) -> dict[str, Any]:
-        return {"created": self.created, "present": self.present, "plan": self.plan}
-
-
-def apply_schema(engine: Engine, *, dry_run: bool = False, on_created: Callable[[str], None] | None = None) -> SchemaResult:
-    """Step 1b. Adds ``InputStartOrdinal`` and ``_System_ConnectorProjectionProtocol``, each skipped when present.
-
-    Reads the schema; writes only that additive DDL (a concurrent identical DDL
-    is tolerated). Refuses (MissingSchema) without the v2 prerequisite
-    ``ReplayOfWorkId``, before any DDL: it is never manufactured. ``on_created(label)``
-    is called after each object this call created (progress; the fault tests' seam).
+    ``earlier(step, key)`` reads an earlier step's result (the XCom ``key`` of its task; ``return_value``: its
+    value, a per-pack step's a list). ``say`` gets every line a person reads; ``seam`` is the fault tests'
+    seam (the DAG's ``fault_point``). ``confirm(evidence)`` returns who confirmed the old writers stopped (or
+    raises: no confirmation is ever a default); ``start_host(run, live_hosts)`` starts the new host and returns
+    what it did.
     """
-    schema.require_v2_prerequisite(engine)
-    steps = schema.projection_steps(engine)
-    present = [s.label for s in steps if s.present]
-    plan = [line for line, s in zip(schema_plan(steps), steps, strict=True) if not s.present]
-    if dry_run:
-        return SchemaResult([], present, plan, [s.label for s in steps if not s.present])
-    created: list[str] = []
-    for step in steps:
-        for label in schema.apply_steps(engine, [step]):
-            created.append(label)
-            if on_created is not None:
-                on_created(label)
-    return SchemaResult(created, present, plan)
 
-
-def arm_fence(
-    engine: Engine, namespace: str, *, holder: str, packs: Iterable[str], timeout_s: float,
-    holder_state: fences.HolderState = fences.unknown_holders, adopt: str | None = None,
-    take_over: str = fences.TAKE_OVER, dry_run: bool = False,
-) -> fences.FenceResult:
-    """Step 1c. Arms (or reuses, or adopts from a finished or named holder) the non-expiring ``*`` fence as ``holder``.
-
-    Reads fences and overrides under the namespace lock; writes one fence row (or
-    its ``ArmedBy`` on adoption). Refuses, writing nothing, on an active override
-    (ActiveOverrides), several cutover fences (SeveralCutoverFences) or a fence
-    another holder holds that may not be adopted (FenceHeld): a holder whose state
-    cannot be read is adopted only when the person names it (``adopt``).
-    When every pack is checkpointed and no cutover fence is in force: ``not_needed``.
-    """
-    return fences.arm_fence(engine, namespace, armed_by=holder, timeout_s=timeout_s, dry_run=dry_run, packs=packs,
-                            holder_state=holder_state, adopt=adopt, take_over=take_over)
-
-
-def drain(
-    engine: Engine, namespace: str, *, deadline: dt.datetime, stale_heartbeat: dt.timedelta,
-    range_column: bool | None = None, sample_limit: int = 200,
-) -> DrainReport:
-    """Step 2. Counts old projection work by live status and names what cannot finish by ``deadline``.
-
-    Read only: a stuck drain is reported with its WorkIds grouped by cause; no
-    WorkItem is ever changed and nothing like ``RunUntilDrained`` is invoked.
-    """
-    return drain_report(engine, namespace, deadline=deadline, stale_heartbeat=stale_heartbeat,
-                        range_column=range_column, sample_limit=sample_limit)
-
-
-def writer_evidence(engine: Engine, namespace: str, *, stale_heartbeat: dt.timedelta) -> writers.WriterEvidence:
-    """Step 3a. Every old-protocol writer of the namespace, live / silent / stopped: the evidence a person confirms.
-
-    Read only. The database cannot prove an old binary will never resume: this
-    is evidence for the confirmation, never a substitute for it.
-    """
-    return writers.old_writer_evidence(engine, namespace, stale_heartbeat=stale_heartbeat)
-
-
-@dataclass
-class WriterRecheck:
-    """The registry read again when the person's answer arrived, against the evidence they were shown."""
-
-    evidence_taken_at: dt.datetime
-    rechecked_at: dt.datetime
-    live: list[str]
-    active_since_evidence: list[dict[str, Any]] = field(default_factory=list)
+    engine: Engine
+    namespace: str
+    holder: str
+    dry_run: bool = False
+    requested_packs: tuple[str, ...] = ()
+    adopt: str | None = None
+    #: The bound of each locked step (the fence, the checkpoint, the release): the DAG's ``checkpoint_timeout``.
+    lock_timeout_s: float = 300.0
+    drain_timeout_s: float = 3600.0
+    digest_timeout_s: float = 300.0
+    digest_connections: int = DEFAULT_DIGEST_CONNECTIONS
+    chunk_rows: int = DEFAULT_CHUNK_ROWS
+    stale_heartbeat_s: float = DEFAULT_STALE_HEARTBEAT_S
+    holder_state: fences.HolderState = fences.unknown_holders
+    take_over: str = fences.TAKE_OVER
+    #: The end of a waiting step's wait (the drain names what cannot finish by it); None: now + the wait's bound.
+    deadline: dt.datetime | None = None
+    #: The pack of a per-pack step's run.
+    pack: str | None = None
+    earlier: Callable[[str, str], Any] = lambda _step, _key: None
+    say: Callable[[str], None] = _quiet
+    seam: Callable[[str], None] = _no_seam
+    confirm: Callable[[Any], str] | None = None
+    start_host: Callable[[CutoverRun, list[str]], dict[str, Any]] | None = None
+    #: The ``PLAN:`` lines recorded by the step being run (dry runs only).
+    planned: list[str] = field(default_factory=list)
 
     @property
-    def evidence_age_s(self) -> float:
-        return round((self.rechecked_at - self.evidence_taken_at).total_seconds(), 1)
+    def stale(self) -> dt.timedelta:
+        return dt.timedelta(seconds=self.stale_heartbeat_s)
 
-    @property
-    def came_back(self) -> list[str]:
-        return sorted(set(self.live) | {p["process_id"] for p in self.active_since_evidence})
+    def plan(self, *lines: str) -> None:
+        """Record the ``PLAN:`` of a write this dry run does not make (its caller shows it: the DAG's task log,
+        ``-json``; a body says its one-line summary itself)."""
+        self.planned.extend(lines)
 
-    @property
-    def holds(self) -> bool:
-        return not self.came_back
+    def packs(self) -> list[str]:
+        return list(self.earlier("resolve_packs", RETURN) or [])
 
-    def as_json(self) -> dict[str, Any]:
-        return {"evidence_taken_at": self.evidence_taken_at.isoformat(), "evidence_age_s": self.evidence_age_s,
-                "rechecked_at": self.rechecked_at.isoformat(), "came_back": self.came_back, "live": self.live,
-                "active_since_evidence": self.active_since_evidence}
+    def fence(self) -> fences.FenceResult | None:
+        raw = self.earlier("arm_fence", RETURN)
+        return fences.FenceResult.from_json(raw) if isinstance(raw, dict) and "outcome" in raw else None
 
+    def missing_schema(self) -> list[str]:
+        from ..schema import missing_projection_schema
 
-def recheck_writers(
-    engine: Engine, namespace: str, *, evidence_taken_at: dt.datetime, stale_heartbeat: dt.timedelta
-) -> WriterRecheck:
-    """Step 3b. Re-reads the registry when the confirmation arrives (read only).
-
-    The confirmation holds only if no old writer is live now and none started
-    or heartbeated since the evidence was taken; otherwise the caller confirms nothing.
-    """
-    now = utcnow()
-    ev = writers.old_writer_evidence(engine, namespace, stale_heartbeat=stale_heartbeat, now=now)
-    since = writers.old_processes_since(engine, namespace, evidence_taken_at, now=now)
-    return WriterRecheck(evidence_taken_at, now, [p["process_id"] for p in ev.live], since)
+        return missing_projection_schema(self.engine)
 
 
-def history_digest(
-    engine: Engine, namespace: str, *, timeout_s: float, chunk_rows: int = DEFAULT_CHUNK_ROWS,
-    connections: int = DEFAULT_DIGEST_CONNECTIONS, on_chunk: Callable[[str, Any], None] | None = None,
-) -> HistoryDigest:
-    """Step 3c. The digest of every history Event and WorkItem row of the namespace (read only).
+class Results:
+    """The results of the steps run so far in one process (``run``, ``plan``): ``earlier`` of a :class:`CutoverRun`."""
 
-    Taken after the confirmation, while the fence holds: history can no longer
-    change, so any difference found by :func:`verify_history` was made after
-    this point. Chunk checksums are computed in the server; an interrupted
-    digest wrote nothing and is simply taken again. The chunks are read on
-    ``connections`` connections at once (the same rows and verification as on
-    one): it runs inside the admission pause, and a larger server shortens it.
-    """
-    return compute_digest(engine, namespace, chunk_rows=chunk_rows, deadline=Deadline(timeout_s), on_chunk=on_chunk,
-                          connections=connections)
+    def __init__(self) -> None:
+        self._by_step: dict[str, list[StepResult]] = {}
 
+    def record(self, step: str, result: StepResult) -> None:
+        self._by_step.setdefault(step, []).append(result)
 
-def checkpoint(
-    engine: Engine, pack_install_id: str, *, timeout_s: float, written_by: str, dry_run: bool = False,
-    fence_planned: bool = False, stale_heartbeat: dt.timedelta | None = None,
-) -> CheckpointResult:
-    """Step 4, per pack: ``connector-projection-cutover``, the lifecycle entrypoint.
-
-    Under the namespace then pack lock, in one transaction: returns an existing
-    protocol row unchanged; else checks the fence precondition, audits retained
-    responsibility and writes only the one-time ``LegacyMaxOrdinal`` (a greenfield
-    pack: cutoff 0, refused while an old runtime is live without the fence,
-    ``stale_heartbeat`` its liveness window). A refusal (every finding named)
-    writes nothing; no option skips one.
-    """
-    more = {} if stale_heartbeat is None else {"stale_heartbeat": stale_heartbeat}
-    return run_checkpoint(engine, pack_install_id, timeout_s=timeout_s, written_by=written_by, dry_run=dry_run,
-                          fence_planned=fence_planned, **more)
+    def earlier(self, step: str, key: str = RETURN) -> Any:
+        found = self._by_step.get(step) or []
+        values = [r.value if key == RETURN else r.keyed.get(key) for r in found]
+        if CUTOVER[step].per_pack_of is not None:
+            return values
+        return values[-1] if values else None
 
 
-def readiness(engine: Engine, namespace: str, *, stale_heartbeat: dt.timedelta) -> writers.Readiness:
-    """Step 5a. An activated ProjectionProtocol=1 integration_host with a fresh heartbeat and no live old writer.
-
-    Read only; ``reasons`` says what is missing.
-    """
-    return writers.readiness(engine, namespace, stale_heartbeat=stale_heartbeat)
-
-
-class NotReady(Refused):
-    """The fence is not released: the new host is not ready (checked in the releasing transaction)."""
-
-    def __init__(self, reasons: list[str]):
-        self.reasons = list(reasons)
-        super().__init__("not releasing the fence: the new host is not ready (" + "; ".join(self.reasons) + ")")
-
-
-def release_fence(
-    engine: Engine, namespace: str, fence_id: int, *, holder: str, stale_heartbeat: dt.timedelta, timeout_s: float,
-    dry_run: bool = False, between_check_and_act: fences.Seam | None = None,
-) -> fences.FenceResult:
-    """Step 5b. Sets ``ReleasedAt`` on the fence ``holder`` holds: admission resumes through the new host.
-
-    Readiness is verified inside the releasing transaction, under the namespace
-    lock, before and again after the write (NotReady otherwise, nothing
-    released); a fence held by another holder is refused (FenceHeld); a fence
-    this holder already released is a no-op success, one another holder
-    released is not (ReleasedByAnother). ``between_check_and_act``: a test seam only.
-    """
-
-    def ready(conn: Connection) -> None:
-        r = writers.readiness(conn, namespace, stale_heartbeat=stale_heartbeat)
-        if not r.ready:
-            raise NotReady(r.reasons)
-
-    return fences.release_fence(engine, namespace, fence_id, released_by=holder, timeout_s=timeout_s, dry_run=dry_run,
-                                precondition=ready, between_check_and_act=between_check_and_act)
+def run_step(name: str, run: CutoverRun) -> StepResult:
+    """Run the body of the declared step ``name``: its result, a refusal with a report as its ``stop``."""
+    run.planned = []
+    try:
+        result = CUTOVER[name].function()(run)
+    except Refused as exc:
+        if exc.report is None:
+            raise
+        result = StepResult({"refused": str(exc)}, Verdict(Outcome.STOP, str(exc)), report=exc.report)
+    if run.dry_run:
+        result.planned = list(run.planned)
+        if isinstance(result.value, dict):
+            result.value.setdefault("plan", result.planned)
+    return result
 
 
-def verify_no_old_writer(engine: Engine, namespace: str, *, released_at: dt.datetime) -> list[dict[str, Any]]:
-    """Step 5c. Old-protocol writers that started or heartbeated at/after the release (empty when none; read only).
-
-    Do not restart an old writer after this point: any one listed needs review.
-    """
-    return writers.old_processes_since(engine, namespace, released_at)
+def _judged(name: str, value: Any, **more: Any) -> StepResult:
+    return StepResult(value, CUTOVER[name].verdict(value), **more)
 
 
-def verify_history(engine: Engine, expected: HistoryDigest, *, timeout_s: float) -> DigestVerification:
-    """Step 5d. Every history row compared with the digest of step 3c (read only).
-
-    Rows admitted above the cutoffs and range work are not history and may
-    change; every changed, missing or extra history row is named by key (and
-    the columns that differ) where one row explains its chunk.
-    """
-    return verify_digest(engine, expected, deadline=Deadline(timeout_s))
+# -- stage 1 ------------------------------------------------------------------------------------------------
 
 
-def cutover_standing(engine: Engine, namespace: str) -> dict[str, Any]:
-    """Read only: where the tenant stands (:class:`nexus_cutover.standing.Standing` as JSON), for a fleet rollout
-    deciding whether to run it again and for ``plan``. ``cut_over`` is the one definition
-    (:func:`nexus_cutover.standing.is_cut_over`); ``old_work_above_cutoff``: one entry per pack that holds some,
-    a stop needing a separately reviewed recovery decision, never "cut over"."""
-    from ..standing import read_standing
+def resolve_packs(run: CutoverRun) -> StepResult:
+    """The run's packs; and its first, read-only look at who holds the tenant: a holder this run may not adopt
+    stops it here, naming the holder, before ``apply_schema`` writes anything (``arm_fence`` decides again under
+    the namespace lock, where it acts)."""
+    packs = actions.resolve_packs(run.engine, run.namespace, run.requested_packs)
+    run.say(f"packs: {', '.join(packs)}")
+    try:
+        actions.held_by_another(run.engine, run.namespace, holder=run.holder, holder_state=run.holder_state,
+                                adopt=run.adopt, take_over=run.take_over)
+    except (fences.FenceHeld, fences.SeveralCutoverFences) as exc:
+        return StepResult(packs, Verdict(Outcome.STOP, str(exc)), report=exc.report)
+    return StepResult(packs)
 
-    return read_standing(engine, namespace).as_json()
+
+def apply_schema(run: CutoverRun) -> StepResult:
+    """The additive schema, each object skipped when present; the TLS the tenant connection uses."""
+    from ..db import tls_report
+
+    def created(label: str) -> None:
+        run.say(f"{label}: created")
+        run.seam("apply_schema.after_first_write")
+
+    result = actions.apply_schema(run.engine, dry_run=run.dry_run, on_created=created)
+    with run.engine.connect() as conn:
+        tenant_tls = tls_report(run.engine, conn)
+    value = {"created": result.created, "present": result.present, "tls": tenant_tls}
+    if run.dry_run:
+        run.plan(*result.plan)
+        run.say("schema: " + (f"would create {', '.join(result.missing)} (the DDL: -json, schema.plan)"
+                              if result.missing else "complete"))
+        return StepResult({**value, "dry_run": True, "missing": result.missing})
+    for label in result.present:
+        run.say(f"{label}: present, skipped")
+    return StepResult(value)
+
+
+def arm_fence(run: CutoverRun) -> StepResult:
+    """The run's non-expiring ``*`` fence: armed, reused, adopted, or not needed (every pack already cut over).
+
+    A dry run also looks at what no step can proceed past: old-protocol work above a pack's cutoff (a
+    separately reviewed recovery decision, never "cut over"), in its value for the declared verdict."""
+    try:
+        result = actions.arm_fence(run.engine, run.namespace, holder=run.holder, packs=run.packs(),
+                                   timeout_s=run.lock_timeout_s, holder_state=run.holder_state, adopt=run.adopt,
+                                   take_over=run.take_over, dry_run=run.dry_run)
+    except (fences.ActiveOverrides, fences.FenceHeld, fences.SeveralCutoverFences, fences.OldWorkAboveCutoff) as exc:
+        value = {"refused": str(exc), "refusal": type(exc).__name__}
+        if run.dry_run:
+            run.say(f"fence: {exc}")
+            value["old_work_above_cutoff"] = _above_cutoff(run)
+        return _judged("arm_fence", value, report=exc.report, fields=_above_field(value))
+    value = result.as_json()
+    if run.dry_run:
+        what = {"would_arm": "arm a new non-expiring '*' fence",
+                "would_adopt": f"adopt fence {result.fence_id} left by {result.previous_holder}"}.get(
+            result.outcome, f"reuse fence {result.fence_id}")
+        run.plan(f"_System_AdmissionFence: {what} on namespace {run.namespace!r}")
+        run.say(f"fence: {result.outcome}")
+        value["old_work_above_cutoff"] = _above_cutoff(run)
+        return _judged("arm_fence", value, fields=_above_field(value))
+    if result.not_needed:
+        run.say(f"every pack of {run.namespace} is already cut over and no cutover fence is in force: not fencing "
+                f"again (last released cutover fence: {result.fence_id})")
+        return _judged("arm_fence", value)
+    run.say(f"fence {result.fence_id}: {result.outcome} on namespace {run.namespace}"
+            + (f" (taken over from {result.previous_holder})" if result.previous_holder else ""))
+    if result.other_fences_in_force:
+        run.say(f"other fences in force (left as they are): {result.other_fences_in_force}")
+    run.seam("arm_fence.after_write")
+    return _judged("arm_fence", value)
+
+
+def _above_field(value: dict[str, Any]) -> dict[str, Any]:
+    return {"old_work_above_cutoff": value["old_work_above_cutoff"]} if "old_work_above_cutoff" in value else {}
+
+
+def _above_cutoff(run: CutoverRun) -> list[dict[str, Any]]:
+    above = actions.cutover_standing(run.engine, run.namespace)["old_work_above_cutoff"]
+    for entry in above:
+        run.say(f"STOP: {entry['text']}")
+    return above
+
+
+# -- stage 2 ------------------------------------------------------------------------------------------------
+
+
+def wait_for_drain(run: CutoverRun, *, range_column: bool | None = None, sample_limit: int = 200) -> StepResult:
+    """One look at the drain of old projection work: drained, stuck (a stop, blockers by cause) or still draining.
+
+    Read only: no WorkItem is ever changed."""
+    deadline = run.deadline or utcnow() + dt.timedelta(seconds=run.drain_timeout_s)
+    report = actions.drain(run.engine, run.namespace, deadline=deadline, stale_heartbeat=run.stale,
+                           range_column=range_column, sample_limit=sample_limit)
+    run.say(f"drain: {report.state}: {report.counts_text()}")
+    if report.state == "stuck":
+        run.say(report.report_text())
+    return _judged("wait_for_drain", report.as_json(), keyed={"report_text": report.report_text()}, domain=report)
+
+
+# -- stage 3 ------------------------------------------------------------------------------------------------
+
+
+def check_old_writers(run: CutoverRun) -> StepResult:
+    """One look at the old-protocol writers: the run waits while one is live (then a person confirms)."""
+    ev = actions.writer_evidence(run.engine, run.namespace, stale_heartbeat=run.stale)
+    live = [p["process_id"] for p in ev.live]
+    run.say(f"writers: {len(live)} live old writer(s)" + (f": {', '.join(live)}" if live else ""))
+    return _judged("check_old_writers", ev.as_json(), keyed={"evidence_md": ev.as_markdown()}, domain=ev)
+
+
+def evidence_to_confirm(run: CutoverRun):
+    """The first half of ``confirm_writers_stopped``: the registry read now, the evidence a person is shown.
+
+    Refuses (Refused, report: the evidence) while an old writer is live: nobody is asked to confirm what the
+    registry contradicts."""
+    ev = actions.writer_evidence(run.engine, run.namespace, stale_heartbeat=run.stale)
+    if not ev.all_stopped_or_silent:
+        raise LiveAgain(ev)
+    return ev
+
+
+class LiveAgain(Refused):
+    """Old writers are live again when the person would be asked: nothing is asked."""
+
+    def __init__(self, evidence) -> None:
+        self.evidence = evidence
+        self.report = evidence.as_json()
+        super().__init__("cutover not performed: old writers are live again: "
+                         + ", ".join(x["process_id"] for x in evidence.live) + ". Stop them, then clear check_old_writers.")
+
+
+def accept_confirmation(run: CutoverRun, evidence_taken_at: dt.datetime) -> StepResult:
+    """The second half of ``confirm_writers_stopped``, when the answer arrives: the registry read again against
+    the evidence the person was shown; the confirmation holds only if no old writer came back since."""
+    check = actions.recheck_writers(run.engine, run.namespace, evidence_taken_at=evidence_taken_at,
+                                    stale_heartbeat=run.stale)
+    return _judged("confirm_writers_stopped", check.as_json(), domain=check)
+
+
+def confirm_writers_stopped(run: CutoverRun) -> StepResult:
+    """A person confirms every old writer stopped, shown the evidence; re-checked when the answer comes."""
+    fence = run.fence()
+    ev = actions.writer_evidence(run.engine, run.namespace, stale_heartbeat=run.stale)
+    if fence is not None and fence.not_needed:
+        run.say("nothing to confirm: every pack is already checkpointed and no cutover fence is in force")
+        return StepResult({"outcome": "nothing_to_confirm", "evidence": ev.as_json()})
+    if run.dry_run:
+        run.say("dry run: would ask to confirm; evidence:\n" + ev.as_text())
+        return StepResult({"dry_run": True, "evidence": ev.as_json()})
+    ev = evidence_to_confirm(run)
+    if run.confirm is None:
+        raise RuntimeError("confirm_writers_stopped needs its caller's way to ask a person (CutoverRun.confirm)")
+    confirmed_by = run.confirm(ev)
+    answer = accept_confirmation(run, ev.checked_at)
+    return _judged("confirm_writers_stopped", {"confirmed_by": confirmed_by, **answer.value},
+                   keyed={"evidence": ev.as_json()})
+
+
+def history_digest(run: CutoverRun) -> StepResult:
+    """The digest of every history Event / WorkItem row (read only, also on a dry run once the schema exists)."""
+    missing = run.missing_schema() if run.dry_run else []
+    if missing:  # the digest reads InputStartOrdinal and the checkpoints; on a dry run apply_schema created nothing
+        run.plan(f"(read only) take the history digest once apply_schema has created {', '.join(missing)}")
+        run.say(f"history digest: taken once apply_schema has created {', '.join(missing)}")
+        return StepResult({"dry_run": True, "taken": False, "missing_schema": missing})
+    digest = actions.history_digest(run.engine, run.namespace, timeout_s=run.digest_timeout_s,
+                                    chunk_rows=run.chunk_rows, connections=run.digest_connections,
+                                    on_chunk=lambda _table, _chunk: run.seam("history_digest.mid_way"))
+    run.say(f"{digest.summary_text()}; taken in {digest.seconds:.1f}s" + (" (dry run)" if run.dry_run else ""))
+    return StepResult(digest.summary(), keyed={"digest": digest.as_json()}, domain=digest)
+
+
+# -- stage 4 ------------------------------------------------------------------------------------------------
+
+
+def audit_and_checkpoint(run: CutoverRun) -> StepResult:
+    """One pack (``run.pack``): the lifecycle entrypoint's audit and one-time ``LegacyMaxOrdinal``, under the
+    namespace and pack locks; a refusal stops with every finding."""
+    pack = run.pack
+    missing = run.missing_schema() if run.dry_run else []
+    if missing:  # the audit reads the Part B objects; on a dry run apply_schema created nothing
+        run.plan(f"audit pack {pack} and write its checkpoint once apply_schema has created {', '.join(missing)}")
+        run.say(f"checkpoint {pack}: audited once apply_schema has created {', '.join(missing)}")
+        return StepResult({"pack_install_id": pack, "outcome": "not_audited", "missing_schema": missing})
+    armed = run.fence()
+    result = actions.checkpoint(run.engine, pack, timeout_s=run.lock_timeout_s, written_by=run.holder,
+                                dry_run=run.dry_run, fence_planned=run.dry_run and armed is not None and armed.planned)
+    run.say(f"checkpoint {result.summary()}")
+    for finding in result.findings:
+        run.say("  " + finding.describe())
+    judged = _judged("audit_and_checkpoint", result.as_json())
+    if not judged.verdict.proceeds:
+        judged.keyed["findings"] = judged.value["findings"]
+        judged.message = (f"{result.summary()}. Old missing or ambiguous responsibility needs a separately reviewed "
+                          "recovery decision; the cutoff is never used to hide it. The fence stays armed.")
+        return judged
+    if run.dry_run:
+        if result.outcome == "would_write":
+            run.plan(f"_System_ConnectorProjectionProtocol: insert ({pack}, ProtocolVersion=1, "
+                     f"LegacyMaxOrdinal={result.legacy_max_ordinal})")
+        return judged
+    run.seam("audit_and_checkpoint.after_write")
+    return judged
+
+
+# -- stage 5 ------------------------------------------------------------------------------------------------
+
+
+def start_new_host(run: CutoverRun) -> StepResult:
+    """The matching new host, started by the caller's way (``run.start_host``) unless one already runs."""
+    r = actions.readiness(run.engine, run.namespace, stale_heartbeat=run.stale)
+    live_hosts = [h["process_id"] for h in r.hosts if h["state"] == "live"]
+    if run.dry_run:
+        run.plan(f"start the new host (live new hosts now: {', '.join(live_hosts) or 'none'})")
+        return StepResult({"dry_run": True})
+    if live_hosts:
+        run.say(f"a new host already runs for {run.namespace} ({', '.join(live_hosts)}): not starting another")
+        return StepResult({"already_running": live_hosts})
+    if run.start_host is None:
+        raise RuntimeError("start_new_host needs its caller's way to start the host (CutoverRun.start_host)")
+    value = run.start_host(run, live_hosts)
+    run.seam("start_new_host.after_write")
+    return StepResult(value, fields={"host_pid": value["host_pid"]} if "host_pid" in value else {})
+
+
+def verify_readiness(run: CutoverRun) -> StepResult:
+    """One look at the new host: registered, activated, heartbeating, and no live old writer."""
+    r = actions.readiness(run.engine, run.namespace, stale_heartbeat=run.stale)
+    run.say("new host: " + (f"ready ({', '.join(h['process_id'] for h in r.ready_hosts)})" if r.ready
+                            else "not ready: " + "; ".join(r.reasons)))
+    return _judged("verify_readiness", r.as_json())
+
+
+def resume_admission(run: CutoverRun) -> StepResult:
+    """The release of the fence this run holds, readiness re-checked in the releasing transaction: admission
+    resumes through the new host. Already released by this holder: a no-op success."""
+    armed = run.fence()
+    fence_id = armed.fence_id if armed else None
+    if run.dry_run:
+        r = actions.readiness(run.engine, run.namespace, stale_heartbeat=run.stale)
+        run.plan(f"_System_AdmissionFence: set ReleasedAt on fence {fence_id or '(armed by arm_fence)'} once ready "
+                 f"(now: {'ready' if r.ready else '; '.join(r.reasons)})")
+        return StepResult({"dry_run": True})
+    if armed and armed.not_needed:  # the last cutover fence was released by the run that held it
+        run.say("the tenant was already cut over and no cutover fence is in force: nothing to release "
+                f"(last released cutover fence: {fence_id})")
+        return StepResult({"namespace": run.namespace, "outcome": "already_released" if fence_id else "nothing_to_release",
+                           "fence_id": fence_id})
+    if fence_id is None:
+        return StepResult({}, Verdict(Outcome.STOP, "arm_fence left no fence id: clear arm_fence (it reuses the fence)"))
+    result = actions.release_fence(run.engine, run.namespace, int(fence_id), holder=run.holder,
+                                   stale_heartbeat=run.stale, timeout_s=run.lock_timeout_s)
+    run.say(f"fence {result.fence_id}: {result.outcome}; admission resumes through the new host" + pause_text(result))
+    run.seam("resume_admission.after_write")
+    return StepResult(result.as_json(), fields={"admission_pause_s": result.admission_pause_s})
+
+
+def pause_text(result: fences.FenceResult) -> str:
+    """The admission pause of a released fence, as its row records it ("" before the release)."""
+    if result.admission_pause_s is None:
+        return ""
+    return f" (admission paused {result.admission_pause_s:.3f} s: armed {result.armed_at}, released {result.released_at})"
+
+
+def final_old_writer_check(run: CutoverRun) -> StepResult:
+    """No old-protocol writer after the fence release, and no history row changed since the digest.
+
+    A dry run's is the run's verdict from every earlier step's dry run (proceed, wait for what, stop and why)."""
+    if run.dry_run:
+        verdict = dry_run_verdict(run.earlier)
+        run.say(f"VERDICT: the real run would {verdict}" if not verdict.startswith("done:") else f"VERDICT: {verdict}")
+        return StepResult({"dry_run": True, "cutoffs": _cutoffs(run), "verdict": verdict})
+    released_at = _released_at(run)
+    if isinstance(released_at, StepResult):
+        return released_at
+    seen = {"old_writers_after_release": actions.verify_no_old_writer(run.engine, run.namespace, released_at=released_at),
+            "released_at": released_at.isoformat()}
+    judged = _judged("final_old_writer_check", seen, fields=dict(seen))
+    if not judged.verdict.proceeds:
+        return judged
+    history = _history_unchanged(run)
+    if not history.verdict.proceeds:
+        history.fields.update(seen)
+        return history
+    fence = run.fence()
+    value = {"tenant": run.namespace, "cutoffs": _cutoffs(run), "fence_id": fence.fence_id if fence else None,
+             "released_at": released_at.isoformat(), "history_digest": history.value}
+    return StepResult(value, fields={**seen, **history.fields})
+
+
+def _cutoffs(run: CutoverRun) -> dict[str, int | None]:
+    found = run.earlier("audit_and_checkpoint", RETURN) or []
+    return {r["pack_install_id"]: r.get("legacy_max_ordinal") for r in _each(found)}
+
+
+def _each(raw: Any) -> list[dict[str, Any]]:
+    return [r for r in ([raw] if isinstance(raw, dict) else list(raw or [])) if isinstance(r, dict)]
+
+
+def _released_at(run: CutoverRun) -> dt.datetime | StepResult:
+    from .. import tx
+
+    fence = run.fence()
+    if fence is not None and fence.not_needed and fence.fence_id is None:
+        return utcnow()  # no release to date: look at live ones
+    if fence is None or fence.fence_id is None:
+        return StepResult({}, Verdict(Outcome.STOP, "arm_fence left no fence id: clear arm_fence (it reuses the fence)"))
+    with tx.reading(run.engine, "reading the released fence") as conn:
+        row = fences.fence_row(conn, int(fence.fence_id))
+    if not row or not row.get("ReleasedAt"):
+        return StepResult({}, Verdict(Outcome.STOP, f"fence {fence.fence_id} is not released: clear resume_admission"))
+    return dt.datetime.fromisoformat(row["ReleasedAt"])
+
+
+def _history_unchanged(run: CutoverRun) -> StepResult:
+    """The digest of ``history_digest`` verified against the rows now; a stop names every difference."""
+    from .digest import HistoryDigest
+
+    raw = run.earlier("history_digest", "digest")
+    if raw is None:
+        return StepResult({}, Verdict(Outcome.STOP, "this run has no history digest (history_digest did not run, or "
+                          "its result was cleared): the run cannot prove that history is unchanged. Clearing "
+                          "history_digest takes a new digest, which proves only from then on"))
+    verification = actions.verify_history(run.engine, HistoryDigest.from_json(raw), timeout_s=run.digest_timeout_s)
+    history = {**verification.as_json(), "summary": verification.summary()}
+    verdict = CUTOVER["final_old_writer_check"].verdict({"history": history})
+    if not verdict.proceeds:
+        return StepResult({"history": history}, verdict, fields={"history": history},
+                          report={"message": verification.summary(), "history": history})
+    run.say(verification.summary())
+    return StepResult({"hash": verification.expected.short_hash, "rows": verification.rows_now, "verified": True,
+                       "chunks": verification.expected.chunk_count, "seconds": round(verification.seconds, 3)},
+                      fields={"history": history})
+
+
+def dry_run_verdict(earlier: Callable[[str, str], Any], *, but: str = "final_old_writer_check") -> str:
+    """What the real run would do, from a dry run's results (every declared step's verdict on its result but
+    ``but``'s, combined as :meth:`~nexus_cutover.transition.Transition.overall` combines them)."""
+    verdicts = [(step.name, step.verdict(result)) for step in CUTOVER if step.name != but
+                for result in _each(earlier(step.name, RETURN))]
+    return CUTOVER.overall(verdicts)
+

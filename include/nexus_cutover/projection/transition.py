@@ -4,7 +4,8 @@
 ``connector_projection_cutover`` builds its tasks and their order from it,
 ``nexus-cutover run`` runs it and ``nexus-cutover plan`` dry-runs it, step by
 step, in this order (tests/test_transition.py fails when one of them
-disagrees). The functions the steps call are in :mod:`.steps`; what a stop
+disagrees). Each step's body, the one the three of them run, is in
+:mod:`.steps` (its ``calls``); what a stop
 tells the engineer to do next is here (:mod:`.next_actions` and
 docs/runbook.md show the same texts).
 
@@ -23,7 +24,14 @@ STEPS = "nexus_cutover.projection.steps"
 
 
 def fence_verdict(result: dict[str, Any]) -> Verdict:
-    """``not_needed``: every pack is already checkpointed and no cutover fence is in force, nothing to do."""
+    """A refusal (``refused``) stops, and so does old-protocol work above a pack's cutoff (``old_work_above_cutoff``,
+    which a dry run looks at: no step can proceed past it; named once when it is the refusal). ``not_needed``:
+    every pack is already checkpointed and no cutover fence is in force, nothing to do."""
+    found = [result["refused"]] if result.get("refused") else []
+    if result.get("refusal") != "OldWorkAboveCutoff":  # that refusal's message names the work already
+        found += [above["text"] for above in result.get("old_work_above_cutoff") or []]
+    if found:
+        return Verdict(Outcome.STOP, "; ".join(found))
     if result.get("outcome") == "not_needed":
         return Verdict(Outcome.DONE, "already cut over (every pack checkpointed, no cutover fence in force): nothing to do")
     return PROCEED
@@ -93,13 +101,16 @@ def final_verdict(result: dict[str, Any]) -> Verdict:
 CUTOVER = Transition("connector_projection_cutover", (
     Stage(1, "Additive schema and the admission fence", group_id="step_1_fence", steps=(
         Step("resolve_packs", Kind.READS, f"{STEPS}:resolve_packs",
+             key="packs",
              dry_run="the same read; a tenant another holder holds stops here too",
              next_action="fix the form or the connection; trigger again. A tenant another run or command holds: the "
              "message names the holder and how to take it over (`adopt`)"),
         Step("apply_schema", Kind.WRITES, f"{STEPS}:apply_schema",
+             key="schema",
              dry_run="the DDL it would run, one PLAN line per missing object",
              next_action="land the v2 handoff first, then clear the task"),
-        Step("arm_fence", Kind.WRITES, f"{STEPS}:arm_fence", verdict=fence_verdict,
+        Step("arm_fence", Kind.WRITES, f"{STEPS}:arm_fence",
+             key="fence", verdict=fence_verdict,
              dry_run="whether it would arm, reuse or adopt the fence; refusals as in the real run",
              next_action="active overrides: have L2 revoke them, then clear. Several cutover fences: have L2 release "
              "all but the one of the cutover in progress, then clear. A held tenant: the message names the holder "
@@ -107,7 +118,8 @@ CUTOVER = Transition("connector_projection_cutover", (
              "stance)"),
     )),
     Stage(2, "Old projection work drains", group_id="step_2_drain", steps=(
-        Step("wait_for_drain", Kind.WAITS, f"{STEPS}:drain", verdict=drain_verdict,
+        Step("wait_for_drain", Kind.WAITS, f"{STEPS}:wait_for_drain",
+             key="drain", bound="drain_timeout", verdict=drain_verdict,
              dry_run="one look: drained, stuck (a stop) or still draining (the run would wait)",
              next_action="read the report (grouped by cause, with WorkIds). Resolve with the old runtime or a "
              "separately reviewed operational decision. **Never change WorkItem status to proceed.** Clear the task",
@@ -115,22 +127,26 @@ CUTOVER = Transition("connector_projection_cutover", (
              "Stuck items (named by cause) need the old runtime or a separately reviewed operational decision"),
     )),
     Stage(3, "Old writers stopped, confirmed; the history digest", group_id="step_3_old_writers", steps=(
-        Step("check_old_writers", Kind.WAITS, f"{STEPS}:writer_evidence", verdict=writers_verdict,
+        Step("check_old_writers", Kind.WAITS, f"{STEPS}:check_old_writers",
+             key="writers", bound="writers_stop_timeout", verdict=writers_verdict,
              dry_run="one look at the old writers: the run would wait for every live one",
              next_action="stop it; clear the task",
              wait_action="stop every live old writer named (keep the fence); the run goes on by itself once none is "
              "live, then asks you to confirm"),
-        Step("confirm_writers_stopped", Kind.ASKS, f"{STEPS}:recheck_writers", verdict=confirmation_verdict,
+        Step("confirm_writers_stopped", Kind.ASKS, f"{STEPS}:confirm_writers_stopped",
+             key="confirmation", planned=False, verdict=confirmation_verdict,
              dry_run="asks nothing; logs the evidence it would show",
              next_action="confirm only when no old binary can resume; the database cannot prove it. If a writer came "
              "back: stop it, clear `check_old_writers`"),
         Step("history_digest", Kind.READS, f"{STEPS}:history_digest",
+             planned=False,
              dry_run="the same read (once the schema exists)",
              next_action="it is read only and wrote nothing: a timeout or a lost connection, clear the task; a "
              "missing column, clear `apply_schema` first"),
     )),
     Stage(4, "Audit and one-time checkpoint, per pack", group_id="step_4_checkpoint", steps=(
-        Step("audit_and_checkpoint", Kind.WRITES, f"{STEPS}:checkpoint", verdict=checkpoint_verdict,
+        Step("audit_and_checkpoint", Kind.WRITES, f"{STEPS}:audit_and_checkpoint",
+             key="checkpoints", verdict=checkpoint_verdict,
              per_pack_of="resolve_packs", provisional_while=("wait_for_drain",),
              dry_run="the audit, and the LegacyMaxOrdinal it would write",
              next_action="a fence finding: clear `arm_fence` (or have L2 revoke the override), then this task; a "
@@ -139,19 +155,23 @@ CUTOVER = Transition("connector_projection_cutover", (
              "clear and rerun"),
     )),
     Stage(5, "New host, admission resumes, the proofs", group_id="step_5_release", steps=(
-        Step("start_new_host", Kind.ASKS, f"{STEPS}:readiness",
+        Step("start_new_host", Kind.ASKS, f"{STEPS}:start_new_host",
+             key="host", planned=False,
              dry_run="how it would start the host, and the new hosts live now",
              next_action="fix the host, clear the task"),
-        Step("verify_readiness", Kind.WAITS, f"{STEPS}:readiness", verdict=readiness_verdict, dry_run_judged=False,
+        Step("verify_readiness", Kind.WAITS, f"{STEPS}:verify_readiness",
+             key="readiness", bound="readiness_timeout", verdict=readiness_verdict, dry_run_judged=False,
              dry_run="one look at the new host's readiness (the run starts the host first: not part of the verdict)",
              next_action="check the host's log; clear",
              wait_action="start or fix the new host (its log says why it is not ready); the run goes on by itself "
              "once it is ready"),
-        Step("resume_admission", Kind.WRITES, f"{STEPS}:release_fence",
+        Step("resume_admission", Kind.WRITES, f"{STEPS}:resume_admission",
+             key="release", planned=False,
              dry_run="the fence it would release once ready",
              next_action="check the new host's log, then clear `verify_readiness`; a fence held by another run is "
              "that run's to release"),
-        Step("final_old_writer_check", Kind.READS, f"{STEPS}:verify_history", verdict=final_verdict,
+        Step("final_old_writer_check", Kind.READS, f"{STEPS}:final_old_writer_check",
+             key="final", planned=False, verdict=final_verdict,
              dry_run="the run's verdict (proceed, wait for what, or stop and why) from every step's dry run",
              next_action="**do not restart an old writer after this point**: stop it and review what it admitted. A "
              "history difference names the rows changed since the digest: stop whatever changed them and review "
