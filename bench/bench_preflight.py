@@ -37,6 +37,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH), str(BENCH.parent), str(BENCH.parent / "plugins")]
 os.environ.setdefault("AIRFLOW_HOME", os.path.join(os.environ.get("TMPDIR", "/tmp"), "nexus-bench-preflight-airflow"))
 import benchlib  # noqa: E402
+from stack_report import save  # noqa: E402  (the stack's figures: make bench-stack runs this as its part "preflight")
 
 from nexus_cutover.db import make_engine  # noqa: E402
 from nexus_cutover.projection import preflight as pf  # noqa: E402
@@ -148,8 +149,6 @@ def main() -> int:
             setattr(args, name, quick if args.quick else full)
     benchlib.server_url()
     result = measure(args.tenants, args.concurrency, args.rounds)
-    from bench_stack import save  # the stack's figures (make bench-stack runs this as its part "preflight")
-
     save("stack_quick" if args.quick else "stack", {"preflight": result})
     print(json.dumps(result, indent=2))
     return 0
