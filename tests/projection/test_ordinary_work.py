@@ -17,9 +17,9 @@ from sqlalchemy import func, select
 from nexus_cutover import catalog
 from nexus_cutover.clock import utcnow
 from nexus_cutover.projection import audit
+from nexus_cutover.projection.actions import history_digest, verify_history
 from nexus_cutover.projection.checkpoint import REFUSED, WRITTEN, run_checkpoint
 from nexus_cutover.projection.drain import drain_report
-from nexus_cutover.projection.actions import history_digest, verify_history
 from nexus_sim.scenario import TenantScenario, drained_pack_history
 from tests.support import fence_pack_namespace, history_checksum
 

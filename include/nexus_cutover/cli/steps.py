@@ -35,7 +35,7 @@ from ..db import DSN_ENV_TENANT, dsn_from_env, make_engine, mask_dsn
 from ..errors import BadInput, LockTimeout, Refused
 from ..liveness import DEFAULT_STALE_HEARTBEAT_S
 from ..projection import dry_run, steps
-from ..projection.digest import DEFAULT_CHUNK_ROWS
+from ..projection.digest.definition import DEFAULT_CHUNK_ROWS
 from ..projection.digest_limits import DEFAULT_DIGEST_CONNECTIONS, MAX_DIGEST_CONNECTIONS
 from ..projection.transition import CUTOVER
 from ..transition import PROCEED, Outcome, Verdict, verdict_line
@@ -239,7 +239,7 @@ def _save_digest(digest, path: str) -> None:
 
 def _verify_expected(c: Command, report: dict[str, Any]) -> str | None:
     """Re-check the digest saved in ``-expect FILE``; the failure text, or None when it verifies."""
-    from ..projection.digest import load_digest
+    from ..projection.digest.model import load_digest
 
     expected = load_digest(c.args.expect)
     if expected.namespace != c.args.namespace:

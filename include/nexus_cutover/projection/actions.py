@@ -45,7 +45,10 @@ from ..errors import Refused
 from . import fence as fences
 from . import writers
 from .checkpoint import CheckpointResult, run_checkpoint
-from .digest import DEFAULT_CHUNK_ROWS, DigestVerification, HistoryDigest, compute_digest, verify_digest
+from .digest.compute import compute_digest
+from .digest.definition import DEFAULT_CHUNK_ROWS
+from .digest.model import HistoryDigest
+from .digest.verify import DigestVerification, verify_digest
 from .digest_limits import DEFAULT_DIGEST_CONNECTIONS
 from .drain import DrainReport, drain_report
 from .plan import resolve_packs as _resolve_packs

@@ -63,7 +63,7 @@ from .actions import (  # the single-step functions, for the single-step command
     verify_no_old_writer,
     writer_evidence,
 )
-from .digest import DEFAULT_CHUNK_ROWS
+from .digest.definition import DEFAULT_CHUNK_ROWS
 from .digest_limits import DEFAULT_DIGEST_CONNECTIONS
 from .transition import CUTOVER
 
@@ -501,7 +501,7 @@ def _released_at(run: CutoverRun) -> dt.datetime | StepResult:
 
 def _history_unchanged(run: CutoverRun) -> StepResult:
     """The digest of ``history_digest`` verified against the rows now; a stop names every difference."""
-    from .digest import HistoryDigest
+    from .digest.model import HistoryDigest
 
     raw = run.earlier("history_digest", "digest")
     if raw is None:
