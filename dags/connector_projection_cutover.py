@@ -143,4 +143,4 @@ with DAG(
     tags=["nexus", "cutover", "connector-projection"],
     render_template_as_native_obj=False,
 ) as dag:
-    build(CUTOVER, TASKS, armed_by="arm_fence")  # an armed tenant's tasks outrank a new tenant's first ones
+    build(CUTOVER, TASKS, armed_by="arm_fence", default=CutoverStepOperator)  # an armed tenant's tasks outrank a new tenant's first ones

@@ -150,3 +150,18 @@ def test_nothing_imports_a_private_module_of_airflow():
                     for line, mod in imports(p)
                     if top(mod) == "airflow" and any(part.startswith("_") for part in mod.split(".")[1:])})
     assert not found, report("only Airflow's public modules may be imported", found)
+
+
+#: What the plugins and the command lines may import of the cutover's domain (``nexus_cutover.projection``): its
+#: declaration, its door (the step bodies, what they return and raise, the reads callers show), the fleet's
+#: preflight and dry run over it, and the DAG's parse-time limits. Nothing deeper (issue 35, item 2).
+PROJECTION_DOORS = {f"nexus_cutover.projection.{m}" for m in ("steps", "transition", "next_actions", "preflight",
+                                                               "dry_run", "digest_limits")} | {"nexus_cutover.projection"}
+
+
+def test_the_plugins_and_the_command_lines_reach_the_cutover_only_through_its_door():
+    callers = python_files(PLUGINS) + python_files(PRODUCT / "cli")
+    found = sorted({f"{where(p, line)} imports {mod}" for p in callers for line, mod in imports(p)
+                    if mod.startswith("nexus_cutover.projection") and mod not in PROJECTION_DOORS})
+    assert callers and not found, report("import the cutover's steps module (nexus_cutover.projection.steps), not "
+                                         "what is behind it", found)

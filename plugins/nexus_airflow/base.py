@@ -176,7 +176,7 @@ def holder_state(context, log):
     Called by the domain before it takes any tenant lock (never under one).
     """
     from nexus_cutover.holders import airflow_run_named
-    from nexus_cutover.projection.fence import HOLDER_ACTIVE, HOLDER_FINISHED, HOLDER_UNKNOWN
+    from nexus_cutover.projection.steps import HOLDER_ACTIVE, HOLDER_FINISHED, HOLDER_UNKNOWN
 
     def state_of(holder: str) -> str:
         run = airflow_run_named(holder)

@@ -1,8 +1,8 @@
 """A DAG's tasks built from a declared transition (:mod:`nexus_cutover.transition`): the order is the declaration's.
 
 A DAG file names, per step, the operator class and the task doc a UI user
-reads (:func:`task`); :func:`build` creates one task per declared step, in the
-declared order, inside one TaskGroup per declared stage (when the stage names
+reads (:func:`task`), to which the step's declared dry run is added; :func:`build`
+creates one task per declared step, in the declared order, inside one TaskGroup per declared stage (when the stage names
 one), maps a per-pack step over the step it is declared per pack of, and chains
 them. A step the DAG file does not name, or a name the declaration lacks,
 fails the parse: the DAG cannot drift from the declaration.
@@ -38,14 +38,21 @@ def task(operator: type, doc_md: str, **kwargs: Any) -> TaskSpec:
     return TaskSpec(operator, doc_md, kwargs)
 
 
-def build(transition, specs: dict[str, TaskSpec], *, armed_by: str | None = None) -> dict[str, Any]:
+def build(transition, specs: dict[str, TaskSpec], *, armed_by: str | None = None,
+          default: type | None = None) -> dict[str, Any]:
     """Inside a ``with DAG(...)`` block: the declared steps as tasks (by name), chained in the declared order.
+
+    ``default``: the operator of a declared step ``specs`` does not name (its task doc then says what the
+    declaration says of it); without one such a step fails the parse.
 
     ``armed_by``: the step that arms the admission fence; the steps after it get :data:`PRIORITY_ARMED`, it and
     those before it :data:`PRIORITY_BEFORE_ARMING` (None: Airflow's default priorities)."""
     from airflow.sdk import TaskGroup, chain
 
     unknown, missing = set(specs) - set(transition.names), set(transition.names) - set(specs)
+    if default is not None:
+        specs = {**{name: task(default, declared_doc(transition[name])) for name in missing}, **specs}
+        missing = set()
     if unknown or missing:
         raise ValueError(f"{transition.name}: tasks without a declared step {sorted(unknown)}, "
                          f"declared steps without a task {sorted(missing)}")
@@ -74,13 +81,19 @@ def _add(steps, specs: dict[str, TaskSpec], tasks: dict[str, Any], weights: dict
     for step in steps:
         spec = specs[step.name]
         kwargs = {**weights.get(step.name, {}), **spec.kwargs}
+        doc = spec.doc_md if "**Dry run**" in spec.doc_md else f"{spec.doc_md}\n\n**Dry run**: {step.dry_run}."
         if step.per_pack_of is None:
-            tasks[step.name] = spec.operator(task_id=step.name, doc_md=spec.doc_md, **kwargs)
+            tasks[step.name] = spec.operator(task_id=step.name, doc_md=doc, **kwargs)
         else:
             # the UI names each mapped instance by its pack, not by map index 0, 1, ...
-            tasks[step.name] = spec.operator.partial(task_id=step.name, doc_md=spec.doc_md,
+            tasks[step.name] = spec.operator.partial(task_id=step.name, doc_md=doc,
                                                      map_index_template="{{ task.pack_install_id }}",
                                                      **kwargs).expand(pack_install_id=tasks[step.per_pack_of].output)
+
+
+def declared_doc(step) -> str:
+    """A step's task doc from its declaration: what it does, its dry run, what to do when it stops."""
+    return (f"{str(step.kind).capitalize()}. **Dry run**: {step.dry_run}. **When it stops**: {step.next_action}.")
 
 
 def steps_md(transition) -> str:

@@ -186,15 +186,12 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
     def state_now(self, context) -> str:
         """The tenant's fence and checkpoints as the database shows them when the run stops."""
         try:
-            from nexus_cutover import tx
-            from nexus_cutover.projection.fence import cutover_fence_in_force
-            from nexus_cutover.protocol_row import read_protocol_row
+            from nexus_cutover.projection import steps
 
             p = params_of(context)
             packs = results.packs(context["ti"])
-            with tenant_engine(p.conn_id, self.log) as engine, tx.reading(engine, "reading the tenant's state") as conn:
-                fence = cutover_fence_in_force(conn, p.tenant)
-                done = [pack for pack in packs if read_protocol_row(conn, pack) is not None]
+            with tenant_engine(p.conn_id, self.log) as engine:
+                fence, done = steps.fence_and_checkpoints(engine, p.tenant, packs)
         except Exception as exc:  # noqa: BLE001 - the stop message must not fail on a state read
             self.log.warning("could not read the tenant's state for the message: %s", _first_line(exc))
             return self.on_reject

@@ -78,7 +78,7 @@ def packs(ti) -> list[str]:
 
 def fence(ti):
     """``arm_fence``: its :class:`~nexus_cutover.projection.fence.FenceResult`, or None before it ran."""
-    from nexus_cutover.projection.fence import FenceResult
+    from nexus_cutover.projection.steps import FenceResult
 
     raw = pulled(ti, "arm_fence")
     return FenceResult.from_json(raw) if isinstance(raw, dict) and "outcome" in raw else None
@@ -91,7 +91,7 @@ def checkpoints(ti) -> dict[str, int | None]:
 
 def digest(ti):
     """``history_digest``: the full :class:`~nexus_cutover.projection.digest.HistoryDigest`, or None if absent."""
-    from nexus_cutover.projection.digest import HistoryDigest
+    from nexus_cutover.projection.steps import HistoryDigest
 
     raw = pulled(ti, "history_digest", key=DIGEST_KEY)
     return None if raw is None else HistoryDigest.from_json(raw)

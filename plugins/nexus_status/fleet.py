@@ -99,7 +99,7 @@ def _row(state: dict[str, Any], runs: dict[str, Any], history) -> dict[str, Any]
     row["eta"] = history.drain_eta(samples)
     drain = row.get("drain") or {}
     if drain.get("blockers"):  # a stuck drain: its causes with their counts, beside the count and the ETA
-        from nexus_cutover.projection.drain import blockers_text
+        from nexus_cutover.projection.steps import blockers_text
 
         row["drain"] = {**drain, "blockers_text": "stuck: " + blockers_text(drain["blockers"])}
     found = runs.get(tenant, {})

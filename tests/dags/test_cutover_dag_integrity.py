@@ -46,6 +46,7 @@ def test_tasks_in_order_with_docs(dag):
     assert dag.doc_md and "dry_run" in dag.doc_md
     for task in dag.tasks:
         assert task.doc_md and len(task.doc_md) > 60, task.task_id
+        assert f"**Dry run**: {CUTOVER[task.task_id].dry_run}" in task.doc_md, task.task_id  # the declaration's
     assert dag.get_task("wait_for_drain").soft_fail is False
     assert dag.get_task("wait_for_drain").deferrable is True
     assert dag.get_task("confirm_writers_stopped").defaults is None
@@ -194,3 +195,24 @@ def test_the_cutover_form_shows_up_front_only_what_one_tenant_needs(dag):
 
 def test_the_field_history_dag_follows_its_declaration(airflow_db):
     declared_order_holds(load_dag("field_history_eligibility"), FIELD_HISTORY)
+
+
+def test_a_step_added_to_the_declaration_becomes_a_task_in_its_place(airflow_db):
+    """Issue 35, item 1: the DAG is a loop over the declaration; a step added to a copy of it, in one place
+    (tests/declared_copy.py), is a task of the generic step operator between its declared neighbours, its doc the
+    declaration's (``plan`` and ``run`` run it too: tests/projection/test_declared_once.py)."""
+    from airflow.sdk import DAG
+
+    from nexus_airflow.declared import build
+    from nexus_airflow.operators import CutoverStepOperator
+    from tests.declared_copy import ADDED, with_added_step
+
+    copy = with_added_step()
+    with DAG("declared_copy", schedule=None):
+        tasks = build(copy, {}, default=CutoverStepOperator)
+    assert list(tasks) == copy.names
+    added = tasks[ADDED.name]
+    assert isinstance(added, CutoverStepOperator) and ADDED.dry_run in added.doc_md
+    assert added.upstream_task_ids == {"history_digest"} and added.downstream_task_ids == {"audit_and_checkpoint"}
+    with pytest.raises(ValueError, match="count_history"), DAG("declared_copy_strict", schedule=None):
+        build(copy, {})  # without a default operator, a step the DAG file does not name fails the parse

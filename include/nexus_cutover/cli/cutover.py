@@ -15,7 +15,7 @@ import logging
 import sys
 
 from ..db import DSN_ENV_CUTOVER, DSN_ENV_TENANT, dsn_from_env, make_engine, mask_dsn
-from ..projection.checkpoint import REFUSED, run_checkpoint
+from ..projection.steps import REFUSED, run_checkpoint
 from .common import configure_logging, default_holder, duration_arg, flag, print_json, run_command
 
 PROGRAM = "connector-projection-cutover"

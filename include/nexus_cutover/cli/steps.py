@@ -35,10 +35,9 @@ from ..db import DSN_ENV_TENANT, dsn_from_env, make_engine, mask_dsn
 from ..errors import BadInput, LockTimeout, Refused
 from ..liveness import DEFAULT_STALE_HEARTBEAT_S
 from ..projection import dry_run, steps
-from ..projection.digest.definition import DEFAULT_CHUNK_ROWS
 from ..projection.digest_limits import DEFAULT_DIGEST_CONNECTIONS, MAX_DIGEST_CONNECTIONS
 from ..projection.transition import CUTOVER
-from ..transition import PROCEED, Outcome, Verdict, verdict_line
+from ..transition import PROCEED, Outcome, Transition, Verdict, verdict_line
 from .common import (
     bounded_int_arg,
     configure_logging,
@@ -173,9 +172,7 @@ def cmd_checkpoint(c: Command) -> tuple[int, dict[str, Any]]:
 
 
 def cmd_activate_pack(c: Command) -> tuple[int, dict[str, Any]]:
-    from ..projection.greenfield import activate_pack
-
-    result = activate_pack(c.engine, c.args.pack_install_id, timeout_s=c.args.timeout, written_by=c.args.holder,
+    result = steps.activate_pack(c.engine, c.args.pack_install_id, timeout_s=c.args.timeout, written_by=c.args.holder,
                            stale_heartbeat=c.stale)
     return _checkpoint_outcome(c, result)
 
@@ -187,11 +184,9 @@ def cmd_readiness(c: Command) -> tuple[int, dict[str, Any]]:
 
 
 def _held_fence_id(c: Command) -> int:
-    from ..projection.fence import cutover_fence_in_force
-
     if c.args.fence_id is not None:
         return c.args.fence_id
-    fence = cutover_fence_in_force(c.engine, c.args.namespace)
+    fence = steps.cutover_fence_in_force(c.engine, c.args.namespace)
     if fence is None:
         raise BadInput(f"namespace {c.args.namespace!r} has no cutover fence in force: nothing to release")
     return int(fence["FenceId"])
@@ -205,12 +200,10 @@ def cmd_release_fence(c: Command) -> tuple[int, dict[str, Any]]:
 
 
 def _released_at(c: Command) -> dt.datetime:
-    from ..projection.fence import last_released_cutover_fence
-
     if c.args.since:
         return c.args.since
     with tx.reading(c.engine, "reading the last released cutover fence") as conn:
-        fence = last_released_cutover_fence(conn, c.args.namespace)
+        fence = steps.last_released_cutover_fence(conn, c.args.namespace)
     if fence is None:
         raise BadInput(f"namespace {c.args.namespace!r} has no released cutover fence: give -since, or release it first")
     return dt.datetime.fromisoformat(fence["ReleasedAt"])
@@ -239,9 +232,7 @@ def _save_digest(digest, path: str) -> None:
 
 def _verify_expected(c: Command, report: dict[str, Any]) -> str | None:
     """Re-check the digest saved in ``-expect FILE``; the failure text, or None when it verifies."""
-    from ..projection.digest.model import load_digest
-
-    expected = load_digest(c.args.expect)
+    expected = steps.load_digest(c.args.expect)
     if expected.namespace != c.args.namespace:
         raise BadInput(f"{c.args.expect} is the digest of namespace {expected.namespace!r}, not {c.args.namespace!r}")
     verification = steps.verify_history(c.engine, expected, timeout_s=c.args.timeout)
@@ -276,10 +267,8 @@ def cmd_verify(c: Command) -> tuple[int, dict[str, Any]]:
 
 
 def _has_release(c: Command) -> bool:
-    from ..projection.fence import last_released_cutover_fence
-
     with tx.reading(c.engine, "reading the last released cutover fence") as conn:
-        return last_released_cutover_fence(conn, c.args.namespace) is not None
+        return steps.last_released_cutover_fence(conn, c.args.namespace) is not None
 
 
 def cmd_status(c: Command) -> tuple[int, dict[str, Any]]:
@@ -338,18 +327,19 @@ def _now() -> dt.datetime:
 # -- run ------------------------------------------------------------------------------------
 
 
-def cmd_run(c: Command) -> tuple[int, dict[str, Any]]:
+def cmd_run(c: Command, transition: Transition = CUTOVER) -> tuple[int, dict[str, Any]]:
     """The declared steps in the declared order, in one process: each step's body (the DAG's), a waiting step
     looked at again until its verdict is no longer ``wait``, a per-pack step once per pack. Stops where the DAG
     stops (each step's declared verdict decides: proceed, stop with the step's next action, or done when nothing
     is left to do)."""
     out: dict[str, Any] = {"namespace": c.args.namespace, "holder": c.args.holder, "steps": []}
-    results = steps.Results()
+    results = steps.Results(transition)
     run = _cutover_run(c, results)
+    run.transition = transition
     stage = None
-    for step in CUTOVER:
-        if CUTOVER.stage_of(step.name) is not stage:
-            stage = CUTOVER.stage_of(step.name)
+    for step in transition:
+        if transition.stage_of(step.name) is not stage:
+            stage = transition.stage_of(step.name)
             c.say(f"step {stage.number}: {stage.title.lower()}")
         out["steps"].append(step.name)
         verdict = _run_declared(c, run, step, results, out)
@@ -507,8 +497,8 @@ def build_parser() -> argparse.ArgumentParser:
             flag(p, "since", type=utc_time_arg, metavar="ISO",
                  help="check from this UTC time, ISO 8601 (default: the last cutover fence release)")
         if "digest" in groups:
-            flag(p, "chunk-rows", type=int, default=DEFAULT_CHUNK_ROWS, metavar="N",
-                 help=f"history rows per digest chunk (default {DEFAULT_CHUNK_ROWS})")
+            flag(p, "chunk-rows", type=int, default=steps.DEFAULT_CHUNK_ROWS, metavar="N",
+                 help=f"history rows per digest chunk (default {steps.DEFAULT_CHUNK_ROWS})")
             flag(p, "digest-connections", type=bounded_int_arg(1, MAX_DIGEST_CONNECTIONS),
                  default=DEFAULT_DIGEST_CONNECTIONS, metavar="N",
                  help=f"connections the digest reads its chunks on at once, 1 to {MAX_DIGEST_CONNECTIONS} "

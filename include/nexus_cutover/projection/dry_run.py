@@ -28,7 +28,7 @@ from sqlalchemy import Engine
 
 from ..clock import utcnow
 from ..liveness import DEFAULT_STALE_HEARTBEAT_S
-from ..transition import Verdict
+from ..transition import Transition, Verdict
 from . import fence as fences
 from . import steps
 from .transition import CUTOVER
@@ -51,24 +51,26 @@ class PlanOptions:
     take_over: str = fences.TAKE_OVER
 
 
-def plan(engine: Engine, options: PlanOptions, say: Callable[[str], None] = lambda _line: None) -> dict[str, Any]:
+def plan(engine: Engine, options: PlanOptions, say: Callable[[str], None] = lambda _line: None, *,
+         transition: Transition = CUTOVER) -> dict[str, Any]:
     """Every planned step's body, dry, in the declared order (a per-pack step once per pack): the results
     (``-json``'s fields, each under its step's :attr:`~nexus_cutover.transition.Step.key`) and ``verdict``
     (``proceed``, ``wait: ...``, ``stop: ...`` or ``done: ...``); ``say`` gets each line a step says, after its
     stage's number."""
     o = options
-    results = steps.Results()
+    results = steps.Results(transition)
     run = steps.CutoverRun(engine, o.namespace, o.holder, dry_run=True, requested_packs=o.packs, adopt=o.adopt,
                            lock_timeout_s=o.timeout_s, drain_timeout_s=o.drain_timeout_s,
                            stale_heartbeat_s=o.stale_heartbeat_s, holder_state=o.holder_state, take_over=o.take_over,
-                           deadline=utcnow() + dt.timedelta(seconds=o.drain_timeout_s), earlier=results.earlier)
+                           deadline=utcnow() + dt.timedelta(seconds=o.drain_timeout_s), earlier=results.earlier,
+                           transition=transition)
     out: dict[str, Any] = {"namespace": o.namespace, "steps": []}
     verdicts: list[tuple[str, Verdict]] = []
-    for step in CUTOVER:
+    for step in transition:
         out["steps"].append(step.name)
         if not step.planned:
             continue
-        number = CUTOVER.stage_of(step.name).number
+        number = transition.stage_of(step.name).number
         run.say = lambda line, n=number: say(f"{n}. {line}")
         for pack in run.packs() if step.per_pack_of else [None]:
             run.pack = pack
@@ -77,5 +79,5 @@ def plan(engine: Engine, options: PlanOptions, say: Callable[[str], None] = lamb
             verdicts.append((step.name, result.verdict))
             out.update(result.fields)
         out[step.out_key] = results.earlier(step.name)
-    out["verdict"] = CUTOVER.overall(verdicts)
+    out["verdict"] = transition.overall(verdicts)
     return out

@@ -45,7 +45,7 @@ from sqlalchemy import Engine
 from ..clock import utcnow
 from ..errors import Refused
 from ..liveness import DEFAULT_STALE_HEARTBEAT_S
-from ..transition import Outcome, StepResult, Verdict
+from ..transition import Outcome, StepResult, Transition, Verdict
 from . import actions
 from . import fence as fences
 from .actions import (  # the single-step functions, for the single-step commands and the pollers
@@ -63,14 +63,32 @@ from .actions import (  # the single-step functions, for the single-step command
     verify_no_old_writer,
     writer_evidence,
 )
+from .checkpoint import REFUSED, run_checkpoint
 from .digest.definition import DEFAULT_CHUNK_ROWS
+from .digest.model import HistoryDigest, load_digest
 from .digest_limits import DEFAULT_DIGEST_CONNECTIONS
+from .drain import blockers_text
+from .fence import (
+    HOLDER_ACTIVE,
+    HOLDER_FINISHED,
+    HOLDER_UNKNOWN,
+    FenceHeld,
+    FenceResult,
+    SeveralCutoverFences,
+    cutover_fence_in_force,
+    fence_row,
+    last_released_cutover_fence,
+)
+from .greenfield import activate_pack
 from .transition import CUTOVER
 
-__all__ = [
-    "CUTOVER", "CutoverRun", "NotReady", "Refused", "SchemaResult", "StepResult", "Verdict", "WriterRecheck",
-    "checkpoint", "cutover_standing", "drain", "held_by_another", "readiness", "recheck_writers", "release_fence",
-    "run_step", "verify_history", "verify_no_old_writer", "writer_evidence",
+__all__ = [  # the door: the declaration, the bodies, what they return and raise, and the reads callers show
+    "CUTOVER", "DEFAULT_CHUNK_ROWS", "HOLDER_ACTIVE", "HOLDER_FINISHED", "HOLDER_UNKNOWN", "REFUSED", "CutoverRun",
+    "FenceHeld", "FenceResult", "HistoryDigest", "NotReady", "Refused", "Results", "SchemaResult", "SeveralCutoverFences",
+    "StepResult", "Verdict", "WriterRecheck", "accept_confirmation", "actions", "activate_pack", "blockers_text",
+    "checkpoint", "cutover_fence_in_force", "cutover_standing", "drain", "fence_and_checkpoints", "fence_row",
+    "held_by_another", "last_released_cutover_fence", "load_digest", "pause_text", "readiness", "recheck_writers",
+    "release_fence", "run_checkpoint", "run_step", "verify_history", "verify_no_old_writer", "writer_evidence",
 ]
 
 RETURN = "return_value"
@@ -122,6 +140,8 @@ class CutoverRun:
     start_host: Callable[[CutoverRun, list[str]], dict[str, Any]] | None = None
     #: The ``PLAN:`` lines recorded by the step being run (dry runs only).
     planned: list[str] = field(default_factory=list)
+    #: The declaration whose steps this run runs (the cutover's; a test's copy with a step added).
+    transition: Transition = CUTOVER
 
     @property
     def stale(self) -> dt.timedelta:
@@ -148,8 +168,9 @@ class CutoverRun:
 class Results:
     """The results of the steps run so far in one process (``run``, ``plan``): ``earlier`` of a :class:`CutoverRun`."""
 
-    def __init__(self) -> None:
+    def __init__(self, transition: Transition = CUTOVER) -> None:
         self._by_step: dict[str, list[StepResult]] = {}
+        self._transition = transition
 
     def record(self, step: str, result: StepResult) -> None:
         self._by_step.setdefault(step, []).append(result)
@@ -157,16 +178,27 @@ class Results:
     def earlier(self, step: str, key: str = RETURN) -> Any:
         found = self._by_step.get(step) or []
         values = [r.value if key == RETURN else r.keyed.get(key) for r in found]
-        if CUTOVER[step].per_pack_of is not None:
+        if self._transition[step].per_pack_of is not None:
             return values
         return values[-1] if values else None
+
+
+def fence_and_checkpoints(engine: Engine, namespace: str, packs: list[str]) -> tuple[dict[str, Any] | None, list[str]]:
+    """Read only: the cutover fence in force (its row, or None) and which of ``packs`` are checkpointed, in one
+    read: what a stop message says is true of the tenant now."""
+    from .. import tx
+    from ..protocol_row import read_protocol_row
+
+    with tx.reading(engine, "reading the tenant's state") as conn:
+        fence = cutover_fence_in_force(conn, namespace)
+        return fence, [pack for pack in packs if read_protocol_row(conn, pack) is not None]
 
 
 def run_step(name: str, run: CutoverRun) -> StepResult:
     """Run the body of the declared step ``name``: its result, a refusal with a report as its ``stop``."""
     run.planned = []
     try:
-        result = CUTOVER[name].function()(run)
+        result = run.transition[name].function()(run)
     except Refused as exc:
         if exc.report is None:
             raise
