@@ -26,3 +26,22 @@ def test_settled_after_is_the_sum_of_the_gaps_shorter_than_the_interval():
     assert settled_after(10) == 1 + 2 + 4 + 8
     assert settled_after(30) == 1 + 2 + 4 + 8 + 16
     assert settled_after(1) == 0 and settled_after(0) == 0
+
+
+def test_wait_until_looks_until_the_wait_ends_or_its_bound_runs_out():
+    """The command line's one wait loop (issue 35, item 4): spaced by gaps(), ended by the look or by the bound."""
+    from nexus_cutover.polling import wait_until
+
+    now, slept, looks = [0.0], [], iter([3, 2, 1, 0])
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        now[0] += s
+
+    result, ran_out = wait_until(lambda: next(looks), lambda left: left > 0, poll_interval=4, sleep=sleep,
+                                 clock=lambda: now[0])
+    assert (result, ran_out, slept) == (0, False, [1.0, 2.0, 4.0])
+    now[0], slept[:] = 0.0, []
+    result, ran_out = wait_until(lambda: 5, lambda left: left > 0, poll_interval=4, timeout_s=6, sleep=sleep,
+                                 clock=lambda: now[0])
+    assert (result, ran_out, slept) == (5, True, [1.0, 2.0, 4.0])  # looked at 0, 1, 3 and 7 s: past 6 s, it stops

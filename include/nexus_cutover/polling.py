@@ -12,11 +12,17 @@ waiting tenants pays for the early looks once per wait, not per interval.
 
 The CLI's waits and the deferred sensors' trigger use this one schedule; the
 ``poke``/``reschedule`` sensor modes keep Airflow's own fixed ``poke_interval``.
+:func:`wait_until` is the command line's one wait loop (``run``'s waiting steps,
+``drain --wait``); the trigger runs the same schedule on the triggerer's event loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+T = TypeVar("T")
 
 FIRST_GAP_S = 1.0
 
@@ -36,3 +42,19 @@ def settled_after(poll_interval: float) -> float:
     while (gap := next(schedule)) < poll_interval:
         total += gap
     return total
+
+
+def wait_until(look: Callable[[], T], waiting: Callable[[T], bool], *, poll_interval: float,
+               timeout_s: float | None = None, sleep: Callable[[float], None] = time.sleep,
+               clock: Callable[[], float] = time.monotonic) -> tuple[T, bool]:
+    """Look (``look()``) until ``waiting(result)`` is False, spaced by :func:`gaps`, or until ``timeout_s`` has
+    passed since the first look (None: no bound of its own, the look's verdict ends it): the last result, and
+    whether the bound ran out while it was still waiting."""
+    started, schedule = clock(), gaps(poll_interval)
+    while True:
+        result = look()
+        if not waiting(result):
+            return result, False
+        if timeout_s is not None and clock() - started >= timeout_s:
+            return result, True
+        sleep(next(schedule))

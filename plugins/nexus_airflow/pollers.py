@@ -1,9 +1,11 @@
 """Pollers for :class:`~nexus_airflow.triggers.StatusPollTrigger`: drain, old writers, new-host readiness.
 
-Each poller opens an engine from an Airflow connection id (never a DSN), reads
-one domain status per ``poll()`` and returns a JSON-serializable dict:
-``state`` (``waiting`` or a final state), ``message`` (one progress line) and
-``report`` (the domain object's ``as_json()``). Deadlines are ISO-8601 naive
+Each poller opens an engine from an Airflow connection id (never a DSN), runs
+its waiting step's body once per ``poll()`` (:mod:`nexus_cutover.projection.steps`,
+the look ``nexus-cutover run`` and ``plan`` take too) and returns a
+JSON-serializable dict: ``state`` (``waiting`` or a final state, from the body's
+verdict: :func:`wait_state`), ``verdict`` (that verdict), ``message`` (one
+progress line) and ``report`` (the body's value). Deadlines are ISO-8601 naive
 UTC strings, so a trigger restarted on another triggerer keeps the same bound.
 Read only: nothing here writes to the tenant database.
 """
@@ -59,18 +61,19 @@ def eta_text(remaining: int | None, rate: float | None) -> str:
     return f"{rate:.1f} items/min, ETA ~{eta} min"
 
 
-def declared_state(step: str, result: dict[str, Any], done: str, *, expired: bool = False) -> str:
-    """The poll's ``state`` from the step's declared verdict on ``result`` (its JSON form): ``done`` when it
+def wait_state(verdict, done: str, *, expired: bool = False) -> str:
+    """The poll's ``state`` from the waiting step's verdict (its body's, on this look): ``done`` when it
     proceeds, ``stuck`` when it stops, ``timed_out`` past the deadline, else waiting."""
-    from nexus_cutover.projection.transition import CUTOVER
-    from nexus_cutover.transition import Outcome
-
-    verdict = CUTOVER[step].verdict(result)
     if verdict.proceeds:
         return done
-    if verdict.outcome is Outcome.STOP:
+    if verdict.outcome == "stop":
         return "stuck"
     return "timed_out" if expired else WAITING
+
+
+def verdict_json(verdict) -> dict[str, Any]:
+    """A poll's verdict as the trigger's event carries it."""
+    return {"outcome": str(verdict.outcome), "reason": verdict.reason, "timed_out": verdict.timed_out}
 
 
 def deadline_in(seconds: float) -> str:
@@ -89,6 +92,14 @@ class _EnginePoller:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def look(self, step: str, **more: Any):
+        """One run of the waiting step's body (read only): its :class:`~nexus_cutover.transition.StepResult`."""
+        from nexus_cutover.projection import steps
+
+        run = steps.CutoverRun(self.engine, self.namespace, "(a wait's poll)", deadline=self.deadline,
+                               stale_heartbeat_s=self.stale.total_seconds(), **more)
+        return steps.run_step(step, run)
 
     def expired(self) -> bool:
         return _utcnow() >= self.deadline
@@ -115,15 +126,12 @@ class DrainPoller(_EnginePoller):
 
     def poll(self) -> dict[str, Any]:
         from nexus_cutover import catalog
-        from nexus_cutover.projection import steps
         from nexus_cutover.schema import has_column
 
         if not self.range_column:
             self.range_column = has_column(self.engine, catalog.INPUT_START_ORDINAL)
-        report = steps.drain(
-            self.engine, self.namespace, deadline=self.deadline, stale_heartbeat=self.stale,
-            sample_limit=self.sample_limit, range_column=self.range_column,
-        )
+        looked = self.look("wait_for_drain", drain_sample_limit=self.sample_limit, range_column=self.range_column)
+        report = looked.domain
         remaining = report.remaining
         trend = []
         if self.previous is not None:
@@ -133,8 +141,8 @@ class DrainPoller(_EnginePoller):
         if self.initial is None:
             self.initial = remaining
         self.previous = remaining
-        as_json = report.as_json()
-        state = declared_state("wait_for_drain", as_json, "drained")
+        as_json = looked.value
+        state = wait_state(looked.verdict, "drained")
         message = report.counts_text() + (f"; {', '.join(trend)}" if trend else "")
         if report.live_old_workers:
             message += f"; live old projection_workers: {len(report.live_old_workers)}"
@@ -142,7 +150,8 @@ class DrainPoller(_EnginePoller):
         rate = measured_rate(list(self.samples))
         message += f"; {eta_text(remaining, rate)}"
         drain_metrics(self.namespace, remaining, rate)
-        return {"state": state, "message": message, "remaining": remaining, "rate_per_min": rate,
+        return {"state": state, "verdict": verdict_json(looked.verdict), "message": message, "remaining": remaining,
+                "rate_per_min": rate,
                 "eta_min": eta_minutes(remaining, rate), "progress": progress(report),
                 "report": as_json, "report_text": report.report_text()}
 
@@ -167,28 +176,28 @@ class OldWritersPoller(_EnginePoller):
     """Old-protocol writers: ``stopped`` when all are stopped or silent, ``timed_out`` at the deadline."""
 
     def poll(self) -> dict[str, Any]:
-        from nexus_cutover.projection import steps
-
-        ev = steps.writer_evidence(self.engine, self.namespace, stale_heartbeat=self.stale)
+        looked = self.look("check_old_writers")
+        ev = looked.domain
         live = [p["process_id"] for p in ev.live]
-        state = declared_state("check_old_writers", ev.as_json(), "stopped", expired=self.expired())
+        state = wait_state(looked.verdict, "stopped", expired=self.expired())
         if state == "stopped":
             message = f"every old-protocol writer of {self.namespace!r} is stopped or silent"
         else:
             message = f"{len(live)} old-protocol writer(s) still live: {', '.join(live[:20])}; stop them (keep the fence)"
-        return {"state": state, "message": message, "report": ev.as_json(), "report_text": ev.as_markdown()}
+        return {"state": state, "verdict": verdict_json(looked.verdict), "message": message, "report": looked.value,
+                "report_text": looked.keyed["evidence_md"]}
 
 
 class ReadinessPoller(_EnginePoller):
     """New host readiness: ``ready``, ``timed_out`` at the deadline, else ``waiting``."""
 
     def poll(self) -> dict[str, Any]:
-        from nexus_cutover.projection import steps
-
-        r = steps.readiness(self.engine, self.namespace, stale_heartbeat=self.stale)
-        state = declared_state("verify_readiness", r.as_json(), "ready", expired=self.expired())
+        looked = self.look("verify_readiness")
+        r = looked.domain
+        state = wait_state(looked.verdict, "ready", expired=self.expired())
         if state == "ready":
             message = f"ready: activated integration_host(s) {', '.join(h['process_id'] for h in r.ready_hosts)}"
         else:
             message = "not ready: " + "; ".join(r.reasons)
-        return {"state": state, "message": message, "report": r.as_json(), "report_text": message}
+        return {"state": state, "verdict": verdict_json(looked.verdict), "message": message, "report": looked.value,
+                "report_text": message}

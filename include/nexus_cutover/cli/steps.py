@@ -23,7 +23,6 @@ import logging
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -133,11 +132,8 @@ def cmd_drain(c: Command) -> tuple[int, dict[str, Any]]:
         c.say(report.counts_text())
         return report, CUTOVER["wait_for_drain"].verdict(report.as_json())
 
-    report, verdict = look()
-    gaps = polling.gaps(c.args.poll_interval)
-    while c.args.wait and verdict.outcome is Outcome.WAIT:
-        time.sleep(next(gaps))
-        report, verdict = look()
+    (report, verdict), _ = polling.wait_until(look, lambda looked: c.args.wait and looked[1].outcome is Outcome.WAIT,
+                                              poll_interval=c.args.poll_interval)
     if verdict.proceeds:
         return EXIT_OK, report.as_json()
     c.say(report.report_text())
@@ -396,17 +392,14 @@ def _wait(c: Command, run: steps.CutoverRun, step):
     """Run a waiting step's body until its verdict is no longer ``wait``; at its bound (the flag named by the
     step's :attr:`~nexus_cutover.transition.Step.bound`) a stop that says it timed out."""
     timeout_s = float(getattr(c.args, step.bound))
-    started, gaps = time.monotonic(), polling.gaps(c.args.poll_interval)
     run.deadline = _now() + dt.timedelta(seconds=timeout_s)
-    while True:
-        result = steps.run_step(step.name, run)
-        if result.verdict.outcome is not Outcome.WAIT:
-            return result
-        if time.monotonic() - started >= timeout_s:
-            result.verdict = Verdict(Outcome.STOP, f"{step.name} did not pass within {timeout_s:g}s: "
-                                     f"{result.verdict.reason}", timed_out=True)
-            return result
-        time.sleep(next(gaps))
+    result, ran_out = polling.wait_until(lambda: steps.run_step(step.name, run),
+                                         lambda looked: looked.verdict.outcome is Outcome.WAIT,
+                                         poll_interval=c.args.poll_interval, timeout_s=timeout_s)
+    if ran_out:
+        result.verdict = Verdict(Outcome.STOP, f"{step.name} did not pass within {timeout_s:g}s: "
+                                 f"{result.verdict.reason}", timed_out=True)
+    return result
 
 
 def _confirm(c: Command, ev) -> str:

@@ -133,6 +133,9 @@ class CutoverRun:
     deadline: dt.datetime | None = None
     #: The pack of a per-pack step's run.
     pack: str | None = None
+    #: The drain's look: how many WorkIds it names per cause; whether ``InputStartOrdinal`` exists (None: probe).
+    drain_sample_limit: int = 200
+    range_column: bool | None = None
     earlier: Callable[[str, str], Any] = lambda _step, _key: None
     say: Callable[[str], None] = _quiet
     seam: Callable[[str], None] = _no_seam
@@ -303,13 +306,13 @@ def _above_cutoff(run: CutoverRun) -> list[dict[str, Any]]:
 # -- stage 2 ------------------------------------------------------------------------------------------------
 
 
-def wait_for_drain(run: CutoverRun, *, range_column: bool | None = None, sample_limit: int = 200) -> StepResult:
+def wait_for_drain(run: CutoverRun) -> StepResult:
     """One look at the drain of old projection work: drained, stuck (a stop, blockers by cause) or still draining.
 
     Read only: no WorkItem is ever changed."""
     deadline = run.deadline or utcnow() + dt.timedelta(seconds=run.drain_timeout_s)
     report = actions.drain(run.engine, run.namespace, deadline=deadline, stale_heartbeat=run.stale,
-                           range_column=range_column, sample_limit=sample_limit)
+                           range_column=run.range_column, sample_limit=run.drain_sample_limit)
     run.say(f"drain: {report.state}: {report.counts_text()}")
     if report.state == "stuck":
         run.say(report.report_text())
@@ -447,7 +450,7 @@ def verify_readiness(run: CutoverRun) -> StepResult:
     r = actions.readiness(run.engine, run.namespace, stale_heartbeat=run.stale)
     run.say("new host: " + (f"ready ({', '.join(h['process_id'] for h in r.ready_hosts)})" if r.ready
                             else "not ready: " + "; ".join(r.reasons)))
-    return _judged("verify_readiness", r.as_json())
+    return _judged("verify_readiness", r.as_json(), domain=r)
 
 
 def resume_admission(run: CutoverRun) -> StepResult:
