@@ -14,11 +14,9 @@ from airflow.sdk import DAG
 from nexus_airflow.base import STEP_HOOKS, never_retry_stops, step_failed
 from nexus_airflow.declared import FIELD_HISTORY, build, task
 from nexus_airflow.field_history import (
+    GateOperator,
     OutboxDrainSensor,
     Stage1Operator,
-    Stage2MaterializeOperator,
-    Stage2ProducersOperator,
-    Stage3Operator,
     field_history_params,
 )
 from nexus_airflow.notify import CutoverNotifier
@@ -58,7 +56,7 @@ TASKS = {
         "listing the lagging processes: upgrade them (or mark gone ones stopped), then clear.",
     ),
     "stage_2_producers": task(
-        Stage2ProducersOperator,
+        GateOperator,
         doc_md="Every deployed `runtime_api` and `service_manager` runs at least `producer_release`, and no row "
         "with a stable FieldId written by such a producer is NULL. **Stops** listing lagging processes or example "
         "unstamped rows (a producer is not stamping): fix the producer, then clear. Writes nothing.",
@@ -70,13 +68,13 @@ TASKS = {
         "a live `audit_outbox_worker`, or `drain_timeout`. It never changes an outbox row.",
     ),
     "stage_2_materialize": task(
-        Stage2MaterializeOperator,
+        GateOperator,
         doc_md="Sets NULL rows with a FieldId and a HistorySequence to TRUE where an interval proves eligibility "
         "and FALSE where none does, in keyset batches of `batch_size`, each its own transaction, never "
         "overwriting a stamped value. Resumable: a failure or timeout keeps committed batches; clear to finish.",
     ),
     "stage_3": task(
-        Stage3Operator,
+        GateOperator,
         doc_md="**Refuses with the counts** unless every deployed producer runs `producer_release` and no pre-cutover "
         "outbox work is left. Then turns `FieldHistorySequenceReservationEnabled` off (and leaves it off), waits for "
         "in-flight mutations and their outbox rows to settle (within `switch_timeout`), and in one locked transaction "

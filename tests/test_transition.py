@@ -33,8 +33,15 @@ def test_every_declared_step_calls_its_own_body_in_the_steps_module():
 
 
 def test_the_field_history_stage_commands_run_the_declared_steps_of_their_stage():
+    """One body per declared Field History step, named after it, run by the DAG's gate task and the stage commands."""
+    from nexus_cutover.field_history import steps as fh_steps
+
     args = argparse.Namespace(stage1_release="1", producer_release="1", namespace=None, batch_size=1, timeout=1.0)
-    assert list(fh_cli._gate_runners(args, engine=None)) == FIELD_HISTORY.names
+    assert fh_cli.field_history_run(args, engine=None).producer_release == "1"
+    for step in FIELD_HISTORY:
+        assert step.calls == f"nexus_cutover.field_history.steps:{step.name}", step.name
+        assert step.function() is getattr(fh_steps, step.name)
+    assert not hasattr(fh_cli, "_gate_runners")  # no second table of the steps
     assert [s.name for n in (1, 2, 3) for s in steps_of_stage(n)] == FIELD_HISTORY.names
 
 

@@ -177,75 +177,50 @@ def producer_upgrade_next(report: dict[str, Any]) -> str | None:
             + (f"; in this deployment: {how}" if how else ""))
 
 
-class _GateOperator(BaseOperator):
-    """Runs one gate of :mod:`nexus_cutover.field_history.gates`; see the module invariants."""
+def field_history_run(context, engine, log):
+    """The :class:`~nexus_cutover.field_history.steps.FieldHistoryRun` of this task: the run's params, this run
+    as the switch's writer, the body's lines in the task log, the materialization's fault seam."""
+    from nexus_airflow.faults import materialize_batch_pause
+    from nexus_cutover.field_history.steps import FieldHistoryRun
+
+    p = FieldHistoryParams.from_context(context)
+    ti = context["ti"]
+    return FieldHistoryRun(engine, namespace=p.tenant, stage1_release=p.stage1_release,
+                           producer_release=p.producer_release, batch_size=p.batch_size,
+                           materialize_timeout_s=p.materialize_timeout, switch_timeout_s=p.switch_timeout,
+                           heartbeat_window_s=p.stale_heartbeat, updated_by=holder_of_run(ti.dag_id, ti.run_id),
+                           say=lambda line: log.info("%s", line), between_read_and_write=materialize_batch_pause())
+
+
+class GateOperator(BaseOperator):
+    """The declared Field History gate its task id names: its body (the stage commands run the same), skipped
+    when the run's ``target_stage`` does not reach its stage; see the module invariants."""
 
     ui_color = "#e8f0fe"
 
-    def run_gate(self, engine, p: FieldHistoryParams, context):
-        raise NotImplementedError
-
     def execute(self, context) -> dict[str, Any]:
-        from nexus_cutover.field_history.transition import FIELD_HISTORY
+        from nexus_cutover.field_history.steps import run_step
+        from nexus_cutover.field_history.transition import stage_number
 
         p = _skip_unless_requested(context, self.task_id)
+        if stage_number(self.task_id) >= 2:
+            with domain_errors(context, self.log):
+                p.require_producer_release()
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
-            report = self.run_gate(engine, p, context)
-        text = report.render()
-        if not FIELD_HISTORY[self.task_id].verdict(report.as_dict()).proceeds:
-            stop(context, self.log, f"{self.task_id}: {report.summary}", report.as_dict(),
-                 next_action=producer_upgrade_next(report.as_dict()))
-        self.log.info("%s", text)
-        return report.as_dict()
+            result = run_step(self.task_id, field_history_run(context, engine, self.log))
+        if not result.verdict.proceeds:
+            stop(context, self.log, result.stop_message, result.value, next_action=producer_upgrade_next(result.value))
+        self.log.info("%s", result.domain.render())
+        return result.value
 
 
-class Stage1Operator(_GateOperator):
+class Stage1Operator(GateOperator):
     """Stage 1, the run's first task: it refuses a bad form (unknown keys, a missing producer_release) first."""
 
     def execute(self, context) -> dict[str, Any]:
         with domain_errors(context, self.log):
             check_form(context, FH_FIELDS, FORM_RULES)
         return super().execute(context)
-
-    def run_gate(self, engine, p, context):
-        from nexus_cutover.field_history.gates import stage_1
-
-        return stage_1(engine, stage1_release=p.stage1_release, namespace=p.tenant)
-
-
-class Stage2ProducersOperator(_GateOperator):
-    def run_gate(self, engine, p, context):
-        from nexus_cutover.field_history.gates import stage_2_producers
-
-        return stage_2_producers(engine, producer_release=p.require_producer_release(), namespace=p.tenant)
-
-
-class Stage2MaterializeOperator(_GateOperator):
-    def run_gate(self, engine, p, context):
-        from nexus_airflow.faults import materialize_batch_pause
-        from nexus_cutover.db import Deadline
-        from nexus_cutover.field_history.gates import stage_2_materialize
-
-        return stage_2_materialize(engine, batch_size=p.batch_size, deadline=Deadline(p.materialize_timeout),
-                                   between_read_and_write=materialize_batch_pause())
-
-
-class Stage3Operator(_GateOperator):
-    """Stage 3: its report (XCom ``return_value``, or ``report`` when it refuses) carries the whole-table read comparison."""
-
-    def run_gate(self, engine, p, context):
-        from nexus_cutover.field_history.gates import stage_3
-        from nexus_cutover.field_history.status import render_comparison
-
-        ti = context["ti"]
-        updated_by = holder_of_run(ti.dag_id, ti.run_id)
-        from nexus_cutover.db import Deadline
-
-        report = stage_3(engine, producer_release=p.require_producer_release(), updated_by=updated_by, namespace=p.tenant,
-                         deadline=Deadline(p.switch_timeout))
-        if report.comparison:
-            self.log.info("%s", render_comparison(report.comparison))
-        return report
 
 
 class OutboxDrainPoller(_EnginePoller):
@@ -265,23 +240,18 @@ class OutboxDrainPoller(_EnginePoller):
         self.initial = initial_remaining
 
     def poll(self) -> dict[str, Any]:
-        from nexus_cutover.field_history.gates import outbox_drain_state
-        from nexus_cutover.field_history.transition import outbox_verdict
+        from nexus_cutover.field_history.steps import FieldHistoryRun, run_step
         from nexus_cutover.transition import Outcome
 
-        state = outbox_drain_state(
-            self.engine,
-            producer_release=self.producer_release,
-            namespace=self.namespace,
-            heartbeat_window_s=self.stale.total_seconds(),
-        )
+        looked = run_step("stage_2_drain_outbox", FieldHistoryRun(
+            self.engine, namespace=self.namespace, producer_release=self.producer_release,
+            heartbeat_window_s=self.stale.total_seconds()))
+        state, report, verdict = looked.domain, looked.value, looked.verdict
         if self.initial is None:
             self.initial = state.remaining
-        report = state.as_dict()
         progress = f"{state.remaining} pre-cutover outbox row(s) open {state.open_rows}"
         if self.initial:
             progress += f", {self.initial - state.remaining} of {self.initial} delivered since start"
-        verdict = outbox_verdict(report)
         if verdict.proceeds:
             return {"state": "drained", "message": "pre-cutover outbox work drained", "report": report}
         if verdict.outcome is Outcome.STOP:

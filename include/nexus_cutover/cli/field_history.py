@@ -93,41 +93,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _gate_runners(args, engine) -> dict:
-    """Per declared step of the stage commands: how the command line calls its gate (the DAG's operators call the same)."""
-    from ..field_history import gates
+def field_history_run(args, engine):
+    """The :class:`~nexus_cutover.field_history.steps.FieldHistoryRun` of a stage command's flags."""
+    from ..field_history.steps import FieldHistoryRun
 
-    return {
-        "stage_1": lambda: gates.stage_1(engine, stage1_release=args.stage1_release, namespace=args.namespace),
-        "stage_2_producers": lambda: gates.stage_2_producers(engine, producer_release=args.producer_release,
-                                                             namespace=args.namespace),
-        "stage_2_drain_outbox": lambda: gates.outbox_drain_state(engine, producer_release=args.producer_release,
-                                                                 namespace=args.namespace),
-        "stage_2_materialize": lambda: gates.stage_2_materialize(engine, batch_size=args.batch_size,
-                                                                 deadline=Deadline(args.timeout)),
-        "stage_3": lambda: gates.stage_3(engine, producer_release=args.producer_release, updated_by=f"{PROGRAM}:cli",
-                                         namespace=args.namespace, deadline=Deadline(args.timeout)),
-    }
+    return FieldHistoryRun(engine, namespace=args.namespace, stage1_release=getattr(args, "stage1_release", "") or "",
+                           producer_release=getattr(args, "producer_release", "") or "",
+                           batch_size=getattr(args, "batch_size", DEFAULT_BATCH_SIZE),
+                           materialize_timeout_s=getattr(args, "timeout", 300.0),
+                           switch_timeout_s=getattr(args, "timeout", 300.0), updated_by=f"{PROGRAM}:cli")
 
 
 def _run_gate(args, engine) -> tuple[int, dict]:
-    """The declared steps of one stage, in order, as the DAG runs them (the outbox drain looked at once, not
-    waited for): (exit code, the report(s)). The first step that does not proceed ends the stage."""
-    from ..field_history.gates import DrainState
+    """The declared steps of one stage, in order, each step's body as the DAG runs it (the outbox drain looked at
+    once, not waited for): (exit code, the report(s)). The first step that does not proceed ends the stage."""
+    from ..field_history.steps import run_step
     from ..field_history.transition import steps_of_stage
-    from ..transition import Outcome
+    from ..transition import Kind, Outcome
 
-    runners, reports = _gate_runners(args, engine), []
+    run, reports = field_history_run(args, engine), []
     for step in steps_of_stage(int(args.command.removeprefix("stage"))):
-        result = runners[step.name]()
-        verdict = step.verdict(result.as_dict())
-        if isinstance(result, DrainState):
+        result = run_step(step.name, run)
+        verdict = result.verdict
+        if step.kind is Kind.WAITS:
             if not verdict.proceeds:
                 return (3 if verdict.outcome is Outcome.STOP else 4), {
-                    "passed": False, "reports": [r.as_dict() for r in reports], "outbox": result.as_dict(),
+                    "passed": False, "reports": [r.as_dict() for r in reports], "outbox": result.value,
                     "summary": verdict.reason}
             continue
-        reports.append(result)
+        reports.append(result.domain)
         if not verdict.proceeds:
             break
     passed = all(r.passed for r in reports)

@@ -3,8 +3,8 @@
 :data:`FIELD_HISTORY` is the ordered list of steps: the DAG
 ``field_history_eligibility`` builds its tasks and their order from it, and
 ``field-history-eligibility stage1|stage2|stage3`` runs the steps of its stage
-in the same order (tests/test_transition.py fails when one disagrees). The
-gates themselves are :mod:`.gates`. A stage's steps run only when the run's
+in the same order (tests/test_transition.py fails when one disagrees), each
+running the step's body in :mod:`.steps` (over the gates of :mod:`.gates`). A stage's steps run only when the run's
 target stage reaches it (the declared :class:`~nexus_cutover.transition.Stage` number).
 
 Light to import: the DAG file reads this at parse time.
@@ -16,7 +16,7 @@ from typing import Any
 
 from ..transition import PROCEED, Kind, Outcome, Stage, Step, Transition, Verdict
 
-GATES = "nexus_cutover.field_history.gates"
+STEPS = "nexus_cutover.field_history.steps"
 NO_DRY_RUN = "none: the gate checks before it acts, and acts only when every check holds"
 
 
@@ -37,20 +37,20 @@ def outbox_verdict(state: dict[str, Any]) -> Verdict:
 
 FIELD_HISTORY = Transition("field_history_eligibility", (
     Stage(1, "The column, and the stage-1 release everywhere", steps=(
-        Step("stage_1", Kind.WRITES, f"{GATES}:stage_1", verdict=gate_verdict,
+        Step("stage_1", Kind.WRITES, f"{STEPS}:stage_1", verdict=gate_verdict,
              dry_run=NO_DRY_RUN, next_action="upgrade the lagging processes (or mark gone ones stopped), then clear"),
     )),
     Stage(2, "Producers stamp, pre-cutover outbox work delivered, legacy rows decided", steps=(
-        Step("stage_2_producers", Kind.READS, f"{GATES}:stage_2_producers", verdict=gate_verdict,
+        Step("stage_2_producers", Kind.READS, f"{STEPS}:stage_2_producers", verdict=gate_verdict,
              dry_run=NO_DRY_RUN, next_action="fix the producer, then clear"),
-        Step("stage_2_drain_outbox", Kind.WAITS, f"{GATES}:outbox_drain_state", verdict=outbox_verdict,
+        Step("stage_2_drain_outbox", Kind.WAITS, f"{STEPS}:stage_2_drain_outbox", verdict=outbox_verdict,
              dry_run=NO_DRY_RUN, next_action="resolve it with the outbox worker, then clear stage_2_drain_outbox"),
-        Step("stage_2_materialize", Kind.WRITES, f"{GATES}:stage_2_materialize", verdict=gate_verdict,
+        Step("stage_2_materialize", Kind.WRITES, f"{STEPS}:stage_2_materialize", verdict=gate_verdict,
              dry_run=NO_DRY_RUN, next_action="a broken read equivalence names its rows; a timeout keeps committed batches: "
              "clear to finish"),
     )),
     Stage(3, "The read switch", steps=(
-        Step("stage_3", Kind.WRITES, f"{GATES}:stage_3", verdict=gate_verdict,
+        Step("stage_3", Kind.WRITES, f"{STEPS}:stage_3", verdict=gate_verdict,
              dry_run="`field-history-eligibility stage3 -check`: what stage 3 would find, switching nothing",
              next_action="upgrade the producers or let the outbox drain (a failed outbox row: redeliver or retire it); "
              "a flip names its rows; clear"),

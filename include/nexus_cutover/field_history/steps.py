@@ -1,0 +1,103 @@
+"""Field History's declared steps, one body each: the door the DAG and ``field-history-eligibility`` go through.
+
+:data:`~nexus_cutover.field_history.transition.FIELD_HISTORY` declares the
+gates and their order; each step's ``calls`` names its body here, a function
+``(FieldHistoryRun) -> StepResult``: the gate of :mod:`.gates` it runs, its
+report (``value``: the JSON every caller sees), the declared verdict on it and
+the lines a person reads. The DAG (``nexus_airflow.field_history``, one task
+per step, a sensor waiting on the outbox drain) and the stage commands
+(``field-history-eligibility stage1|stage2|stage3``: the steps of one stage,
+the outbox drain looked at once) are loops over the declaration that run these.
+
+Invariants: a gate checks before it acts and acts only when every check holds;
+a body never switches anything a failed check forbids (the gates' own rules,
+:mod:`.gates`). Nothing here changes history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine
+
+from ..db import Deadline
+from ..transition import StepResult
+from . import gates
+from .transition import FIELD_HISTORY
+
+__all__ = ["FIELD_HISTORY", "FieldHistoryRun", "StepResult", "run_step"]
+
+
+def _quiet(_line: str) -> None:
+    return None
+
+
+@dataclass
+class FieldHistoryRun:
+    """What a run of Field History's gates knows: the tenant database, the releases, the bounds, who switches."""
+
+    engine: Engine
+    namespace: str | None = None
+    stage1_release: str = ""
+    producer_release: str = ""
+    batch_size: int = gates.DEFAULT_BATCH_SIZE
+    materialize_timeout_s: float = 300.0
+    switch_timeout_s: float = 300.0
+    heartbeat_window_s: float = gates.DEFAULT_HEARTBEAT_WINDOW_S
+    #: Who writes the read switch (``UpdatedBy``): the DAG's run, or the command line.
+    updated_by: str = ""
+    say: Callable[[str], None] = _quiet
+    #: The materialization's seam between a batch's read and its write (the fault tests' pause; None: none).
+    between_read_and_write: Any = None
+
+
+def run_step(name: str, run: FieldHistoryRun) -> StepResult:
+    """Run the body of the declared Field History step ``name``."""
+    return FIELD_HISTORY[name].function()(run)
+
+
+def _gate(name: str, report) -> StepResult:
+    """A gate's report as its step's result: judged by the declared verdict on its JSON form."""
+    value = report.as_dict()
+    return StepResult(value, FIELD_HISTORY[name].verdict(value), domain=report,
+                      message=None if report.passed else f"{name}: {report.summary}")
+
+
+def stage_1(run: FieldHistoryRun) -> StepResult:
+    """The nullable column (added if absent), and every runtime_api / audit_outbox_worker on the stage-1 release."""
+    return _gate("stage_1", gates.stage_1(run.engine, stage1_release=run.stage1_release, namespace=run.namespace))
+
+
+def stage_2_producers(run: FieldHistoryRun) -> StepResult:
+    """Every producer on the producer-cutover release, and none of them left a NULL (read only)."""
+    return _gate("stage_2_producers", gates.stage_2_producers(run.engine, producer_release=run.producer_release,
+                                                              namespace=run.namespace))
+
+
+def stage_2_drain_outbox(run: FieldHistoryRun) -> StepResult:
+    """One look at the pre-cutover Audit V2 outbox work: drained, stuck (a stop) or still being delivered."""
+    state = gates.outbox_drain_state(run.engine, producer_release=run.producer_release, namespace=run.namespace,
+                                     heartbeat_window_s=run.heartbeat_window_s)
+    value = state.as_dict()
+    return StepResult(value, FIELD_HISTORY["stage_2_drain_outbox"].verdict(value), domain=state)
+
+
+def stage_2_materialize(run: FieldHistoryRun) -> StepResult:
+    """The legacy rows decided, in batches, each read-equivalent (resumable, deterministic)."""
+    return _gate("stage_2_materialize", gates.stage_2_materialize(
+        run.engine, batch_size=run.batch_size, deadline=Deadline(run.materialize_timeout_s),
+        between_read_and_write=run.between_read_and_write))
+
+
+def stage_3(run: FieldHistoryRun) -> StepResult:
+    """The read switch, under the settings row's lock, only while every switch rule holds (with the whole-table
+    read comparison in its report)."""
+    from .status import render_comparison
+
+    report = gates.stage_3(run.engine, producer_release=run.producer_release, updated_by=run.updated_by,
+                           namespace=run.namespace, deadline=Deadline(run.switch_timeout_s))
+    if report.comparison:
+        run.say(render_comparison(report.comparison))
+    return _gate("stage_3", report)
