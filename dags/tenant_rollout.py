@@ -3,7 +3,7 @@
 It reuses the per-tenant DAG ``connector_projection_cutover`` (one run per tenant,
 run id ``rollout__<rollout run id>__<tenant>``): the cutover's tasks are never
 copied here. The tasks live in ``nexus_airflow``, one job per module (the invariants
-are their docstrings): ``rollout_plan`` (the plan), ``rollout_lanes`` (a wave's lanes),
+are their docstrings): ``rollout_form`` (the form's refusals), ``rollout_plan`` (the plan), ``rollout_lanes`` (a wave's lanes),
 ``rollout_confirm`` (the wave question, its text ``rollout_render``) and
 ``rollout_tasks`` (the waves' and the rollout's outcomes); this file declares the flow: ``preflight`` (``rollout_preflight``: every tenant's
 ``plan`` verdict as one table) >> ``plan`` >> wave 0 (the canary) >>

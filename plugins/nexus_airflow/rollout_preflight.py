@@ -36,7 +36,7 @@ def run_preflight(params: dict[str, Any], run_id: str, context, log) -> list[dic
     """The table (XCom ``preflight``), logged; raises ValueError for a form the rollout refuses (before any
     tenant database is read)."""
     from nexus_airflow.params import ROLLOUT_FIELDS, resolve
-    from nexus_airflow.rollout_plan import check_form
+    from nexus_airflow.rollout_form import check_form
     from nexus_cutover.errors import BadInput
     from nexus_cutover.projection.preflight import preflight, text_table
 
