@@ -12,7 +12,10 @@
   others) means a rule without one home. Importing a package is importing its
   ``__init__``; ``from pkg import name`` where ``name`` is a submodule is importing
   that submodule; in ``scripts/`` and ``bench/`` (run as scripts, their own directory
-  first on ``sys.path``) ``import benchlib`` is the sibling ``bench/benchlib.py``.
+  first on ``sys.path``) ``import benchlib`` is the sibling ``bench/benchlib.py``;
+* an XCom is pulled by a task id spelled in the call (a string, an f-string, a rollout
+  task id name) only in the declared readers: ``nexus_airflow.results`` (the cutover's
+  steps) and ``nexus_airflow.rollout`` (the rollout DAG's tasks).
 
 Every import statement counts, also one inside a function or under ``TYPE_CHECKING``;
 relative imports are resolved to their absolute module. In the product, a string
@@ -257,3 +260,43 @@ def test_no_import_circle_among_the_product_plugins_scripts_and_bench():
     graph = import_graph({p: None for root in CIRCLE_FREE for p in python_files(root)})
     found = [describe(c, graph) for c in circles(graph)]
     assert not found, report("import circles (a module reached again through its own imports)", found)
+
+
+def _rollout_task_id_names() -> set[str]:
+    """The names ``nexus_airflow.rollout`` declares the rollout DAG's task ids with (``PLAN_TASK``, ``wave_task``, ...)."""
+    tree = ast.parse((PLUGINS / "nexus_airflow" / "rollout.py").read_text(encoding="utf-8"))
+    names = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    names |= {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    return {n for n in names if n.endswith(("_TASK", "_TASKS")) or n in {"wave_group", "wave_task", "close_task"}}
+
+
+def spelled_task_ids(path: Path, source: str | None = None, declared: Collection[str] = ()) -> list[str]:
+    """``file:line`` of every ``xcom_pull`` whose ``task_ids`` is spelled in the call: a string, an f-string, or
+    built from the rollout's declared task ids (one of ``declared``)."""
+    found = []
+    for node in ast.walk(ast.parse(source if source is not None else path.read_text(encoding="utf-8"), filename=str(path))):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "xcom_pull"):
+            continue
+        for kw in node.keywords:
+            if kw.arg == "task_ids" and any(
+                    (isinstance(n, ast.Constant) and isinstance(n.value, str)) or isinstance(n, ast.JoinedStr)
+                    or (isinstance(n, ast.Name) and n.id in declared) or (isinstance(n, ast.Attribute) and n.attr in declared)
+                    for n in ast.walk(kw.value)):
+                found.append(f"{where(path, node.lineno)} pulls an XCom by a task id it spells")
+    return sorted(set(found), key=lambda w: int(w.partition(" ")[0].rpartition(":")[2]))
+
+
+def test_an_xcom_is_pulled_by_a_spelled_task_id_only_in_the_declared_readers():
+    """The cutover's results are read by declared step name (``nexus_airflow.results``), the rollout DAG's by its
+    task ids declared once (``nexus_airflow.rollout``'s readers): no other module of plugins/ or dags/ passes
+    ``xcom_pull`` a task id of its own (issue 35)."""
+    readers = {PLUGINS / "nexus_airflow" / "results.py", PLUGINS / "nexus_airflow" / "rollout.py"}
+    declared = _rollout_task_id_names()
+    assert {"PLAN_TASK", "PREFLIGHT_TASK", "close_task", "wave_task"} <= declared
+    probe = PLUGINS / "nexus_airflow" / "probe.py"
+    assert len(spelled_task_ids(probe, 'ti.xcom_pull(task_ids="plan")\nti.xcom_pull(task_ids=f"{g}.open")\n'
+                                       "ti.xcom_pull(task_ids=ro.close_task(1))\nti.xcom_pull(task_ids=ti.task_id)\n",
+                                declared)) == 3
+    found = [f for root in (PLUGINS, DAGS) for p in python_files(root) if p not in readers
+             for f in spelled_task_ids(p, declared=declared)]
+    assert not found, report("XComs are pulled through nexus_airflow.results or nexus_airflow.rollout's readers", found)
