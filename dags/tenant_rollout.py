@@ -3,7 +3,7 @@
 It reuses the per-tenant DAG ``connector_projection_cutover`` (one run per tenant,
 run id ``rollout__<rollout run id>__<tenant>``): the cutover's tasks are never
 copied here. The tasks live in ``nexus_airflow``, one job per module (the invariants
-are their docstrings): ``rollout_plan`` (the plan), ``rollout_lanes`` (a wave's lanes),
+are their docstrings): ``rollout_form`` (the form's refusals), ``rollout_plan`` (the plan), ``rollout_lanes`` (a wave's lanes),
 ``rollout_confirm`` (the wave question, its text ``rollout_render``) and
 ``rollout_tasks`` (the waves' and the rollout's outcomes); this file declares the flow: ``preflight`` (``rollout_preflight``: every tenant's
 ``plan`` verdict as one table) >> ``plan`` >> wave 0 (the canary) >>
@@ -21,7 +21,19 @@ from airflow.sdk import DAG, TaskGroup, TriggerRule, task
 from nexus_airflow.base import never_retry_stops
 from nexus_airflow.declared import PRIORITY_ARMED
 from nexus_airflow.params import MAX_PARALLEL_CAP, ROLLOUT_FIELDS, params_of_fields
-from nexus_airflow.rollout import MAX_WAVES, PLAN_KEY, ROLLOUT_DAG, wave_group
+from nexus_airflow.rollout import (
+    CLOSE_TASK,
+    CONFIRM_TASK,
+    LANE_TASK,
+    MAX_WAVES,
+    MODE_KEY,
+    OPEN_TASK,
+    PLAN_KEY,
+    PREFLIGHT_KEY,
+    REFUSAL_KEY,
+    ROLLOUT_DAG,
+    wave_group,
+)
 from nexus_airflow.rollout_confirm import WaveConfirmOperator
 from nexus_airflow.rollout_lanes import WaveLaneOperator
 
@@ -69,17 +81,17 @@ def preflight(params: dict[str, Any] | None = None, run_id: str | None = None, t
 
     from nexus_airflow.base import stopped
     from nexus_airflow.params import ROLLOUT_FIELDS
-    from nexus_airflow.rollout_preflight import PREFLIGHT_KEY, later_tasks, run_preflight
+    from nexus_airflow.rollout_preflight import later_tasks, run_preflight
 
     log = logging.getLogger("nexus.rollout")
     try:
         rows = run_preflight(params, run_id, get_current_context(), log)
     except ValueError as exc:
-        ti.xcom_push(key="refusal", value=str(exc))  # what summary reports as the rollout's failure
+        ti.xcom_push(key=REFUSAL_KEY, value=str(exc))  # what summary reports as the rollout's failure
         raise stopped(log, f"the rollout's form is refused: {exc}. Next: fix the form and trigger again.", code=2) from None
     ti.xcom_push(key=PREFLIGHT_KEY, value=rows)
     mode = ROLLOUT_FIELDS["mode"].value(params, "mode")
-    ti.xcom_push(key="mode", value=mode)
+    ti.xcom_push(key=MODE_KEY, value=mode)
     if mode == "preflight":
         raise DownstreamTasksSkipped(tasks=later_tasks())
 
@@ -95,16 +107,15 @@ def plan(params: dict[str, Any] | None = None, run_id: str | None = None, dag_ru
     from airflow.sdk.exceptions import DownstreamTasksSkipped
 
     from nexus_airflow.base import stopped
-    from nexus_airflow.rollout import unused_wave_tasks
+    from nexus_airflow.rollout import preflight_rows, unused_wave_tasks
     from nexus_airflow.rollout_plan import build_plan
-    from nexus_airflow.rollout_preflight import PREFLIGHT_KEY, PREFLIGHT_TASK
 
     log = logging.getLogger("nexus.rollout")
-    rows = ti.xcom_pull(task_ids=PREFLIGHT_TASK, key=PREFLIGHT_KEY)
+    rows = preflight_rows(ti)
     try:
         result = build_plan(params, run_id, getattr(dag_run, "triggering_user_name", None), ti, log, rows)
     except ValueError as exc:
-        ti.xcom_push(key="refusal", value=str(exc))  # what summary reports as the rollout's failure
+        ti.xcom_push(key=REFUSAL_KEY, value=str(exc))  # what summary reports as the rollout's failure
         raise stopped(log, f"the rollout's form is refused: {exc}. Next: fix the form and trigger again.", code=2) from None
     ti.xcom_push(key=PLAN_KEY, value=result)
     for w in result["waves"]:
@@ -164,11 +175,11 @@ with DAG(
     closes = []
     for k in range(MAX_WAVES):
         with TaskGroup(wave_group(k)):
-            lanes = open_wave.override(task_id="open")(k)
-            cutover = WaveLaneOperator.partial(task_id="cutover", max_active_tis_per_dagrun=MAX_PARALLEL_CAP).expand_kwargs(lanes)
+            lanes = open_wave.override(task_id=OPEN_TASK)(k)
+            cutover = WaveLaneOperator.partial(task_id=LANE_TASK, max_active_tis_per_dagrun=MAX_PARALLEL_CAP).expand_kwargs(lanes)
             # the wave's question is asked of armed tenants: it outranks new tenants' first tasks, as their steps do
-            confirm = WaveConfirmOperator(task_id="confirm", wave=k, priority_weight=PRIORITY_ARMED, weight_rule="absolute")
-            closed = close_wave.override(task_id="close")(k)
+            confirm = WaveConfirmOperator(task_id=CONFIRM_TASK, wave=k, priority_weight=PRIORITY_ARMED, weight_rule="absolute")
+            closed = close_wave.override(task_id=CLOSE_TASK)(k)
             # Every wave also hangs off plan directly: a refused plan fails every wave in one step, not 20.
             ([planned] if previous is planned else [planned, previous]) >> lanes
             lanes >> [cutover, confirm] >> closed

@@ -6,7 +6,16 @@
 * the DAG files import only ``airflow``, ``nexus_airflow``, ``pendulum`` and the
   standard library: never ``nexus_cutover`` directly, never ``nexus_sim``;
 * ``nexus_sim`` (simulators and builders) is imported only from ``tests/``,
-  ``scripts/`` (the demo) and ``bench/``.
+  ``scripts/`` (the demo) and ``bench/``;
+* no import circle among the modules of the product, the plugins, ``scripts/`` and
+  ``bench/``: a module that imports one that imports it back (directly or through
+  others) means a rule without one home. Importing a package is importing its
+  ``__init__``; ``from pkg import name`` where ``name`` is a submodule is importing
+  that submodule; in ``scripts/`` and ``bench/`` (run as scripts, their own directory
+  first on ``sys.path``) ``import benchlib`` is the sibling ``bench/benchlib.py``;
+* an XCom is pulled by a task id spelled in the call (a string, an f-string, a rollout
+  task id name) only in the declared readers: ``nexus_airflow.results`` (the cutover's
+  steps) and ``nexus_airflow.rollout`` (the rollout DAG's tasks).
 
 Every import statement counts, also one inside a function or under ``TYPE_CHECKING``;
 relative imports are resolved to their absolute module. In the product, a string
@@ -19,7 +28,9 @@ from __future__ import annotations
 import ast
 import os
 import sys
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Collection, Iterator, Mapping
+from itertools import pairwise
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,6 +38,8 @@ INCLUDE, PLUGINS, DAGS = REPO / "include", REPO / "plugins", REPO / "dags"
 PRODUCT = INCLUDE / "nexus_cutover"
 SIM = INCLUDE / "nexus_sim"
 SIM_IMPORTERS = ("tests", "scripts", "bench")
+SCRIPT_DIRS = (REPO / "scripts", REPO / "bench")
+CIRCLE_FREE = (PRODUCT, PLUGINS, *SCRIPT_DIRS)
 DAG_ALLOWED = {"airflow", "nexus_airflow", "pendulum"}
 SKIP_DIRS = {".venv", ".git", "node_modules", "__pycache__", "build", "dist"}
 
@@ -54,8 +67,11 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def imports(path: Path, source: str | None = None) -> Iterator[tuple[int, str]]:
-    """(line, absolute module) for every import in the file; ``from . import b`` yields the package's ``b``."""
+def imports(path: Path, source: str | None = None, *, each_name: bool = False) -> Iterator[tuple[int, str]]:
+    """(line, absolute module) for every import in the file; ``from . import b`` yields the package's ``b``.
+
+    With ``each_name``, ``from a import b, c`` yields ``a.b`` and ``a.c`` (a submodule or a name of ``a``:
+    :func:`resolve` tells which) instead of ``a``."""
     tree = ast.parse(source if source is not None else path.read_text(encoding="utf-8"), filename=str(path))
     module = module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
@@ -70,7 +86,7 @@ def imports(path: Path, source: str | None = None) -> Iterator[tuple[int, str]]:
                 base = ".".join(base_parts[: max(keep, 0)] + ([node.module] if node.module else []))
             else:
                 base = node.module or ""
-            if node.module:
+            if node.module and not (each_name and node.names[0].name != "*"):
                 yield node.lineno, base
             else:  # from . import a, b: submodules (or names) of the package
                 for alias in node.names:
@@ -97,6 +113,67 @@ def sim_strings(paths: list[Path]) -> list[str]:
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and top(node.value.strip()) == "nexus_sim":
                 found.append(f"{where(p, node.lineno)} names {node.value.strip()!r}")
     return found
+
+
+def resolve(imported: str, importer: Path, known: Collection[str]) -> str | None:
+    """The known module an import loads: the longest known prefix of ``imported`` (``pkg.name`` where ``name`` is
+    not a submodule is ``pkg``, i.e. its ``__init__``), tried first as a sibling for a file run as a script;
+    None for a module outside ``known`` (the standard library, Airflow, ...)."""
+    candidates = [imported]
+    if any(importer.is_relative_to(d) for d in SCRIPT_DIRS):
+        sibling_package = module_name(importer).rpartition(".")[0]
+        if f"{sibling_package}.{top(imported)}" in known:
+            candidates.insert(0, f"{sibling_package}.{imported}")
+    for candidate in candidates:
+        parts = candidate.split(".")
+        for end in range(len(parts), 0, -1):
+            if ".".join(parts[:end]) in known:
+                return ".".join(parts[:end])
+    return None
+
+
+def import_graph(sources: Mapping[Path, str | None]) -> dict[str, dict[str, list[str]]]:
+    """module -> {imported module -> ["file:line", ...]} among the given files (source None: read the file)."""
+    known = {module_name(p) for p in sources}
+    graph: dict[str, dict[str, list[str]]] = {m: {} for m in known}
+    for path, source in sources.items():
+        importer = module_name(path)
+        for line, imported in imports(path, source, each_name=True):
+            target = resolve(imported, path, known)
+            if target is not None and target != importer:
+                graph[importer].setdefault(target, []).append(where(path, line))
+    return {m: {t: sorted(set(lines), key=lambda w: int(w.rpartition(":")[2])) for t, lines in targets.items()}
+            for m, targets in graph.items()}
+
+
+def circles(graph: Mapping[str, Mapping[str, list[str]]]) -> list[list[str]]:
+    """Import circles, each as [a, b, ..., a] starting at its smallest module: for every module on a circle, the
+    shortest circle through it (so every module of every circle is named, without listing every permutation)."""
+    found: set[tuple[str, ...]] = set()
+    for start in sorted(graph):
+        parent: dict[str, str] = {}
+        queue = deque([start])
+        while queue:  # breadth first from start until an edge leads back to it
+            node = queue.popleft()
+            if start in graph[node]:
+                cycle = []  # walked back from node (which imports start) to start, then reversed
+                while node != start:
+                    cycle.append(node)
+                    node = parent[node]
+                cycle = [start, *reversed(cycle)]
+                smallest = cycle.index(min(cycle))
+                found.add(tuple(cycle[smallest:] + cycle[:smallest]))
+                break
+            for nxt in sorted(graph[node]):
+                if nxt != start and nxt not in parent:
+                    parent[nxt] = node
+                    queue.append(nxt)
+    return [[*c, c[0]] for c in sorted(found)]
+
+
+def describe(circle: list[str], graph: Mapping[str, Mapping[str, list[str]]]) -> str:
+    edges = "\n    ".join(f"{a} -> {b}: {', '.join(graph[a][b])}" for a, b in pairwise(circle))
+    return f"{' -> '.join(circle)}\n    {edges}"
 
 
 def report(what: str, found: list[str]) -> str:
@@ -165,3 +242,76 @@ def test_the_plugins_and_the_command_lines_reach_the_cutover_only_through_its_do
                     if mod.startswith("nexus_cutover.projection") and mod not in PROJECTION_DOORS})
     assert callers and not found, report("import the cutover's steps module (nexus_cutover.projection.steps), not "
                                          "what is behind it", found)
+
+
+def test_the_circle_finder_finds_a_circle_through_every_kind_of_import():
+    """A synthetic package: a -> b by ``from pkg import b`` (a submodule), b -> c by a function-level relative
+    import, c -> a by ``import pkg.a``; d imports a name of the package (its ``__init__``) and ``__init__`` imports a."""
+    pkg = PLUGINS / "circle_pkg"
+    sources = {
+        pkg / "__init__.py": "from .a import thing\n",
+        pkg / "a.py": "import json\nfrom circle_pkg import b\nthing = 1\n",
+        pkg / "b.py": "def late():\n    from .c import helper\n    return helper\n",
+        pkg / "c.py": "import circle_pkg.a\n\ndef helper():\n    return circle_pkg.a.thing\n",
+        pkg / "d.py": "from circle_pkg import thing\n",
+    }
+    graph = import_graph(sources)
+    assert graph["circle_pkg.d"] == {"circle_pkg": ["plugins/circle_pkg/d.py:1"]}
+    assert graph["circle_pkg"] == {"circle_pkg.a": ["plugins/circle_pkg/__init__.py:1"]}
+    assert circles(graph) == [["circle_pkg.a", "circle_pkg.b", "circle_pkg.c", "circle_pkg.a"]]
+    assert describe(circles(graph)[0], graph).splitlines()[1:] == [
+        "    circle_pkg.a -> circle_pkg.b: plugins/circle_pkg/a.py:2",
+        "    circle_pkg.b -> circle_pkg.c: plugins/circle_pkg/b.py:2",
+        "    circle_pkg.c -> circle_pkg.a: plugins/circle_pkg/c.py:1",
+    ]
+    sources[pkg / "c.py"] = "def helper():\n    return 1\n"
+    assert circles(import_graph(sources)) == []
+    bench = REPO / "bench"
+    siblings = {bench / "one.py": "import two\n", bench / "two.py": "def f():\n    from one import g\n"}
+    assert circles(import_graph(siblings)) == [["bench.one", "bench.two", "bench.one"]]
+
+
+def test_no_import_circle_among_the_product_plugins_scripts_and_bench():
+    graph = import_graph({p: None for root in CIRCLE_FREE for p in python_files(root)})
+    found = [describe(c, graph) for c in circles(graph)]
+    assert not found, report("import circles (a module reached again through its own imports)", found)
+
+
+def _rollout_task_id_names() -> set[str]:
+    """The names ``nexus_airflow.rollout`` declares the rollout DAG's task ids with (``PLAN_TASK``, ``wave_task``, ...)."""
+    tree = ast.parse((PLUGINS / "nexus_airflow" / "rollout.py").read_text(encoding="utf-8"))
+    names = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    names |= {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    return {n for n in names if n.endswith(("_TASK", "_TASKS")) or n in {"wave_group", "wave_task", "close_task"}}
+
+
+def spelled_task_ids(path: Path, source: str | None = None, declared: Collection[str] = ()) -> list[str]:
+    """``file:line`` of every ``xcom_pull`` whose ``task_ids`` is spelled in the call: a string, an f-string, or
+    built from the rollout's declared task ids (one of ``declared``)."""
+    found = []
+    for node in ast.walk(ast.parse(source if source is not None else path.read_text(encoding="utf-8"), filename=str(path))):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "xcom_pull"):
+            continue
+        for kw in node.keywords:
+            if kw.arg == "task_ids" and any(
+                    (isinstance(n, ast.Constant) and isinstance(n.value, str)) or isinstance(n, ast.JoinedStr)
+                    or (isinstance(n, ast.Name) and n.id in declared) or (isinstance(n, ast.Attribute) and n.attr in declared)
+                    for n in ast.walk(kw.value)):
+                found.append(f"{where(path, node.lineno)} pulls an XCom by a task id it spells")
+    return sorted(set(found), key=lambda w: int(w.partition(" ")[0].rpartition(":")[2]))
+
+
+def test_an_xcom_is_pulled_by_a_spelled_task_id_only_in_the_declared_readers():
+    """The cutover's results are read by declared step name (``nexus_airflow.results``), the rollout DAG's by its
+    task ids declared once (``nexus_airflow.rollout``'s readers): no other module of plugins/ or dags/ passes
+    ``xcom_pull`` a task id of its own (issue 35)."""
+    readers = {PLUGINS / "nexus_airflow" / "results.py", PLUGINS / "nexus_airflow" / "rollout.py"}
+    declared = _rollout_task_id_names()
+    assert {"PLAN_TASK", "PREFLIGHT_TASK", "close_task", "wave_task"} <= declared
+    probe = PLUGINS / "nexus_airflow" / "probe.py"
+    assert len(spelled_task_ids(probe, 'ti.xcom_pull(task_ids="plan")\nti.xcom_pull(task_ids=f"{g}.open")\n'
+                                       "ti.xcom_pull(task_ids=ro.close_task(1))\nti.xcom_pull(task_ids=ti.task_id)\n",
+                                declared)) == 3
+    found = [f for root in (PLUGINS, DAGS) for p in python_files(root) if p not in readers
+             for f in spelled_task_ids(p, declared=declared)]
+    assert not found, report("XComs are pulled through nexus_airflow.results or nexus_airflow.rollout's readers", found)

@@ -58,7 +58,7 @@ def read_standing(bind: Engine | Connection, namespace: str) -> Standing:
     from .above_cutoff import namespace_above_cutoff
     from .catalog import ConnectorProjectionProtocol
     from .clock import utcnow
-    from .projection.fence import cutover_fences, fences_in_force
+    from .fencing import cutover_fences, fences_in_force
     from .protocol_row import active_protocol_rows
     from .runtime.activation import active_packs
 

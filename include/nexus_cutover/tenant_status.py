@@ -22,7 +22,7 @@ from . import catalog, tx
 from .clock import utc_text, utcnow
 from .db import make_engine, translate_errors
 from .errors import CutoverError
-from .fencing import is_cutover_fence
+from .fencing import cutover_fences, fences_in_force
 from .liveness import DEFAULT_STALE_HEARTBEAT_S
 
 STALE_HEARTBEAT = dt.timedelta(seconds=DEFAULT_STALE_HEARTBEAT_S)
@@ -48,11 +48,11 @@ def _reachable(engine: Engine) -> None:
 def _fence(engine: Engine, ns: str) -> dict[str, Any]:
     """The fence section; ``holder`` is who holds the cutover fence in force, ``last_holder`` who released the
     last one (the run a person wants to read about: the one that holds the tenant or last changed it)."""
-    from .projection.fence import admission_pause_s, fences_in_force, last_released_cutover_fence
+    from .projection.fence import admission_pause_s, last_released_cutover_fence
 
     with tx.reading(engine, "reading the admission fences") as conn:
         fences = fences_in_force(conn, ns, utcnow())
-        cutover = [f for f in fences if is_cutover_fence(f["Scope"], f["ExpiresAt"])]
+        cutover = cutover_fences(fences)
         last = None if cutover else last_released_cutover_fence(conn, ns)
     if len(cutover) > 1:
         text = (f"STOP: {len(cutover)} cutover fences in force ("

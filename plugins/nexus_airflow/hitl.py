@@ -260,8 +260,7 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
                  f"start this run; trigger one tenant with approval per_tenant. {self.on_reject}",
                  {"rollout": run_id, "run_id": context["run_id"]})
         ti = context["ti"]
-        answer = ti.xcom_pull(dag_id=ro.ROLLOUT_DAG, run_id=run_id, task_ids=f"{ro.wave_group(wave)}.confirm",
-                              key="answer", map_indexes=-1)
+        answer = ro.wave_answer(ti, wave, rollout_run_id=run_id)
         if not answer:
             state = str(ti.get_dagrun_state(dag_id=ro.ROLLOUT_DAG, run_id=run_id)).rsplit(".", 1)[-1].lower()
             if state in ("success", "failed"):

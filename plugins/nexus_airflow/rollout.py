@@ -13,6 +13,10 @@ Invariants:
 * each wave's ``close`` task publishes XCom ``wave`` (:data:`WAVE_KEY`): its state
   (``succeeded`` / ``halted`` / ``cancelled``), succeeded and failed tenants (with
   the failing task and reason) and its approval (who, when, what);
+* the rollout DAG's task ids and XCom keys are declared here, once, and every read of
+  a rollout task's XCom goes through a reader of this module (:func:`plan_of`,
+  :func:`preflight_rows`, :func:`wave_answer`, ...: see "what the rollout's tasks pass
+  each other" below): no other plugin module spells a task id of the rollout DAG;
 * the control of a rollout run is the Airflow Variable :func:`control_variable`
   holding ``pause``, ``resume`` or ``cancel``; no Variable means run. Pause stops
   new tenants from starting (running ones finish); cancel also stops running
@@ -31,11 +35,20 @@ PLAN_KEY = "rollout"
 WAVE_KEY = "wave"
 SUMMARY_KEY = "summary"
 SUMMARY_TEXT_KEY = "summary_text"  # the summary as the lines a person reads (the task log's)
+PREFLIGHT_KEY = "preflight"  # the preflight's table: one row per tenant
+MODE_KEY = "mode"  # the preflight's: the form's mode (``preflight`` ends the rollout there)
+REFUSAL_KEY = "refusal"  # the preflight's or the plan's: why the form was refused
+ANSWER_KEY = "answer"  # a wave's confirm: the wave question's answer
+SHOWN_KEY = "shown"  # a wave's confirm: tenant -> the evidence time its question showed
+PREFLIGHT_TASK = "preflight"
 PLAN_TASK = "plan"
 SUMMARY_TASK = "summary"
-#: Each wave group's tasks: open (its lanes), cutover (mapped per lane), confirm (per-wave question), close.
-WAVE_TASKS = ("open", "cutover", "confirm", "close")
+OPEN_TASK = "open"
+LANE_TASK = "cutover"
+CONFIRM_TASK = "confirm"
 CLOSE_TASK = "close"
+#: Each wave group's tasks: open (its lanes), cutover (mapped per lane), confirm (per-wave question), close.
+WAVE_TASKS = (OPEN_TASK, LANE_TASK, CONFIRM_TASK, CLOSE_TASK)
 CONTROL_ACTIONS = ("pause", "resume", "cancel")
 #: Most waves of one rollout (the DAG declares this many wave groups; unused ones are skipped).
 MAX_WAVES = 20
@@ -60,14 +73,65 @@ def wave_group(wave: int) -> str:
     return f"wave_{wave:02d}"
 
 
+def wave_task(wave: int, name: str) -> str:
+    """The task id of wave ``wave``'s task ``name`` (one of :data:`WAVE_TASKS`)."""
+    return f"{wave_group(wave)}.{name}"
+
+
 def close_task(wave: int) -> str:
     """The task id of wave ``wave``'s ``close`` (its XCom ``wave`` is the wave's outcome)."""
-    return f"{wave_group(wave)}.{CLOSE_TASK}"
+    return wave_task(wave, CLOSE_TASK)
 
 
 def unused_wave_tasks(planned_waves: int) -> list[str]:
     """The task ids of every wave group past the plan's ``planned_waves`` (skipped by ``plan`` in one call)."""
-    return [f"{wave_group(k)}.{name}" for k in range(planned_waves, MAX_WAVES) for name in WAVE_TASKS]
+    return [wave_task(k, name) for k in range(planned_waves, MAX_WAVES) for name in WAVE_TASKS]
+
+
+# --- what the rollout's tasks pass each other: every read of a rollout task's XCom, by its declared task id ---
+
+def plan_of(ti) -> dict | None:
+    """``plan``'s XCom ``rollout``: the waves, the approval, the budget, the skipped tenants, the triggers."""
+    return ti.xcom_pull(task_ids=PLAN_TASK, key=PLAN_KEY)
+
+
+def preflight_rows(ti) -> list | None:
+    """``preflight``'s table (XCom ``preflight``): one row per tenant; None when the preflight published none."""
+    return ti.xcom_pull(task_ids=PREFLIGHT_TASK, key=PREFLIGHT_KEY)
+
+
+def preflight_mode(ti) -> str | None:
+    """The form's ``mode`` as the preflight read it (``preflight``: the rollout ends after it)."""
+    return ti.xcom_pull(task_ids=PREFLIGHT_TASK, key=MODE_KEY)
+
+
+def refusal(ti) -> str | None:
+    """Why the form was refused: the preflight's reason, else the plan's; None when neither refused it."""
+    return ti.xcom_pull(task_ids=PREFLIGHT_TASK, key=REFUSAL_KEY) or ti.xcom_pull(task_ids=PLAN_TASK, key=REFUSAL_KEY)
+
+
+def wave_lanes(ti, wave: int) -> list | None:
+    """Wave ``wave``'s ``open``: its lanes (each with its tenants' triggers); None when the wave did not open."""
+    return ti.xcom_pull(task_ids=wave_task(wave, OPEN_TASK))
+
+
+def wave_answer(ti, wave: int, *, rollout_run_id: str | None = None) -> dict | None:
+    """Wave ``wave``'s ``confirm``: the answer to its question (XCom ``answer``), of this rollout run, or of the
+    rollout run ``rollout_run_id`` (read from a tenant's cutover run); None before it was answered."""
+    if rollout_run_id is None:
+        return ti.xcom_pull(task_ids=wave_task(wave, CONFIRM_TASK), key=ANSWER_KEY)
+    return ti.xcom_pull(dag_id=ROLLOUT_DAG, run_id=rollout_run_id, task_ids=wave_task(wave, CONFIRM_TASK),
+                        key=ANSWER_KEY, map_indexes=-1)
+
+
+def wave_shown(ti, wave: int) -> dict | None:
+    """Wave ``wave``'s ``confirm``: tenant -> the evidence time its question showed (XCom ``shown``)."""
+    return ti.xcom_pull(task_ids=wave_task(wave, CONFIRM_TASK), key=SHOWN_KEY)
+
+
+def wave_outcome(ti, wave: int) -> dict | None:
+    """Wave ``wave``'s ``close``: the wave's outcome (XCom ``wave``); None before it closed."""
+    return ti.xcom_pull(task_ids=close_task(wave), key=WAVE_KEY)
 
 
 CONTROL_PREFIX = "nexus_rollout_control__"

@@ -44,7 +44,7 @@ class WaveConfirmOperator(HITLOperator):
             return {"approval": "per_tenant"}
         triggers = wave_triggers(ti, self.wave) or []
         if ro.read_control(context["run_id"]) == "cancel":  # its tenants stop at their own next look
-            ti.xcom_push(key="answer", value={"answer": "cancelled", "by": None, "at": None, "evidence": {}})
+            ti.xcom_push(key=ro.ANSWER_KEY, value={"answer": "cancelled", "by": None, "at": None, "evidence": {}})
             raise ro.fail(f"rollout cancelled: wave {self.wave}'s question is not asked")
         rows = self._tenant_rows(ti, triggers)
         waiting = [r["tenant"] for r in rows if r["status"] == "not ready"]
@@ -54,10 +54,10 @@ class WaveConfirmOperator(HITLOperator):
             raise ro.later(ro.wait_s(params))
         ready = [r for r in rows if r["status"] == "ready"]
         if not ready:
-            ti.xcom_push(key="answer", value={"answer": "nothing to confirm", "tenants": []})
+            ti.xcom_push(key=ro.ANSWER_KEY, value={"answer": "nothing to confirm", "tenants": []})
             return {"approval": "per_wave", "asked": False}
-        ti.xcom_push(key="shown", value={r["tenant"]: r["checked_at"] for r in ready})
-        plan = ti.xcom_pull(task_ids="plan", key=ro.PLAN_KEY) or {}
+        ti.xcom_push(key=ro.SHOWN_KEY, value={r["tenant"]: r["checked_at"] for r in ready})
+        plan = ro.plan_of(ti) or {}
         from nexus_airflow.hitl import assigned_users
 
         excluded = set() if plan.get("allow_self_approval") else {n for n in [plan.get("requested_by")] if n}
@@ -98,7 +98,7 @@ class WaveConfirmOperator(HITLOperator):
         from nexus_airflow.hitl import answered_by, answerer_refusal
 
         ti = context["ti"]
-        plan = ti.xcom_pull(task_ids="plan", key=ro.PLAN_KEY) or {}
+        plan = ro.plan_of(ti) or {}
         try:
             result = super().execute_complete(context, event)
         except Exception as exc:  # noqa: BLE001 - a timeout or a bad answer is never a confirmation
@@ -116,7 +116,7 @@ class WaveConfirmOperator(HITLOperator):
             self._answer(ti, "rejected", who, at)
             raise ro.fail(f"wave {self.wave} rejected by {who}: its tenants stop before their checkpoints "
                         "(fences stay armed)")
-        shown = ti.xcom_pull(task_ids=self.task_id, key="shown") or {}
+        shown = ro.wave_shown(ti, self.wave) or {}
         answer = self._answer(ti, "approved", who, at, shown)
         self.log.info("wave %d approved by %s for %d tenant(s)", self.wave, who, len(shown))
         return answer
@@ -124,5 +124,5 @@ class WaveConfirmOperator(HITLOperator):
     @staticmethod
     def _answer(ti, answer: str, who: str | None, at: str | None, shown: dict | None = None) -> dict[str, Any]:
         value = {"answer": answer, "by": who, "at": at, "evidence": shown or {}}
-        ti.xcom_push(key="answer", value=value)
+        ti.xcom_push(key=ro.ANSWER_KEY, value=value)
         return value

@@ -23,7 +23,7 @@ def open_wave(wave: int, run_id: str, params: dict[str, Any], ti, log) -> list[d
     last wave, held while paused, failed when cancelled."""
     from airflow.sdk.exceptions import AirflowSkipException
 
-    plan = ti.xcom_pull(task_ids="plan", key=ro.PLAN_KEY) or {}
+    plan = ro.plan_of(ti) or {}
     waves = plan.get("waves") or []
     if wave >= len(waves):
         raise AirflowSkipException(f"the rollout has {len(waves)} wave(s)")
@@ -42,7 +42,7 @@ def open_wave(wave: int, run_id: str, params: dict[str, Any], ti, log) -> list[d
 
 def wave_triggers(ti, wave: int) -> list[dict[str, Any]] | None:
     """Every tenant trigger of the wave's lanes, in the wave's order (None: the wave did not open)."""
-    lanes = ti.xcom_pull(task_ids=f"{ro.wave_group(wave)}.open")
+    lanes = ro.wave_lanes(ti, wave)
     if lanes is None:
         return None
     by_lane = [lane["triggers"] for lane in lanes]

@@ -12,7 +12,8 @@ Invariants (the vocabulary is :mod:`nexus_airflow.rollout`):
 * The dry run is the tenant's own cutover run's: its holder (the run id the rollout
   would give it), the form's shared timeouts and stale-heartbeat window, and the
   cutover DAG's fence takeover (a fence of a finished Airflow run would be adopted).
-* XCom ``preflight`` (:data:`PREFLIGHT_KEY`) is the table: a list of dicts, one per
+* XCom ``preflight`` (:data:`~nexus_airflow.rollout.PREFLIGHT_KEY`, read back by
+  :func:`~nexus_airflow.rollout.preflight_rows`) is the table: a list of dicts, one per
   tenant in the form's order (:data:`~nexus_cutover.projection.preflight.COLUMNS`);
   the log shows it as a table. Nothing is written to any tenant database.
 * ``mode: preflight`` ends the rollout here: every later task but ``summary`` is skipped
@@ -28,15 +29,12 @@ from typing import Any
 
 from nexus_airflow import rollout as ro
 
-PREFLIGHT_KEY = "preflight"
-PREFLIGHT_TASK = "preflight"
-
 
 def run_preflight(params: dict[str, Any], run_id: str, context, log) -> list[dict[str, Any]]:
     """The table (XCom ``preflight``), logged; raises ValueError for a form the rollout refuses (before any
     tenant database is read)."""
     from nexus_airflow.params import ROLLOUT_FIELDS, resolve
-    from nexus_airflow.rollout_plan import check_form
+    from nexus_airflow.rollout_form import check_form
     from nexus_cutover.errors import BadInput
     from nexus_cutover.projection.preflight import preflight, text_table
 

@@ -58,9 +58,8 @@ def close_wave(wave: int, run_id: str, ti, log) -> dict[str, Any]:
     """The wave's outcome (XCom ``wave``); halts the rollout past ``max_failed``."""
     from airflow.sdk.exceptions import AirflowSkipException
 
-    group = ro.wave_group(wave)
     triggers = wave_triggers(ti, wave)
-    plan = ti.xcom_pull(task_ids="plan", key=ro.PLAN_KEY) or {}
+    plan = ro.plan_of(ti) or {}
     if triggers is None:
         if ro.read_control(run_id) == "cancel" and wave < len(plan.get("waves") or []):
             outcome = {"wave": wave, "state": "cancelled", "succeeded": [], "failed": {}, "approval": None}
@@ -68,7 +67,7 @@ def close_wave(wave: int, run_id: str, ti, log) -> dict[str, Any]:
             raise _fail(f"rollout cancelled: wave {wave} not started")
         raise AirflowSkipException(f"wave {wave} did not start")
     outcomes = tenant_outcomes(ti, triggers)
-    answer = ti.xcom_pull(task_ids=f"{group}.confirm", key="answer")
+    answer = ro.wave_answer(ti, wave)
     succeeded = [t for t, o in outcomes.items() if o["state"] == "success"]
     failed = {t: {"task": (o["failed_tasks"] or ["-"])[0], "reason": o.get("reason", o["state"]), "run_id": o["run_id"]}
               for t, o in outcomes.items() if o["state"] != "success"}
@@ -99,20 +98,17 @@ def close_wave(wave: int, run_id: str, ti, log) -> dict[str, Any]:
 
 def summarize(run_id: str, ti, log) -> dict[str, Any]:
     """Every tenant's outcome across the waves (XCom ``summary``); fails the rollout unless all succeeded."""
-    from nexus_airflow.rollout_preflight import PREFLIGHT_TASK
-
-    if ti.xcom_pull(task_ids=PREFLIGHT_TASK, key="mode") == "preflight":
+    if ro.preflight_mode(ti) == "preflight":
         return preflight_only(ti, log)
-    plan = ti.xcom_pull(task_ids="plan", key=ro.PLAN_KEY)
+    plan = ro.plan_of(ti)
     if not plan:
-        reason = (ti.xcom_pull(task_ids=PREFLIGHT_TASK, key="refusal") or ti.xcom_pull(task_ids="plan", key="refusal")
-                  or "the plan task failed (see its log)")
+        reason = ro.refusal(ti) or "the plan task failed (see its log)"
         ti.xcom_push(key=ro.SUMMARY_KEY, value={"tenants": {}, "succeeded": [], "not_succeeded": [], "refusal": reason})
         raise _fail(f"the rollout started no tenant: {reason}")
     tenants: dict[str, Any] = {}
     halted = None
     for w in plan["waves"]:
-        closed = ti.xcom_pull(task_ids=ro.close_task(w["wave"]), key=ro.WAVE_KEY)
+        closed = ro.wave_outcome(ti, w["wave"])
         if closed and closed["state"] in ("halted", "cancelled") and halted is None:
             halted = f"{closed['state']} after wave {w['wave']}"
         for t in w["tenants"]:
@@ -143,10 +139,10 @@ def summarize(run_id: str, ti, log) -> dict[str, Any]:
 
 def preflight_only(ti, log) -> dict[str, Any]:
     """The summary of ``mode: preflight``: the preflight's counts and the tenants a rollout would skip; succeeds."""
-    from nexus_airflow.rollout_preflight import PREFLIGHT_KEY, PREFLIGHT_TASK, stopped_tenants
+    from nexus_airflow.rollout_preflight import stopped_tenants
     from nexus_cutover.projection.preflight import counts
 
-    rows = ti.xcom_pull(task_ids=PREFLIGHT_TASK, key=PREFLIGHT_KEY) or []
+    rows = ro.preflight_rows(ti) or []
     result = {"mode": "preflight", "preflight": counts(rows), "tenants": {}, "succeeded": [], "not_succeeded": [],
               "skipped": {}, "would_skip": stopped_tenants(rows), "halted": None, "admission_pause": None}
     text = (f"preflight only: {len(rows)} tenant(s), " + ", ".join(f"{n} {v}" for v, n in result["preflight"].items())
@@ -187,7 +183,7 @@ def progress_metrics(ti, plan: dict[str, Any], wave: int, outcome: dict[str, Any
     this wave's outcome plus the earlier waves' (their ``close`` XComs)."""
     from nexus_airflow.metrics import emit_rollout, rollout_progress
 
-    closed = [outcome] + [ti.xcom_pull(task_ids=ro.close_task(k), key=ro.WAVE_KEY) or {} for k in range(wave)]
+    closed = [outcome] + [ro.wave_outcome(ti, k) or {} for k in range(wave)]
     done = sum(len(c.get("succeeded") or []) for c in closed)
     failed = sum(len(c.get("failed") or {}) for c in closed)
     total = sum(len(w["tenants"]) for w in plan.get("waves") or [])

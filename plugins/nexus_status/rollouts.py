@@ -72,7 +72,6 @@ def _rollout_xcoms(session, runs: list[dict[str, Any]]) -> dict[str, dict[str, A
     from sqlalchemy import select
 
     from nexus_airflow import rollout as contract
-    from nexus_airflow.rollout_preflight import PREFLIGHT_KEY, PREFLIGHT_TASK
 
     out: dict[str, dict[str, Any]] = {r["run_id"]: {"plan": None, "waves": {}, "summary": None, "summary_text": None,
                                                     "preflight": None}
@@ -83,11 +82,11 @@ def _rollout_xcoms(session, runs: list[dict[str, Any]]) -> dict[str, dict[str, A
         select(XComModel.run_id, XComModel.task_id, XComModel.key, XComModel.value).where(
             XComModel.dag_run_id.in_([r["_pk"] for r in runs]),
             XComModel.key.in_([contract.PLAN_KEY, contract.WAVE_KEY, contract.SUMMARY_KEY, contract.SUMMARY_TEXT_KEY,
-                               PREFLIGHT_KEY]))
+                               contract.PREFLIGHT_KEY]))
     ).all()
     for run_id, task_id, key, value in rows:
         value = _json(value)
-        if key == PREFLIGHT_KEY and task_id == PREFLIGHT_TASK and isinstance(value, list):
+        if key == contract.PREFLIGHT_KEY and task_id == contract.PREFLIGHT_TASK and isinstance(value, list):
             out[run_id]["preflight"] = value
         elif key == contract.PLAN_KEY and isinstance(value, dict):
             out[run_id]["plan"] = value

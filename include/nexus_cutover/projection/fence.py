@@ -70,7 +70,7 @@ from ..catalog import AdmissionFence, AdmissionFenceOverride, ConnectorProjectio
 from ..clock import utc_text, utcnow
 from ..db import Deadline
 from ..errors import BadInput, Refused
-from ..fencing import fence_in_force, is_cutover_fence, override_active
+from ..fencing import cutover_fences, fences_in_force, is_cutover_fence, override_active, row_as_json
 from ..holders import airflow_run_link, airflow_run_named, same_holder, stored_holder
 from ..locks import lifecycle_lock_names
 from ..protocol_row import active_protocol_rows
@@ -78,26 +78,6 @@ from ..schema import has_table
 from ..standing import is_cut_over
 
 FENCE_REASON = "connector projection range cutover"
-
-
-def _iso(value: Any) -> Any:
-    return value.isoformat() if isinstance(value, dt.datetime) else value
-
-
-def fences_in_force(conn: Connection, namespace: str, now: dt.datetime, *, for_update: bool = False) -> list[dict[str, Any]]:
-    """Every fence of the namespace in force at ``now`` (on ix_AdmissionFence_Namespace); ``for_update``: locked."""
-    stmt = (
-        select(AdmissionFence)
-        .where(AdmissionFence.c.Namespace == namespace, fence_in_force(now))
-        .order_by(AdmissionFence.c.FenceId)
-    )
-    rows = conn.execute(stmt.with_for_update() if for_update else stmt).all()
-    return [{k: _iso(v) for k, v in r._mapping.items()} for r in rows]
-
-
-def cutover_fences(fences: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The cutover fences (non-expiring ``*``) among ``fences``."""
-    return [f for f in fences if _is_cutover_fence(f)]
 
 
 def the_cutover_fence(namespace: str, fences: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -122,11 +102,7 @@ def active_overrides(conn: Connection, namespace: str, now: dt.datetime) -> list
         )
         .order_by(o.c.OverrideId)
     ).all()
-    return [{k: _iso(v) for k, v in r._mapping.items()} for r in rows]
-
-
-def _is_cutover_fence(fence: dict[str, Any]) -> bool:
-    return is_cutover_fence(fence["Scope"], fence["ExpiresAt"])
+    return [row_as_json(r) for r in rows]
 
 
 #: What is known of the holder named in a fence's ``ArmedBy`` (:data:`HolderState`).
@@ -478,7 +454,7 @@ def last_released_cutover_fence(conn: Connection, namespace: str) -> dict[str, A
         .order_by(AdmissionFence.c.ReleasedAt.desc(), AdmissionFence.c.FenceId.desc())
         .limit(1)
     ).first()
-    return None if row is None else {k: _iso(v) for k, v in row._mapping.items()}
+    return None if row is None else row_as_json(row)
 
 
 def _one_row(conn: Connection, stmt, namespace: str, fence_id: int, what: str) -> None:
@@ -551,7 +527,7 @@ def _still_one_cutover_fence(conn: Connection, namespace: str, now: dt.datetime)
 def fence_row(conn: Connection, fence_id: int, *, for_update: bool = False) -> dict[str, Any] | None:
     stmt = select(AdmissionFence).where(AdmissionFence.c.FenceId == fence_id)
     row = conn.execute(stmt.with_for_update() if for_update else stmt).first()
-    return None if row is None else {k: _iso(v) for k, v in row._mapping.items()}
+    return None if row is None else row_as_json(row)
 
 
 def release_fence(
@@ -595,7 +571,7 @@ def _release(
     fence = fence_row(conn, fence_id, for_update=not dry_run)
     if fence is None or fence["Namespace"] != namespace:
         raise BadInput(f"admission fence {fence_id} does not exist in namespace {namespace!r}")
-    if not _is_cutover_fence(fence):
+    if not is_cutover_fence(fence["Scope"], fence["ExpiresAt"]):
         raise BadInput(f"admission fence {fence_id} is not a non-expiring '*' cutover fence; it is left as is")
     in_force = fences_in_force(conn, namespace, now, for_update=not dry_run)
     others = [f for f in in_force if f["FenceId"] != fence_id]
