@@ -49,7 +49,7 @@ CONFIRM = "Confirm: all old writers stopped"
 def rollout_conf() -> dict[str, Any]:
     """The shared per-tenant fields (tests/stack's: poll 10 s, the runbook's floor; the reference host)."""
     return {"host_controller": "command", "poll_interval": 10, "stale_heartbeat": 20, "drain_timeout": 300,
-            "writers_stop_timeout": 120, "confirm_timeout": 900, "readiness_timeout": 120, "checkpoint_timeout": 60}
+            "writers_stop_timeout": 120, "confirm_timeout": 900, "readiness_timeout": 120, "lock_timeout": 60}
 
 
 APPROVER = "approver"  # a second user of the stack: the one who triggered a run may not confirm it

@@ -96,7 +96,7 @@ TASKS = {
     "audit_and_checkpoint": task(
         CutoverStepOperator,
         doc_md="One per pack: the Controlplane lifecycle entrypoint (same as `connector-projection-cutover`) with "
-        "a bounded `checkpoint_timeout`. Under the namespace/pack locks it verifies the fence is in force with no "
+        "a bounded `lock_timeout`. Under the namespace/pack locks it verifies the fence is in force with no "
         "active override, audits retained responsibility and "
         "writes only `LegacyMaxOrdinal`; an existing checkpoint is returned unchanged. **Refusals** fail with "
         "every finding in the log and XCom `report`: they need a separately reviewed recovery decision.",

@@ -62,7 +62,7 @@ CUTOVER_CONF = {
     "writers_stop_timeout": 300,
     "confirm_timeout": 600,
     "readiness_timeout": 300,
-    "checkpoint_timeout": 60,
+    "lock_timeout": 60,
 }
 
 

@@ -44,7 +44,7 @@ def cutover_run(context, log, engine, *, pack: str | None = None):
     ti = context["ti"]
     return steps.CutoverRun(
         engine, p.tenant, run_holder(context), dry_run=p.dry_run, requested_packs=tuple(p.pack_install_ids),
-        adopt=p.adopt, lock_timeout_s=p.checkpoint_timeout, digest_timeout_s=p.digest_timeout,
+        adopt=p.adopt, lock_timeout_s=p.lock_timeout, digest_timeout_s=p.digest_timeout,
         drain_timeout_s=p.drain_timeout, digest_connections=p.digest_connections,
         stale_heartbeat_s=p.stale_heartbeat, holder_state=holder_state(context, log), take_over=DAG_TAKE_OVER,
         pack=pack, earlier=lambda step, key: results.pulled(ti, step, key=key), say=lambda line: log.info("%s", line),

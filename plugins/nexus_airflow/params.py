@@ -211,8 +211,10 @@ CUTOVER_FIELDS: dict[str, Field] = {
                                      "How long check_old_writers waits for every old writer to be stopped or silent."),
     "confirm_timeout": _seconds(86400, "Confirmation timeout (s)", "How long the human confirmations wait. A timeout never confirms.",
                                 maximum=30 * 86400),
-    "checkpoint_timeout": _seconds(300, "Audit/checkpoint timeout (s)",
-                                   "Bound of each pack's audit + checkpoint call (lock waits included).", maximum=86400),
+    "lock_timeout": _seconds(300, "Lock timeout (s)",
+                             "Bound of each step that writes under the tenant's locks: arming the fence, each pack's "
+                             "audit + checkpoint, the release (lock waits included). Formerly checkpoint_timeout, "
+                             "which a form or a rollout's cutover_conf may still name.", maximum=86400),
     "digest_timeout": _seconds(1800, "History digest timeout (s)",
                                "Bound of the history digest and of its verification at the end (each is read only).",
                                maximum=86400),
@@ -231,7 +233,7 @@ CUTOVER_FIELDS: dict[str, Field] = {
 MAX_PARALLEL_CAP = 16
 #: Fields of the per-tenant form a rollout may set for every tenant (never a DSN: connections are per tenant).
 SHARED_FIELDS = ("drain_timeout", "stale_heartbeat", "host_controller", "host_http_conn_id", "dry_run",
-                 "poll_interval", "writers_stop_timeout", "confirm_timeout", "checkpoint_timeout", "digest_timeout",
+                 "poll_interval", "writers_stop_timeout", "confirm_timeout", "lock_timeout", "digest_timeout",
                  "digest_connections", "readiness_timeout")
 ROLLOUT_FIELDS: dict[str, Field] = {
     "tenants": Field(_REQUIRED, "Tenants", "Namespaces; each uses the connection nexus_tenant_<tenant>.",
@@ -307,6 +309,26 @@ def resolve(fields: Mapping[str, Field], params: Mapping[str, Any]) -> dict[str,
     return values
 
 
+#: Fields renamed since a release, old name -> new: a form or a rollout's ``cutover_conf`` naming the old one is
+#: read as the new one (docs/runbook.md, "Settings").
+RENAMED_FIELDS = {"checkpoint_timeout": "lock_timeout"}
+
+
+def renamed_fields(conf: Mapping[str, Any], *, only_old: bool = False) -> dict[str, Any]:
+    """``conf`` with every renamed field under its new name (``only_old``: just those, by their new names);
+    ValueError when a conf names a field by both names with different values."""
+    out = {} if only_old else dict(conf)
+    for old, new in RENAMED_FIELDS.items():
+        if old not in conf:
+            continue
+        if new in conf and conf[new] != conf[old]:
+            raise ValueError(f"{old} (the former name of {new}) and {new} are both given, with different values: "
+                             f"give {new} only")
+        out.pop(old, None)
+        out[new] = conf[old]
+    return out
+
+
 def check_form(context, fields: Mapping[str, Field], rules: list[Callable[[dict[str, Any]], str | None]] = ()) -> None:
     """Refuse (BadInput) a run whose conf names an unknown key, or that a cross-field rule refuses.
 
@@ -315,7 +337,10 @@ def check_form(context, fields: Mapping[str, Field], rules: list[Callable[[dict[
     from nexus_cutover.errors import BadInput
 
     dag_run = context.get("dag_run")
-    conf = dict(getattr(dag_run, "conf", None) or {})
+    try:
+        conf = renamed_fields(dict(getattr(dag_run, "conf", None) or {}))
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
     unknown = sorted(set(conf) - set(fields))
     if unknown:
         raise BadInput(f"unknown field(s) {', '.join(unknown)} in the run's conf; this DAG knows: {', '.join(fields)}")
@@ -340,7 +365,7 @@ class RunParams:
     poll_interval: int
     writers_stop_timeout: int
     confirm_timeout: int
-    checkpoint_timeout: int
+    lock_timeout: int
     digest_timeout: int
     digest_connections: int
     readiness_timeout: int
@@ -352,7 +377,8 @@ class RunParams:
 
     @classmethod
     def from_context(cls, context) -> RunParams:
-        return cls(**resolve(CUTOVER_FIELDS, context["params"]))
+        conf = getattr(context.get("dag_run"), "conf", None) or {}
+        return cls(**resolve(CUTOVER_FIELDS, {**context["params"], **renamed_fields(conf, only_old=True)}))
 
 
 def default_stale_heartbeat(value: int | None) -> int:

@@ -38,9 +38,9 @@ def _tenants(params: dict[str, Any]) -> list[str]:
 
 def shared_conf(params: dict[str, Any]) -> dict[str, Any]:
     """The shared per-tenant fields, each validated by the per-tenant form's own schema (the API's reason)."""
-    from nexus_airflow.params import CUTOVER_FIELDS
+    from nexus_airflow.params import CUTOVER_FIELDS, renamed_fields
 
-    given = dict(params.get("cutover_conf") or {})
+    given = renamed_fields(dict(params.get("cutover_conf") or {}))
     unknown = sorted(set(given) - set(SHARED_FIELDS))
     if unknown:
         raise ValueError(f"cutover_conf: unknown or per-tenant fields {unknown}; allowed {', '.join(SHARED_FIELDS)}")

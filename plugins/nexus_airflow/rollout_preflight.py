@@ -70,17 +70,17 @@ def tenant_engine_of(tenant: str, log, airflow: threading.Lock) -> Iterator[Any]
 def dry_run_options(values: dict[str, Any], run_id: str, context, log, airflow: threading.Lock):
     """tenant -> the dry run's options, as the tenant's cutover run of this rollout would act."""
     from nexus_airflow.base import DAG_TAKE_OVER, holder_of_run, holder_state
-    from nexus_airflow.params import CUTOVER_FIELDS, default_stale_heartbeat
+    from nexus_airflow.params import CUTOVER_FIELDS, default_stale_heartbeat, renamed_fields
     from nexus_cutover.projection.dry_run import PlanOptions
 
-    conf = values.get("cutover_conf") or {}
+    conf = renamed_fields(values.get("cutover_conf") or {})
     judge = holder_state(context, log)
 
     def locked_state(holder: str) -> str:
         with airflow:
             return judge(holder)
 
-    timeout = CUTOVER_FIELDS["checkpoint_timeout"].value(conf, "checkpoint_timeout")
+    timeout = CUTOVER_FIELDS["lock_timeout"].value(conf, "lock_timeout")
     drain = CUTOVER_FIELDS["drain_timeout"].value(conf, "drain_timeout")
     stale = default_stale_heartbeat(CUTOVER_FIELDS["stale_heartbeat"].value(conf, "stale_heartbeat"))
     return lambda tenant: PlanOptions(

@@ -36,7 +36,7 @@ def base_conf(conn_id: str, **overrides: Any) -> dict[str, Any]:
         "writers_stop_timeout": 60,
         "readiness_timeout": 60,
         "confirm_timeout": 300,
-        "checkpoint_timeout": 30,
+        "lock_timeout": 30,
         "digest_timeout": 60,
         "digest_connections": 2,
         "host_controller": "http",

@@ -216,3 +216,27 @@ def test_a_step_added_to_the_declaration_becomes_a_task_in_its_place(airflow_db)
     assert added.upstream_task_ids == {"history_digest"} and added.downstream_task_ids == {"audit_and_checkpoint"}
     with pytest.raises(ValueError, match="count_history"), DAG("declared_copy_strict", schedule=None):
         build(copy, {})  # without a default operator, a step the DAG file does not name fails the parse
+
+
+def test_the_form_still_reads_checkpoint_timeout_as_lock_timeout(airflow_db):
+    """Issue 35, item 5: checkpoint_timeout bounded the fence and the release too, so it is lock_timeout now; a
+    form (or a rollout's cutover_conf) that names the old field is read as the new one, never refused as unknown,
+    and one that names both with different values is refused at the run's first task."""
+    import types
+
+    from nexus_airflow.params import CUTOVER_FIELDS, RunParams, check_form
+    from nexus_airflow.rollout_form import shared_conf
+    from nexus_cutover.errors import BadInput
+
+    def context(conf):
+        return {"params": {**{k: None for k in CUTOVER_FIELDS}, "tenant": "acme", **conf},
+                "dag_run": types.SimpleNamespace(conf=conf)}
+
+    old = context({"tenant": "acme", "checkpoint_timeout": 45})
+    check_form(old, CUTOVER_FIELDS)  # not an unknown field
+    assert RunParams.from_context(old).lock_timeout == 45
+    assert RunParams.from_context(context({"tenant": "acme"})).lock_timeout == 300  # the default
+    assert RunParams.from_context(context({"tenant": "acme", "lock_timeout": 12})).lock_timeout == 12
+    with pytest.raises(BadInput, match="checkpoint_timeout .* and lock_timeout are both given"):
+        check_form(context({"tenant": "acme", "checkpoint_timeout": 45, "lock_timeout": 12}), CUTOVER_FIELDS)
+    assert shared_conf({"cutover_conf": {"checkpoint_timeout": 60}}) == {"lock_timeout": 60}

@@ -29,7 +29,7 @@ def cutover_conf(tenant: str, **overrides: Any) -> dict[str, Any]:
 
     conf = {"tenant": tenant, "host_controller": "command", "poll_interval": 10, "stale_heartbeat": 20,
             "drain_timeout": 300, "writers_stop_timeout": 120, "confirm_timeout": 600, "readiness_timeout": 120,
-            "checkpoint_timeout": 60, **overrides}
+            "lock_timeout": 60, **overrides}
     if "allow_self_approval" in cutover_params():
         conf["allow_self_approval"] = True
     return conf

@@ -120,7 +120,7 @@ class CutoverRun:
     dry_run: bool = False
     requested_packs: tuple[str, ...] = ()
     adopt: str | None = None
-    #: The bound of each locked step (the fence, the checkpoint, the release): the DAG's ``checkpoint_timeout``.
+    #: The bound of each locked step (the fence, the checkpoint, the release): the DAG's ``lock_timeout``.
     lock_timeout_s: float = 300.0
     drain_timeout_s: float = 3600.0
     digest_timeout_s: float = 300.0
