@@ -226,39 +226,30 @@ def _save_digest(digest, path: str) -> None:
         raise BadInput(f"cannot write the digest to {path}: {exc.strerror}") from exc
 
 
-def _verify_expected(c: Command, report: dict[str, Any]) -> str | None:
-    """Re-check the digest saved in ``-expect FILE``; the failure text, or None when it verifies."""
-    expected = steps.load_digest(c.args.expect)
-    if expected.namespace != c.args.namespace:
-        raise BadInput(f"{c.args.expect} is the digest of namespace {expected.namespace!r}, not {c.args.namespace!r}")
-    verification = steps.verify_history(c.engine, expected, timeout_s=c.args.timeout)
-    report["history"] = verification.as_json()
-    c.say(verification.summary())
-    if verification.ok:
-        return None
-    return verification.summary() + ". The cutover must never change a history row: review the rows named."
-
-
 def cmd_verify(c: Command) -> tuple[int, dict[str, Any]]:
+    """The final check's two halves (the run's final_old_writer_check, judged by its declared verdict): with
+    ``-expect FILE`` no history row changed since that digest; from the release (or ``-since``) no old writer."""
     report: dict[str, Any] = {"namespace": c.args.namespace}
-    problems = []
+    verdicts = []
     if c.args.expect:
-        problems.append(_verify_expected(c, report))
+        expected = steps.load_digest(c.args.expect)
+        if expected.namespace != c.args.namespace:
+            raise BadInput(f"{c.args.expect} is the digest of namespace {expected.namespace!r}, not {c.args.namespace!r}")
+        history = steps.history_unchanged(c.engine, expected, timeout_s=c.args.timeout, say=c.say)
+        report["history"] = history.fields["history"]
+        verdicts.append(history.verdict)
     if c.args.since or not c.args.expect or _has_release(c):
         since = _released_at(c)
-        seen = steps.verify_no_old_writer(c.engine, c.args.namespace, released_at=since)
-        report.update({"since": since.isoformat(), "old_writers_after_release": seen})
-        if seen:
-            problems.append(f"{len(seen)} old-protocol writer(s) ran after {utc_text(since)}: "
-                            + ", ".join(p["process_id"] for p in seen)
-                            + ". Do not restart an old writer after this point: stop them and review what they admitted.")
-        else:
+        seen = steps.old_writers_since_release(c.engine, c.args.namespace, since)
+        report.update({"since": since.isoformat(), **seen.value})
+        verdicts.append(seen.verdict)
+        if seen.verdict.proceeds:
             c.say(f"no old-protocol writer ran after {utc_text(since)}")
     else:
         c.say("no released cutover fence yet: the old-writer check starts at the release")
-    problems = [p for p in problems if p]
-    if problems:
-        raise Stopped(" ".join(problems), report)
+    stops = [v.reason for v in verdicts if not v.proceeds]
+    if stops:
+        raise Stopped(" ".join(stops), report)
     return EXIT_OK, report
 
 

@@ -83,12 +83,13 @@ from .greenfield import activate_pack
 from .transition import CUTOVER
 
 __all__ = [  # the door: the declaration, the bodies, what they return and raise, and the reads callers show
-    "CUTOVER", "DEFAULT_CHUNK_ROWS", "HOLDER_ACTIVE", "HOLDER_FINISHED", "HOLDER_UNKNOWN", "REFUSED", "CutoverRun",
-    "FenceHeld", "FenceResult", "HistoryDigest", "NotReady", "Refused", "Results", "SchemaResult", "SeveralCutoverFences",
-    "StepResult", "Verdict", "WriterRecheck", "accept_confirmation", "actions", "activate_pack", "blockers_text",
-    "checkpoint", "cutover_fence_in_force", "cutover_standing", "drain", "fence_and_checkpoints", "fence_row",
-    "held_by_another", "last_released_cutover_fence", "load_digest", "pause_text", "readiness", "recheck_writers",
-    "release_fence", "run_checkpoint", "run_step", "verify_history", "verify_no_old_writer", "writer_evidence",
+    "CUTOVER", "CutoverRun", "DEFAULT_CHUNK_ROWS", "FenceHeld", "FenceResult", "HOLDER_ACTIVE", "HOLDER_FINISHED",
+    "HOLDER_UNKNOWN", "HistoryDigest", "NotReady", "REFUSED", "Refused", "Results", "SchemaResult",
+    "SeveralCutoverFences", "StepResult", "Verdict", "WriterRecheck", "accept_confirmation", "actions",
+    "activate_pack", "blockers_text", "checkpoint", "cutover_fence_in_force", "cutover_standing", "drain",
+    "fence_and_checkpoints", "fence_row", "held_by_another", "history_unchanged", "last_released_cutover_fence",
+    "load_digest", "old_writers_since_release", "pause_text", "readiness", "recheck_writers", "release_fence",
+    "run_checkpoint", "run_step", "verify_history", "verify_no_old_writer", "writer_evidence",
 ]
 
 RETURN = "return_value"
@@ -495,9 +496,8 @@ def final_old_writer_check(run: CutoverRun) -> StepResult:
     released_at = _released_at(run)
     if isinstance(released_at, StepResult):
         return released_at
-    seen = {"old_writers_after_release": actions.verify_no_old_writer(run.engine, run.namespace, released_at=released_at),
-            "released_at": released_at.isoformat()}
-    judged = _judged("final_old_writer_check", seen, fields=dict(seen))
+    judged = old_writers_since_release(run.engine, run.namespace, released_at)
+    seen = judged.value
     if not judged.verdict.proceeds:
         return judged
     history = _history_unchanged(run)
@@ -534,25 +534,38 @@ def _released_at(run: CutoverRun) -> dt.datetime | StepResult:
     return dt.datetime.fromisoformat(row["ReleasedAt"])
 
 
+def old_writers_since_release(engine: Engine, namespace: str, released_at: dt.datetime) -> StepResult:
+    """The first half of the final check (also ``nexus-cutover verify``): the old-protocol writers that started
+    or heartbeated at or after ``released_at``, judged by the final check's declared verdict (read only)."""
+    seen = {"old_writers_after_release": actions.verify_no_old_writer(engine, namespace, released_at=released_at),
+            "released_at": released_at.isoformat()}
+    return _judged("final_old_writer_check", seen, fields=dict(seen))
+
+
+def history_unchanged(engine: Engine, expected: HistoryDigest, *, timeout_s: float,
+                      say: Callable[[str], None] = _quiet) -> StepResult:
+    """The second half of the final check (also ``nexus-cutover verify -expect``): every history row compared
+    with ``expected``, judged by the final check's declared verdict; a stop names every difference."""
+    verification = actions.verify_history(engine, expected, timeout_s=timeout_s)
+    history = {**verification.as_json(), "summary": verification.summary()}
+    verdict = CUTOVER["final_old_writer_check"].verdict({"history": history})
+    say(verification.summary())
+    if not verdict.proceeds:
+        return StepResult({"history": history}, verdict, fields={"history": history},
+                          report={"message": verification.summary(), "history": history})
+    return StepResult({"hash": verification.expected.short_hash, "rows": verification.rows_now, "verified": True,
+                       "chunks": verification.expected.chunk_count, "seconds": round(verification.seconds, 3)},
+                      fields={"history": history})
+
+
 def _history_unchanged(run: CutoverRun) -> StepResult:
     """The digest of ``history_digest`` verified against the rows now; a stop names every difference."""
-    from .digest.model import HistoryDigest
-
     raw = run.earlier("history_digest", "digest")
     if raw is None:
         return StepResult({}, Verdict(Outcome.STOP, "this run has no history digest (history_digest did not run, or "
                           "its result was cleared): the run cannot prove that history is unchanged. Clearing "
                           "history_digest takes a new digest, which proves only from then on"))
-    verification = actions.verify_history(run.engine, HistoryDigest.from_json(raw), timeout_s=run.digest_timeout_s)
-    history = {**verification.as_json(), "summary": verification.summary()}
-    verdict = CUTOVER["final_old_writer_check"].verdict({"history": history})
-    if not verdict.proceeds:
-        return StepResult({"history": history}, verdict, fields={"history": history},
-                          report={"message": verification.summary(), "history": history})
-    run.say(verification.summary())
-    return StepResult({"hash": verification.expected.short_hash, "rows": verification.rows_now, "verified": True,
-                       "chunks": verification.expected.chunk_count, "seconds": round(verification.seconds, 3)},
-                      fields={"history": history})
+    return history_unchanged(run.engine, HistoryDigest.from_json(raw), timeout_s=run.digest_timeout_s, say=run.say)
 
 
 def dry_run_verdict(earlier: Callable[[str, str], Any], *, but: str = "final_old_writer_check") -> str:
