@@ -381,11 +381,9 @@ def confirm_writers_stopped(run: CutoverRun) -> StepResult:
 
 def history_digest(run: CutoverRun) -> StepResult:
     """The digest of every history Event / WorkItem row (read only, also on a dry run once the schema exists)."""
-    missing = run.missing_schema() if run.dry_run else []
-    if missing:  # the digest reads InputStartOrdinal and the checkpoints; on a dry run apply_schema created nothing
-        run.plan(f"(read only) take the history digest once apply_schema has created {', '.join(missing)}")
-        run.say(f"history digest: taken once apply_schema has created {', '.join(missing)}")
-        return StepResult({"dry_run": True, "taken": False, "missing_schema": missing})
+    if missing := _schema_a_dry_run_lacks(run):  # the digest reads InputStartOrdinal and the checkpoints
+        return _once_the_schema_exists(run, missing, "(read only) take the history digest", "history digest: taken",
+                                       {"dry_run": True, "taken": False})
     digest = actions.history_digest(run.engine, run.namespace, timeout_s=run.digest_timeout_s,
                                     chunk_rows=run.chunk_rows, connections=run.digest_connections,
                                     on_chunk=lambda _table, _chunk: run.seam("history_digest.mid_way"))
@@ -396,15 +394,27 @@ def history_digest(run: CutoverRun) -> StepResult:
 # -- stage 4 ------------------------------------------------------------------------------------------------
 
 
+def _schema_a_dry_run_lacks(run: CutoverRun) -> list[str]:
+    """The objects ``apply_schema`` would create, on a dry run (which created nothing); a real run has them."""
+    return run.missing_schema() if run.dry_run else []
+
+
+def _once_the_schema_exists(run: CutoverRun, missing: list[str], plan: str, said: str,
+                            value: dict[str, Any]) -> StepResult:
+    """A dry run's step that reads what ``apply_schema`` has not created yet: what it would do once it has."""
+    objects = ", ".join(missing)
+    run.plan(f"{plan} once apply_schema has created {objects}")
+    run.say(f"{said} once apply_schema has created {objects}")
+    return StepResult({**value, "missing_schema": missing})
+
+
 def audit_and_checkpoint(run: CutoverRun) -> StepResult:
     """One pack (``run.pack``): the lifecycle entrypoint's audit and one-time ``LegacyMaxOrdinal``, under the
     namespace and pack locks; a refusal stops with every finding."""
     pack = run.pack
-    missing = run.missing_schema() if run.dry_run else []
-    if missing:  # the audit reads the Part B objects; on a dry run apply_schema created nothing
-        run.plan(f"audit pack {pack} and write its checkpoint once apply_schema has created {', '.join(missing)}")
-        run.say(f"checkpoint {pack}: audited once apply_schema has created {', '.join(missing)}")
-        return StepResult({"pack_install_id": pack, "outcome": "not_audited", "missing_schema": missing})
+    if missing := _schema_a_dry_run_lacks(run):  # the audit reads the Part B objects
+        return _once_the_schema_exists(run, missing, f"audit pack {pack} and write its checkpoint",
+                                       f"checkpoint {pack}: audited", {"pack_install_id": pack, "outcome": "not_audited"})
     armed = run.fence()
     result = actions.checkpoint(run.engine, pack, timeout_s=run.lock_timeout_s, written_by=run.holder,
                                 dry_run=run.dry_run, fence_planned=run.dry_run and armed is not None and armed.planned)
