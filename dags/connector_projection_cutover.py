@@ -56,6 +56,15 @@ TASKS = {
         "each skipped when present. **Refuses** when the v2 prerequisite `ReplayOfWorkId` is missing (it is "
         "never manufactured): land the WorkItem-only v2 handoff first, then clear.",
     ),
+    "wait_for_short_drain": task(
+        TenantWaitSensor,
+        doc_md="Deferrable, before the fence: waits, with admission still open, until the old projection backlog "
+        "would drain within `arm_when_drain_below` seconds at its measured rate (two looks give the rate), so the "
+        "admission pause holds only a short residual drain; 0 arms at once. Writes nothing and holds nothing. "
+        "**Stops and reports** (nothing written, the fence not armed) when the backlog cannot drain (its blockers "
+        "by cause) or at `pre_arm_timeout` (the remaining work and the rate). The drain the cutover relies on is "
+        "still `wait_for_drain`, after the fence.",
+    ),
     "arm_fence": task(
         CutoverStepOperator,
         doc_md="Arms one non-expiring namespace-wide `*` admission fence held by this run (`ArmedBy`), reuses it on "

@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from nexus_cutover.cli import cutover, field_history, steps
-from nexus_cutover.cli.common import duration_arg, utc_time_arg
+from nexus_cutover.cli.common import duration_arg, duration_or_zero_arg, utc_time_arg
 from nexus_cutover.db import make_engine
 from nexus_sim.scenario import TenantScenario, drained_pack_history
 from tests.support import make_cutover_ready
@@ -42,8 +42,10 @@ REQUIRED = {
 
 #: (module, subcommand, flag): every duration and time flag of every console script (nexus-host has none).
 STEPS_FLAGS = {
-    "plan": ["-drain-timeout", "-poll-interval"], "drain": ["-drain-timeout", "-poll-interval"],
-    "run": ["-drain-timeout", "-poll-interval", "-writers-stop-timeout", "-readiness-timeout"], "verify": ["-since"],
+    "plan": ["-drain-timeout", "-arm-when-drain-below", "-pre-arm-timeout", "-poll-interval"],
+    "drain": ["-drain-timeout", "-poll-interval"],
+    "run": ["-drain-timeout", "-arm-when-drain-below", "-pre-arm-timeout", "-poll-interval", "-writers-stop-timeout", "-readiness-timeout"],
+    "verify": ["-since"],
 }
 FLAGS = [
     *(("steps", sub, f) for sub in steps.COMMANDS for f in ["-timeout", "-stale-heartbeat", *STEPS_FLAGS.get(sub, [])]),
@@ -58,7 +60,7 @@ def _typed_flags(module: str, parser: argparse.ArgumentParser, sub: str = "") ->
         if isinstance(action, argparse._SubParsersAction):
             for name, child in action.choices.items():
                 found += _typed_flags(module, child, name)
-        elif action.type in (duration_arg, utc_time_arg):
+        elif action.type in (duration_arg, duration_or_zero_arg, utc_time_arg):
             found.append((module, sub, action.option_strings[0]))
     return found
 

@@ -58,3 +58,21 @@ def wait_until(look: Callable[[], T], waiting: Callable[[T], bool], *, poll_inte
         if timeout_s is not None and clock() - started >= timeout_s:
             return result, True
         sleep(next(schedule))
+
+
+def measured_rate(samples: list[tuple[float, int]]) -> float | None:
+    """Items done per minute over ``samples`` ((seconds, remaining), oldest first): the drop from the first
+    to the last sample over their span; None until two samples lie apart in time. Negative when work grew."""
+    if len(samples) < 2 or samples[-1][0] <= samples[0][0]:
+        return None
+    return (samples[0][1] - samples[-1][1]) * 60.0 / (samples[-1][0] - samples[0][0])
+
+
+def eta_seconds(remaining: int, rate_per_min: float | None) -> float | None:
+    """Seconds until ``remaining`` reaches 0 at ``rate_per_min`` (0 when none remains; None while not shrinking
+    or not measured yet)."""
+    if remaining <= 0:
+        return 0.0
+    if rate_per_min is None or rate_per_min <= 0:
+        return None
+    return remaining * 60.0 / rate_per_min

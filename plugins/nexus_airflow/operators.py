@@ -46,6 +46,7 @@ def cutover_run(context, log, engine, *, pack: str | None = None):
         engine, p.tenant, run_holder(context), dry_run=p.dry_run, requested_packs=tuple(p.pack_install_ids),
         adopt=p.adopt, lock_timeout_s=p.lock_timeout, digest_timeout_s=p.digest_timeout,
         drain_timeout_s=p.drain_timeout, digest_connections=p.digest_connections,
+        arm_when_drain_below_s=p.arm_when_drain_below,
         stale_heartbeat_s=p.stale_heartbeat, holder_state=holder_state(context, log), take_over=DAG_TAKE_OVER,
         pack=pack, earlier=lambda step, key: results.pulled(ti, step, key=key), say=lambda line: log.info("%s", line),
         seam=fault_point)

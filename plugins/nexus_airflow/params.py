@@ -35,6 +35,7 @@ from typing import Any
 
 from nexus_airflow.faults import poll_floor_s
 from nexus_cutover.projection.digest_limits import DEFAULT_DIGEST_CONNECTIONS, MAX_DIGEST_CONNECTIONS
+from nexus_cutover.projection.transition import DEFAULT_ARM_WHEN_DRAIN_BELOW_S
 
 TENANT_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 CONN_ID_PATTERN = r"^$|^[A-Za-z0-9_.-]{1,200}$"
@@ -206,6 +207,12 @@ CUTOVER_FIELDS: dict[str, Field] = {
                                 "Each is a connection to the tenant's server for the digest's length.",
                                 {"type": "integer", "minimum": 1, "maximum": MAX_DIGEST_CONNECTIONS}, int, CONNECTIONS),
     **APPROVER_FIELDS,
+    "arm_when_drain_below": _seconds(int(DEFAULT_ARM_WHEN_DRAIN_BELOW_S), "Arm when the drain is below (s)",
+                                     "Arm the fence only once the old projection backlog would drain within this many "
+                                     "seconds at its measured rate, so the admission pause holds only a short residual "
+                                     "drain. 0 arms at once.", minimum=0),
+    "pre_arm_timeout": _seconds(3600, "Pre-arm timeout (s)", "How long wait_for_short_drain waits for that before "
+                                "it stops, nothing written and the fence not armed.", maximum=30 * 86400),
     "drain_timeout": _seconds(3600, "Drain timeout (s)", "How long wait_for_drain may wait for old projection work to become terminal."),
     "writers_stop_timeout": _seconds(3600, "Writers stop timeout (s)",
                                      "How long check_old_writers waits for every old writer to be stopped or silent."),
@@ -232,7 +239,8 @@ CUTOVER_FIELDS: dict[str, Field] = {
 #: agree), so a per-wave question never waits for a tenant run Airflow holds queued.
 MAX_PARALLEL_CAP = 16
 #: Fields of the per-tenant form a rollout may set for every tenant (never a DSN: connections are per tenant).
-SHARED_FIELDS = ("drain_timeout", "stale_heartbeat", "host_controller", "host_http_conn_id", "dry_run",
+SHARED_FIELDS = ("arm_when_drain_below", "pre_arm_timeout", "drain_timeout", "stale_heartbeat", "host_controller",
+                 "host_http_conn_id", "dry_run",
                  "poll_interval", "writers_stop_timeout", "confirm_timeout", "lock_timeout", "digest_timeout",
                  "digest_connections", "readiness_timeout")
 ROLLOUT_FIELDS: dict[str, Field] = {
@@ -358,6 +366,8 @@ class RunParams:
     conn_id: str
     pack_install_ids: tuple[str, ...]
     drain_timeout: int
+    arm_when_drain_below: int
+    pre_arm_timeout: int
     stale_heartbeat: int
     host_controller: str
     host_http_conn_id: str

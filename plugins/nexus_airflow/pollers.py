@@ -19,6 +19,7 @@ from collections import deque
 from typing import Any
 
 from nexus_airflow.triggers import WAITING
+from nexus_cutover.polling import measured_rate  # light (standard library only): the one rate of a wait
 
 
 def _utcnow() -> dt.datetime:
@@ -32,12 +33,6 @@ def _parse(deadline: str) -> dt.datetime:
     return value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo else value
 
 
-def measured_rate(samples: list[tuple[float, int]]) -> float | None:
-    """Items drained per minute over ``samples`` ((seconds, remaining), oldest first): the drop from the first
-    to the last sample over their span; None until two samples lie apart in time. Negative when work grew."""
-    if len(samples) < 2 or samples[-1][0] <= samples[0][0]:
-        return None
-    return (samples[0][1] - samples[-1][1]) * 60.0 / (samples[-1][0] - samples[0][0])
 
 
 def eta_minutes(remaining: int | None, rate: float | None) -> int | None:
@@ -170,6 +165,29 @@ def drain_metrics(tenant: str, remaining: int, rate: float | None) -> None:
 
     emit(DRAIN_REMAINING, remaining, tenant=tenant)
     emit(DRAIN_RATE, rate, tenant=tenant)
+
+
+class PreArmPoller(_EnginePoller):
+    """The old backlog before the fence is armed: ``short`` (arm now), ``stuck`` (it cannot drain), ``timed_out``
+    at the deadline, else waiting. One run of the step for the poller's life: its drain rate spans its polls."""
+
+    def __init__(self, conn_id: str, namespace: str, deadline: str, stale_heartbeat_s: float,
+                 arm_when_drain_below_s: float = 0.0, drain_timeout_s: float = 3600.0):
+        from nexus_cutover.projection import steps
+
+        super().__init__(conn_id, namespace, deadline, stale_heartbeat_s)
+        self.run = steps.CutoverRun(self.engine, namespace, "(a wait's poll)", stale_heartbeat_s=float(stale_heartbeat_s),
+                                    arm_when_drain_below_s=float(arm_when_drain_below_s),
+                                    drain_timeout_s=float(drain_timeout_s))
+
+    def poll(self) -> dict[str, Any]:
+        from nexus_cutover.projection import steps
+
+        looked = steps.run_step("wait_for_short_drain", self.run)
+        state = wait_state(looked.verdict, "short", expired=self.expired())
+        message = (f"arming: {looked.domain.counts_text()}" if state == "short" else looked.verdict.reason)
+        return {"state": state, "verdict": verdict_json(looked.verdict), "message": message, "report": looked.value,
+                "report_text": looked.domain.report_text(), "progress": [looked.value["remaining"]]}
 
 
 class OldWritersPoller(_EnginePoller):

@@ -82,10 +82,12 @@ def dry_run_options(values: dict[str, Any], run_id: str, context, log, airflow: 
 
     timeout = CUTOVER_FIELDS["lock_timeout"].value(conf, "lock_timeout")
     drain = CUTOVER_FIELDS["drain_timeout"].value(conf, "drain_timeout")
+    arm_below = CUTOVER_FIELDS["arm_when_drain_below"].value(conf, "arm_when_drain_below")
     stale = default_stale_heartbeat(CUTOVER_FIELDS["stale_heartbeat"].value(conf, "stale_heartbeat"))
     return lambda tenant: PlanOptions(
         namespace=tenant, holder=holder_of_run(ro.CUTOVER_DAG, ro.run_id_for(run_id, tenant)),
         timeout_s=float(timeout), drain_timeout_s=float(drain), stale_heartbeat_s=float(stale),
+        arm_when_drain_below_s=float(arm_below),
         holder_state=locked_state, take_over=DAG_TAKE_OVER)
 
 

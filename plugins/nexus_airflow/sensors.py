@@ -214,10 +214,19 @@ class TenantWait:
     stop_message: str
     plan: str  # the dry run's PLAN line (one look, no wait)
     text_key: str | None = None  # XCom key for the poller's human report, when it has one
+    #: More of the poller's kwargs, from the run's params: (kwarg, RunParams field) pairs.
+    more: tuple[tuple[str, str], ...] = ()
 
 
 #: Per waiting step of the cutover (by its declared name, = its task id).
 WAITS = {
+    "wait_for_short_drain": TenantWait(
+        "nexus_airflow.pollers.PreArmPoller", "short",
+        "the old projection backlog did not get short enough to arm the fence within pre_arm_timeout: stopped and "
+        "reported (nothing was written; the fence is not armed)",
+        "wait until the old backlog would drain within arm_when_drain_below, then arm", "report_text",
+        more=(("arm_when_drain_below_s", "arm_when_drain_below"), ("drain_timeout_s", "drain_timeout")),
+    ),
     "wait_for_drain": TenantWait(
         "nexus_airflow.pollers.DrainPoller", "drained",
         "the drain of old projection work cannot finish within drain_timeout: stopped and reported "
@@ -240,7 +249,8 @@ WAITS = {
 
 
 class TenantWaitSensor(StatusPollSensor):
-    """The waiting step of the cutover its task id names (wait_for_drain, check_old_writers, verify_readiness).
+    """The waiting step of the cutover its task id names (wait_for_short_drain, wait_for_drain, check_old_writers,
+    verify_readiness).
 
     Passes on the wait's ``done_state``; a dry run looks once and logs the PLAN
     when the real run would wait; any other final state stops the run with the
@@ -262,7 +272,8 @@ class TenantWaitSensor(StatusPollSensor):
         return float(getattr(params_of(context), self.timeout_param))
 
     def poller_kwargs(self, context, deadline: str) -> dict[str, Any]:
-        return _base_kwargs(context, deadline)
+        p = params_of(context)
+        return {**_base_kwargs(context, deadline), **{kwarg: getattr(p, name) for kwarg, name in self.spec.more}}
 
     def poll_only_once(self, context) -> bool:
         return params_of(context).dry_run

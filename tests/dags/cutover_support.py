@@ -32,6 +32,8 @@ def base_conf(conn_id: str, **overrides: Any) -> dict[str, Any]:
         "conn_id": conn_id,
         "poll_interval": 1,
         "stale_heartbeat": 30,
+        "arm_when_drain_below": 0,  # arm at once, as before issue 36: the pre-arm wait's tests set it
+        "pre_arm_timeout": 60,
         "drain_timeout": 120,
         "writers_stop_timeout": 60,
         "readiness_timeout": 60,

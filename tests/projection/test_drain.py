@@ -213,7 +213,8 @@ def test_drain_queries_use_the_state_index(mysql_url):
         with eng.connect() as conn:
             conn.execute(text("ANALYZE TABLE `_System_WorkItem`"))
             counts = drain.live_counts_statement("acme", True)
-            for stmt in [counts] + [
+            ids = drain.live_old_work_ids_statement("acme", True)  # the pre-arm wait's look (issue 36)
+            for stmt in [counts, ids] + [
                 drain.select(drain.func.count()).select_from(catalog.WorkItem).where(drain._old_work("acme", status, True))
                 for status in catalog.WORK_LIVE_STATUSES
             ]:

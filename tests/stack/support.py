@@ -27,7 +27,10 @@ def cutover_conf(tenant: str, **overrides: Any) -> dict[str, Any]:
     as the user who triggered the run, so they allow self-approval where the form has that field."""
     from nexus_airflow.params import cutover_params
 
+    # arm_when_drain_below 0: these runs exercise the fenced drain and its faults (the fence armed at once, as
+    # before issue 36); the wait before arming has its own tests (tests/dags/test_pre_arm_wait.py).
     conf = {"tenant": tenant, "host_controller": "command", "poll_interval": 10, "stale_heartbeat": 20,
+            "arm_when_drain_below": 0,
             "drain_timeout": 300, "writers_stop_timeout": 120, "confirm_timeout": 600, "readiness_timeout": 120,
             "lock_timeout": 60, **overrides}
     if "allow_self_approval" in cutover_params():

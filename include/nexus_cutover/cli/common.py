@@ -69,6 +69,11 @@ def duration_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+def duration_or_zero_arg(text: str) -> float:
+    """An argparse type: a duration as :func:`duration_arg` reads it, or ``0`` (a bound that is off)."""
+    return 0.0 if text.strip() in ("0", "0s") else duration_arg(text)
+
+
 def utc_time_arg(text: str) -> dt.datetime:
     """An argparse type: an ISO 8601 time (``2026-12-04T01:30:00``, ``2026-12-04``, ``...+02:00``, ``...Z``) as a
     naive UTC datetime (the database's clock); a time without an offset is UTC. Else an error naming the form."""

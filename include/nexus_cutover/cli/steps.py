@@ -35,13 +35,14 @@ from ..errors import BadInput, LockTimeout, Refused
 from ..liveness import DEFAULT_STALE_HEARTBEAT_S
 from ..projection import dry_run, steps
 from ..projection.digest_limits import DEFAULT_DIGEST_CONNECTIONS, MAX_DIGEST_CONNECTIONS
-from ..projection.transition import CUTOVER
+from ..projection.transition import CUTOVER, DEFAULT_ARM_WHEN_DRAIN_BELOW_S
 from ..transition import PROCEED, Outcome, Transition, Verdict, verdict_line
 from .common import (
     bounded_int_arg,
     configure_logging,
     default_holder,
     duration_arg,
+    duration_or_zero_arg,
     flag,
     namespace_arg,
     print_json,
@@ -297,6 +298,7 @@ def plan_options(c: Command) -> dry_run.PlanOptions:
     a = c.args
     return dry_run.PlanOptions(namespace=a.namespace, holder=a.holder, packs=tuple(a.pack_install_id or ()),
                                adopt=a.adopt, timeout_s=a.timeout, drain_timeout_s=a.drain_timeout,
+                               arm_when_drain_below_s=a.arm_when_drain_below,
                                stale_heartbeat_s=a.stale_heartbeat, take_over=CLI_TAKE_OVER)
 
 
@@ -346,6 +348,7 @@ def _cutover_run(c: Command, results: steps.Results) -> steps.CutoverRun:
     return steps.CutoverRun(
         c.engine, a.namespace, a.holder, requested_packs=tuple(a.pack_install_id or ()), adopt=a.adopt,
         lock_timeout_s=a.timeout, drain_timeout_s=a.drain_timeout, digest_timeout_s=a.timeout,
+        arm_when_drain_below_s=a.arm_when_drain_below,
         digest_connections=a.digest_connections, chunk_rows=a.chunk_rows, stale_heartbeat_s=a.stale_heartbeat,
         take_over=CLI_TAKE_OVER, earlier=results.earlier, say=lambda line: c.say(f"  {line}"),
         confirm=lambda ev: _confirm(c, ev), start_host=lambda _run, _live: _start_new_host(c))
@@ -494,6 +497,12 @@ def build_parser() -> argparse.ArgumentParser:
             if name == "drain":
                 p.add_argument("--wait", action="store_true", help="wait until drained or stuck")
             flag(p, "drain-timeout", type=duration_arg, default=3600.0, metavar="DURATION", help="bound of the drain (default 1h)")
+            if name in ("plan", "run"):
+                flag(p, "arm-when-drain-below", type=duration_or_zero_arg, default=DEFAULT_ARM_WHEN_DRAIN_BELOW_S,
+                     metavar="DURATION", help="arm the fence only once the old backlog would drain within this, at its "
+                     f"measured rate (0: arm at once; default {DEFAULT_ARM_WHEN_DRAIN_BELOW_S:g}s)")
+                flag(p, "pre-arm-timeout", type=duration_arg, default=3600.0, metavar="DURATION",
+                     help="how long to wait for that before stopping, nothing written (default 1h)")
             flag(p, "poll-interval", type=duration_arg, default=30.0, metavar="DURATION",
                  help="the longest gap between looks: a wait looks again after 1s, 2s, 4s, ... up to it (default 30s)")
         if "run" in groups:

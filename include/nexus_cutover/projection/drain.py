@@ -186,6 +186,26 @@ def live_counts_statement(namespace: str, range_column: bool):
     )
 
 
+#: Most live old projection WorkIds one look of the pre-arm wait reads (a backlog larger than this is timed by its
+#: count alone): a few thousand ids on the state index, well inside one transaction's budget.
+BACKLOG_ID_LIMIT = 5000
+
+
+def live_old_work_ids_statement(namespace: str, range_column: bool, limit: int = BACKLOG_ID_LIMIT):
+    """The WorkIds of the namespace's live old projection work, at most ``limit`` (on ix_WorkItem_State)."""
+    return select(WorkItem.c.WorkId).where(_old_work(namespace, catalog.WORK_LIVE_STATUSES, range_column)).limit(limit)
+
+
+def live_old_work_ids(bind: Engine | Connection, namespace: str, *, range_column: bool | None = None,
+                      limit: int = BACKLOG_ID_LIMIT) -> frozenset[int] | None:
+    """The WorkIds of the live old projection work (read only); None when there are more than ``limit``."""
+    with tx.reading(bind, "reading the live old projection work") as conn:
+        if range_column is None:
+            range_column = has_column(conn, catalog.INPUT_START_ORDINAL)
+        ids = conn.execute(live_old_work_ids_statement(namespace, range_column, limit + 1)).scalars().all()
+    return None if len(ids) > limit else frozenset(int(i) for i in ids)
+
+
 #: Most live processes listed per role (a namespace has a handful; the cap bounds a runaway registry).
 PROCESS_LIST_LIMIT = 1000
 

@@ -44,6 +44,8 @@ class PlanOptions:
     adopt: str | None = None
     timeout_s: float = 300.0
     drain_timeout_s: float = 3600.0
+    #: The run's ``arm_when_drain_below`` (0: it arms at once).
+    arm_when_drain_below_s: float = 0.0
     stale_heartbeat_s: float = DEFAULT_STALE_HEARTBEAT_S
     #: How the fence's dry run judges another holder (the command line: never adopted unless named).
     holder_state: fences.HolderState = fences.unknown_holders
@@ -61,6 +63,7 @@ def plan(engine: Engine, options: PlanOptions, say: Callable[[str], None] = lamb
     results = steps.Results(transition)
     run = steps.CutoverRun(engine, o.namespace, o.holder, dry_run=True, requested_packs=o.packs, adopt=o.adopt,
                            lock_timeout_s=o.timeout_s, drain_timeout_s=o.drain_timeout_s,
+                           arm_when_drain_below_s=o.arm_when_drain_below_s,
                            stale_heartbeat_s=o.stale_heartbeat_s, holder_state=o.holder_state, take_over=o.take_over,
                            deadline=utcnow() + dt.timedelta(seconds=o.drain_timeout_s), earlier=results.earlier,
                            transition=transition)

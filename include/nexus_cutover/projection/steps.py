@@ -36,6 +36,7 @@ Invariants:
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +46,7 @@ from sqlalchemy import Engine
 from ..clock import utcnow
 from ..errors import Refused
 from ..liveness import DEFAULT_STALE_HEARTBEAT_S
+from ..polling import eta_seconds, measured_rate
 from ..transition import Outcome, StepResult, Transition, Verdict
 from . import actions
 from . import fence as fences
@@ -67,7 +69,7 @@ from .checkpoint import REFUSED, run_checkpoint
 from .digest.definition import DEFAULT_CHUNK_ROWS
 from .digest.model import HistoryDigest, load_digest
 from .digest_limits import DEFAULT_DIGEST_CONNECTIONS
-from .drain import blockers_text
+from .drain import blockers_text, live_old_work_ids
 from .fence import (
     HOLDER_ACTIVE,
     HOLDER_FINISHED,
@@ -137,6 +139,14 @@ class CutoverRun:
     #: The drain's look: how many WorkIds it names per cause; whether ``InputStartOrdinal`` exists (None: probe).
     drain_sample_limit: int = 200
     range_column: bool | None = None
+    #: Arm the fence only once the old backlog would drain within this many seconds (0: arm at once).
+    arm_when_drain_below_s: float = 0.0
+    #: The old backlog's looks so far, ``(monotonic seconds, remaining)``: its net drain rate (a moving window);
+    #: and, while it is small enough to list, its WorkIds and ``(seconds, items finished so far)``: the rate the
+    #: old runtime finishes items at, which new work arriving does not hide (a moving window too).
+    backlog_samples: list[tuple[float, int]] = field(default_factory=list)
+    backlog_ids: frozenset[int] | None = None
+    backlog_finished: list[tuple[float, int]] = field(default_factory=list)
     earlier: Callable[[str, str], Any] = lambda _step, _key: None
     say: Callable[[str], None] = _quiet
     seam: Callable[[str], None] = _no_seam
@@ -255,6 +265,45 @@ def apply_schema(run: CutoverRun) -> StepResult:
     for label in result.present:
         run.say(f"{label}: present, skipped")
     return StepResult(value)
+
+
+#: How many looks the old backlog's drain rate is measured over (an old burst does not skew the ETA for long).
+RATE_SAMPLES = 20
+
+
+def wait_for_short_drain(run: CutoverRun) -> StepResult:
+    """One look at the old projection backlog before the fence is armed, and its drain rate over the looks so
+    far: the run arms once the rest would drain within ``arm_when_drain_below_s`` (so the admission pause holds
+    only a short residual drain), and stops, arming nothing, when the backlog cannot drain. Read only; the
+    seed's order is unchanged: ``wait_for_drain`` still waits, fenced, for every old projection WorkItem."""
+    report = actions.drain(run.engine, run.namespace, deadline=utcnow() + dt.timedelta(seconds=run.drain_timeout_s),
+                           stale_heartbeat=run.stale, range_column=run.range_column, sample_limit=run.drain_sample_limit)
+    rate = _backlog_rate(run, report.remaining)
+    look = {"remaining": report.remaining, "rate_per_min": rate, "eta_s": eta_seconds(report.remaining, rate),
+            "arm_when_drain_below_s": run.arm_when_drain_below_s, "state": report.state,
+            "blocker_totals": report.blocker_totals, "counts": report.counts}
+    judged = _judged("wait_for_short_drain", look, domain=report)
+    run.say(f"before arming: {report.counts_text()}" + ("" if judged.verdict.proceeds else f"; {judged.verdict.reason}"))
+    if report.state == "stuck":
+        run.say(report.report_text())
+    return judged
+
+
+def _backlog_rate(run: CutoverRun, remaining: int) -> float | None:
+    """Items per minute the old backlog drains at, from this look and the earlier ones of ``run``: the rate the
+    old runtime finishes listed items at when it is measured (new work arriving before the fence does not
+    hide it: once the fence is armed, only the finishing goes on), else the drop of the remaining count."""
+    now = time.monotonic()
+    run.backlog_samples = [*run.backlog_samples, (now, remaining)][-RATE_SAMPLES:]
+    ids = live_old_work_ids(run.engine, run.namespace, range_column=run.range_column) if remaining else frozenset()
+    if ids is None or run.backlog_ids is None:
+        run.backlog_finished = [] if ids is None else [(now, 0)]
+    else:
+        finished = run.backlog_finished[-1][1] + len(run.backlog_ids - ids) if run.backlog_finished else 0
+        run.backlog_finished = [*run.backlog_finished, (now, finished)][-RATE_SAMPLES:]
+    run.backlog_ids = ids
+    finishing = measured_rate([(s, -n) for s, n in run.backlog_finished])
+    return finishing if finishing else measured_rate(run.backlog_samples)
 
 
 def arm_fence(run: CutoverRun) -> StepResult:

@@ -22,6 +22,11 @@ from ..transition import PROCEED, Kind, Outcome, Stage, Step, Transition, Verdic
 
 STEPS = "nexus_cutover.projection.steps"
 
+#: The default of ``arm_when_drain_below`` (the form's and the command line's): the fence is armed once the old
+#: backlog would drain within a minute, so at most about a minute of the admission pause is the tenant's own
+#: residual drain (docs/performance.md, "Arming when the drain is short"). 0 arms at once.
+DEFAULT_ARM_WHEN_DRAIN_BELOW_S = 60.0
+
 
 def fence_verdict(result: dict[str, Any]) -> Verdict:
     """A refusal (``refused``) stops, and so does old-protocol work above a pack's cutoff (``old_work_above_cutoff``,
@@ -48,6 +53,28 @@ def drain_verdict(report: dict[str, Any]) -> Verdict:
         return Verdict(Outcome.STOP, "the drain is stuck: " + (blockers or "drain_timeout reached"),
                        timed_out=bool(report.get("timed_out")))
     return Verdict(Outcome.WAIT, f"the drain ({report['remaining']} old projection WorkItems remaining)")
+
+
+def pre_arm_verdict(look: dict[str, Any]) -> Verdict:
+    """Arm (proceed) when no old projection work remains, when ``arm_when_drain_below_s`` is 0 (arm at once), or
+    when the remaining work would drain within it at the measured rate. Stop when it cannot drain (a stuck
+    backlog: its blockers named). Else wait, naming the remaining work and the rate, with the fence not armed."""
+    remaining, bound = look["remaining"], look["arm_when_drain_below_s"]
+    if remaining == 0 or not bound:
+        return PROCEED
+    if look.get("state") == "stuck":
+        from .drain import blockers_text
+
+        return Verdict(Outcome.STOP, "the old projection backlog cannot drain, so the fence is not armed: "
+                       + (blockers_text(look.get("blocker_totals") or {}) or "no progress possible"))
+    eta = look.get("eta_s")
+    if eta is not None and eta <= bound:
+        return PROCEED
+    rate = look.get("rate_per_min")
+    measured = ("its drain rate is measured from the next look" if rate is None
+                else f"{rate:+.1f} items/min, ETA " + (f"~{eta:.0f} s" if eta is not None else "none (not shrinking)"))
+    return Verdict(Outcome.WAIT, f"the old projection backlog to drain within arm_when_drain_below ({bound:g} s) before "
+                   f"the fence is armed ({remaining} remaining; {measured})")
 
 
 def _proceed_unless(found: list[str], outcome: Outcome, reason: str) -> Verdict:
@@ -109,6 +136,15 @@ CUTOVER = Transition("connector_projection_cutover", (
              key="schema",
              dry_run="the DDL it would run, one PLAN line per missing object",
              next_action="land the v2 handoff first, then clear the task"),
+        Step("wait_for_short_drain", Kind.WAITS, f"{STEPS}:wait_for_short_drain",
+             key="pre_arm", bound="pre_arm_timeout", verdict=pre_arm_verdict,
+             dry_run="one look at the old projection backlog (its rate needs a second look): the run would wait, "
+             "with the fence not armed, while it would take longer than arm_when_drain_below to drain",
+             next_action="nothing was written and the fence is not armed. A stuck backlog: resolve its blockers "
+             "with the old runtime. One that does not drain fast enough: let the old runtime catch up (more old "
+             "workers), or trigger with a larger arm_when_drain_below (0 arms at once, as before). Clear the task",
+             wait_action="nothing: the old runtime drains its backlog while admission stays open; the run arms the "
+             "fence by itself once the rest would drain within arm_when_drain_below"),
         Step("arm_fence", Kind.WRITES, f"{STEPS}:arm_fence",
              key="fence", verdict=fence_verdict,
              dry_run="whether it would arm, reuse or adopt the fence; refusals as in the real run",
