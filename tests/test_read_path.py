@@ -19,7 +19,7 @@ from nexus_cutover import catalog, tx
 from nexus_cutover.db import make_engine
 from nexus_cutover.errors import CutoverError, MissingSchema, Unreachable
 from nexus_cutover.projection import steps
-from nexus_cutover.projection.fence import cutover_fence_in_force
+from nexus_cutover.projection.cutover_fence import cutover_fence_in_force
 from nexus_cutover.schema import create_legacy_schema
 
 

@@ -29,8 +29,8 @@ from nexus_cutover.db import make_engine
 from nexus_cutover.errors import CutoverError
 from nexus_cutover.field_history import gates
 from nexus_cutover.projection.checkpoint import run_checkpoint
+from nexus_cutover.projection.cutover_fence import arm_fence, release_fence
 from nexus_cutover.projection.drain import drain_report
-from nexus_cutover.projection.fence import arm_fence, release_fence
 from nexus_cutover.projection.writers import old_writer_evidence, readiness
 from nexus_cutover.schema import apply_steps, create_legacy_schema, projection_steps, require_v2_prerequisite
 from nexus_sim.scenario import TenantScenario, drained_pack_history

@@ -74,7 +74,7 @@ def test_refusal_exits_3_names_offenders_and_writes_nothing(tenant_url):
 
 def test_a_greenfield_pack_is_refused_over_a_live_old_runtime_and_written_once_it_stopped_or_under_the_fence(tenant_url):
     """Contract, "Audit": the entrypoint writes a greenfield pack's cutoff 0 under ``activate-pack``'s rule."""
-    from nexus_cutover.projection.fence import arm_fence
+    from nexus_cutover.projection.cutover_fence import arm_fence
 
     engine = make_engine(tenant_url)
     make_cutover_ready(engine)

@@ -24,8 +24,8 @@ from nexus_cutover.cli.steps import CLI_TAKE_OVER
 from nexus_cutover.db import make_engine
 from nexus_cutover.errors import BadInput
 from nexus_cutover.projection import preflight as pf
+from nexus_cutover.projection.cutover_fence import arm_fence
 from nexus_cutover.projection.dry_run import PlanOptions
-from nexus_cutover.projection.fence import arm_fence
 from nexus_sim.scenario import TenantScenario
 from nexus_sim.scenario.production import build_production_tenant
 from tests.support import mysql_database

@@ -16,7 +16,7 @@ from sqlalchemy import func, select, update
 
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
-from nexus_cutover.projection.fence import arm_fence
+from nexus_cutover.projection.cutover_fence import arm_fence
 from nexus_cutover.projection.transition import CUTOVER
 from nexus_sim.old_runtime import OldRuntimeSimulator
 from nexus_sim.scenario import TenantScenario, drained_pack_history

@@ -29,7 +29,7 @@ from nexus_cutover.db import make_engine
 from nexus_cutover.identity import ProjectionIdentity
 from nexus_cutover.projection import audit, steps
 from nexus_cutover.projection.checkpoint import REFUSED, WRITTEN, run_checkpoint
-from nexus_cutover.projection.fence import arm_fence, release_fence
+from nexus_cutover.projection.cutover_fence import arm_fence, release_fence
 from nexus_cutover.projection.greenfield import activate_pack
 from nexus_cutover.runtime.activation import ServedPacks, check_activation
 from nexus_cutover.runtime.host import run_host
@@ -122,7 +122,7 @@ def test_the_standing_the_status_view_and_plan_show_it_as_a_stop(range_engine, t
 def test_one_meaning_of_cut_over_a_rerun_stops_at_the_fence_instead_of_finding_nothing_to_do(range_engine):
     """The fence decides "cut over" as the standing, the status view and plan do: every pack checkpointed and no
     fence in force is not enough while old work lies above a cutoff; the run stops there, arming nothing."""
-    from nexus_cutover.projection.fence import OldWorkAboveCutoff
+    from nexus_cutover.projection.cutover_fence import OldWorkAboveCutoff
 
     _cutoff, old_work = rolled_back_after_the_checkpoint(range_engine)
     fences_before = count(range_engine, catalog.AdmissionFence)
