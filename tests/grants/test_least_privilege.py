@@ -106,7 +106,7 @@ def test_runbook_grants_run_every_step(limited):
             assert result.outcome == "written", result.as_json()
         # ... and the lifecycle entrypoint CLI, as the same user
         cli = subprocess.run(
-            [sys.executable, "-m", "nexus_cutover.cli.cutover", "-pack-install-id", "pk-one", "-timeout", "30s", "-json"],
+            [sys.executable, "-m", "nexus_cutover.cli.lifecycle_entrypoint", "-pack-install-id", "pk-one", "-timeout", "30s", "-json"],
             env={**os.environ, "CONNECTOR_CUTOVER_DSN": url}, capture_output=True, text=True, timeout=120)
         assert cli.returncode == 0, cli.stderr
         assert json.loads(cli.stdout)["outcome"] == "already_written"

@@ -131,7 +131,7 @@ def test_cli_refusal_names_the_fence_finding_and_exits_3(tenant_url):
     finally:
         engine.dispose()
     proc = subprocess.run(
-        [sys.executable, "-m", "nexus_cutover.cli.cutover", "-pack-install-id", "pk-1", "-timeout", "30s", "-json"],
+        [sys.executable, "-m", "nexus_cutover.cli.lifecycle_entrypoint", "-pack-install-id", "pk-1", "-timeout", "30s", "-json"],
         env={**os.environ, "CONNECTOR_CUTOVER_DSN": tenant_url}, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 3, proc.stderr

@@ -128,7 +128,7 @@ def test_holders_that_differ_only_in_case_or_trailing_spaces_are_two_holders(col
 
 def _cli(engine, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "NEXUS_TENANT_DSN": engine.url.render_as_string(hide_password=False)}
-    return subprocess.run([sys.executable, "-m", "nexus_cutover.cli.steps", *args], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "nexus_cutover.cli.cutover_steps", *args], env=env, capture_output=True,
                           text=True, timeout=120)
 
 
@@ -239,7 +239,7 @@ def test_plan_names_an_airflow_run_that_holds_the_tenant_as_one_with_its_link(en
     cutover_fence.arm_fence(engine, NS, armed_by=f"airflow:connector_projection_cutover:{run_id}", timeout_s=10, packs=[PACK])
     env = {**os.environ, "NEXUS_TENANT_DSN": engine.url.render_as_string(hide_password=False),
            "NEXUS_AIRFLOW_URL": "http://airflow.example:8080/"}
-    done = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.steps", "plan", "-namespace", NS], env=env,
+    done = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.cutover_steps", "plan", "-namespace", NS], env=env,
                           capture_output=True, text=True, timeout=120)
     said = done.stdout + done.stderr
     assert done.returncode == 3, said

@@ -31,7 +31,7 @@ NS, PACK = "acme", "pk-1"
 
 def cli(dsn: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "NEXUS_TENANT_DSN": dsn}
-    return subprocess.run([sys.executable, "-m", "nexus_cutover.cli.steps", *args], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "nexus_cutover.cli.cutover_steps", *args], env=env, capture_output=True,
                           text=True, timeout=120)
 
 

@@ -109,12 +109,12 @@ def test_the_standing_the_status_view_and_plan_show_it_as_a_stop(range_engine, t
     state = read_tenant_state(range_engine, NS)
     assert state["phase"] == "stop" and state["packs"][0]["old_work_above_cutoff"]["work_ids"] == old_work
     env = {**os.environ, "NEXUS_TENANT_DSN": tenant_url}
-    plan = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.steps", "plan", "-namespace", NS, "-json"], env=env,
+    plan = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.cutover_steps", "plan", "-namespace", NS, "-json"], env=env,
                           capture_output=True, text=True, timeout=120)
     assert plan.returncode == 3, plan.stderr
     verdict = plan.stdout.strip().splitlines()[-1]
     assert '"verdict": "stop: ' in verdict and "holds old-protocol work above its cutoff" in verdict
-    status = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.steps", "status", "-namespace", NS], env=env,
+    status = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.cutover_steps", "status", "-namespace", NS], env=env,
                             capture_output=True, text=True, timeout=120)
     assert status.returncode == 0 and "tenant acme: stop" in status.stdout and "STOP: pack 'pk-1'" in status.stdout
 
@@ -229,7 +229,7 @@ def test_a_fence_in_force_lets_activation_go_on_beside_a_live_old_runtime(range_
 def test_the_activate_pack_command_exits_3_naming_the_live_process(range_engine, tenant_url):
     greenfield(range_engine, (catalog.ROLE_RECEIPT_MATERIALIZER, "old-materializer-1", {}))
     env = {**os.environ, "NEXUS_TENANT_DSN": tenant_url}
-    proc = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.steps", "activate-pack", "-pack-install-id", PACK],
+    proc = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.cutover_steps", "activate-pack", "-pack-install-id", PACK],
                           env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "old_runtime_live" in proc.stdout and "old-materializer-1" in proc.stdout

@@ -13,7 +13,7 @@ only in what is theirs:
   from XCom; a stop fails the task with its report; plus Airflow's own parts
   (the form check, a cancelled rollout, the human-in-the-loop questions,
   deferral, the Asset event);
-* ``nexus-cutover run`` (:mod:`nexus_cutover.cli.steps`): every step in one
+* ``nexus-cutover run`` (:mod:`nexus_cutover.cli.cutover_steps`): every step in one
   process, waiting steps looked at again until they pass, the confirmation a
   prompt or a flag;
 * ``nexus-cutover plan`` (:mod:`.dry_run`): every :attr:`~nexus_cutover.transition.Step.planned`

@@ -26,7 +26,7 @@ def run_cli(dsn, *args, env_name="CONNECTOR_CUTOVER_DSN", timeout=120):
     if dsn is not None:
         env[env_name] = dsn
     return subprocess.run(
-        [sys.executable, "-m", "nexus_cutover.cli.cutover", *args],
+        [sys.executable, "-m", "nexus_cutover.cli.lifecycle_entrypoint", *args],
         env=env, capture_output=True, text=True, timeout=timeout,
     )
 
@@ -259,7 +259,7 @@ def test_eight_concurrent_processes_agree(mysql_url):
     engine = seeded(mysql_url)
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "nexus_cutover.cli.cutover", "-pack-install-id", "pk-7f3a", "-json"],
+            [sys.executable, "-m", "nexus_cutover.cli.lifecycle_entrypoint", "-pack-install-id", "pk-7f3a", "-json"],
             env={**os.environ, "CONNECTOR_CUTOVER_DSN": mysql_url}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         for _ in range(8)
