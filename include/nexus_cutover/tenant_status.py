@@ -155,7 +155,7 @@ def _field_history(engine: Engine, ns: str) -> dict[str, Any]:
     if not has_column(engine, catalog.FIELD_HISTORY_ELIGIBLE):
         return {"stage": 0, "stage_text": "stage 0: FieldHistoryEligible column absent"}
     status = read_status(engine, ns)
-    d = status.as_dict()
+    d = status.as_json()
     stage, text = field_history_stage(d, switches_final=status.settings.final)
     decided = d["rows_by_value"]["true"] + d["rows_by_value"]["false"]
     return {"stage": stage, "stage_text": text, "rows_text": status.rows.text(), "read_mode": d["read_mode"],
