@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from nexus_cutover import catalog  # noqa: E402
-from nexus_cutover.cli import steps as cli  # noqa: E402
+from nexus_cutover.cli import cutover_steps as cli  # noqa: E402
 from nexus_cutover.db import make_engine  # noqa: E402
 from nexus_cutover.schema import create_legacy_schema  # noqa: E402
 from nexus_sim.old_runtime import OldRuntimeSimulator  # noqa: E402

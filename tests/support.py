@@ -92,7 +92,7 @@ def fence_pack_namespace(engine: Engine, pack_install_id: str, armed_by: str = "
 
     Does nothing for an unknown pack (the checkpoint's own error is what such a test checks).
     """
-    from nexus_cutover.projection.fence import arm_fence
+    from nexus_cutover.projection.cutover_fence import arm_fence
 
     with engine.connect() as conn:
         namespace = conn.execute(

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from nexus_cutover.cli import cutover, field_history, steps
+from nexus_cutover.cli import cutover_steps, field_history, lifecycle_entrypoint
 from nexus_cutover.cli.common import duration_arg, duration_or_zero_arg, utc_time_arg
 from nexus_cutover.db import make_engine
 from nexus_sim.scenario import TenantScenario, drained_pack_history
@@ -29,13 +29,14 @@ NOT_A_TIME = "not-a-date"
 
 #: What each subcommand needs besides the flag under test.
 REQUIRED = {
-    ("steps", "plan"): ["-namespace", NS], ("steps", "apply-schema"): [], ("steps", "arm-fence"): ["-namespace", NS],
-    ("steps", "drain"): ["-namespace", NS], ("steps", "writers"): ["-namespace", NS],
-    ("steps", "checkpoint"): ["-pack-install-id", "pk-a"], ("steps", "activate-pack"): ["-pack-install-id", "pk-a"],
-    ("steps", "digest"): ["-namespace", NS], ("steps", "readiness"): ["-namespace", NS],
-    ("steps", "release-fence"): ["-namespace", NS], ("steps", "verify"): ["-namespace", NS],
-    ("steps", "status"): ["-namespace", NS], ("steps", "run"): ["-namespace", NS, "--confirm-writers-stopped"],
-    ("cutover", ""): ["-pack-install-id", "pk-a"],
+    ("cutover_steps", "plan"): ["-namespace", NS], ("cutover_steps", "apply-schema"): [],
+    ("cutover_steps", "arm-fence"): ["-namespace", NS], ("cutover_steps", "drain"): ["-namespace", NS],
+    ("cutover_steps", "writers"): ["-namespace", NS],
+    ("cutover_steps", "checkpoint"): ["-pack-install-id", "pk-a"], ("cutover_steps", "activate-pack"): ["-pack-install-id", "pk-a"],
+    ("cutover_steps", "digest"): ["-namespace", NS], ("cutover_steps", "readiness"): ["-namespace", NS],
+    ("cutover_steps", "release-fence"): ["-namespace", NS], ("cutover_steps", "verify"): ["-namespace", NS],
+    ("cutover_steps", "status"): ["-namespace", NS], ("cutover_steps", "run"): ["-namespace", NS, "--confirm-writers-stopped"],
+    ("lifecycle_entrypoint", ""): ["-pack-install-id", "pk-a"],
     ("field_history", "materialize"): [], ("field_history", "stage2"): ["-producer-release", "4.13.0"],
     ("field_history", "stage3"): ["-producer-release", "4.13.0"],
 }
@@ -48,8 +49,8 @@ STEPS_FLAGS = {
     "verify": ["-since"],
 }
 FLAGS = [
-    *(("steps", sub, f) for sub in steps.COMMANDS for f in ["-timeout", "-stale-heartbeat", *STEPS_FLAGS.get(sub, [])]),
-    ("cutover", "", "-timeout"),
+    *(("cutover_steps", sub, f) for sub in cutover_steps.COMMANDS for f in ["-timeout", "-stale-heartbeat", *STEPS_FLAGS.get(sub, [])]),
+    ("lifecycle_entrypoint", "", "-timeout"),
     *(("field_history", sub, "-timeout") for sub in ("materialize", "stage2", "stage3")),
 ]
 
@@ -66,8 +67,8 @@ def _typed_flags(module: str, parser: argparse.ArgumentParser, sub: str = "") ->
 
 
 def test_every_duration_and_time_flag_is_listed_here():
-    parsed = [f for module, m in (("steps", steps), ("cutover", cutover), ("field_history", field_history))
-              for f in _typed_flags(module, m.build_parser())]
+    modules = (("cutover_steps", cutover_steps), ("lifecycle_entrypoint", lifecycle_entrypoint), ("field_history", field_history))
+    parsed = [f for module, m in modules for f in _typed_flags(module, m.build_parser())]
     assert sorted(parsed) == sorted(FLAGS)
 
 
@@ -105,8 +106,8 @@ def test_a_value_the_flag_cannot_use_exits_2_naming_the_flag(tenant_dsn, module,
 TOO_LONG_TEXT = [  # longer than the catalog column the value is stored in (Namespace 64, ProcessId 128)
     ("host", ["--namespace", "n" * 65, "--drain-and-exit"], "namespace", 64),
     ("host", ["--namespace", NS, "--process-id", "p" * 129, "--drain-and-exit"], "process-id", 128),
-    ("steps", ["arm-fence", "-namespace", "n" * 65], "namespace", 64),
-    ("steps", ["drain", "-namespace", "n" * 65], "namespace", 64),
+    ("cutover_steps", ["arm-fence", "-namespace", "n" * 65], "namespace", 64),
+    ("cutover_steps", ["drain", "-namespace", "n" * 65], "namespace", 64),
     ("field_history", ["stage3", "-check", "-namespace", "n" * 65], "namespace", 64),
 ]
 
@@ -123,20 +124,20 @@ def test_text_longer_than_its_column_exits_2_naming_the_flag(tenant_dsn, module,
 @pytest.mark.parametrize("value", ["2026-12-04T03:30:00+02:00", "2026-12-04T01:30:00"])
 def test_since_is_read_as_utc(tenant_dsn, value):
     """An offset is converted to UTC, not dropped: both spellings check from 01:30 UTC."""
-    proc = run("steps", ["verify", "-namespace", NS, "-since", value, "-json"], tenant_dsn)
+    proc = run("cutover_steps", ["verify", "-namespace", NS, "-since", value, "-json"], tenant_dsn)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["since"] == "2026-12-04T01:30:00"
 
 
 def test_status_without_the_tenant_schema_exits_2_naming_what_is_missing(tenant_url):
     """An empty database (not a tenant, or the DSN names the wrong schema): exit 2 like every other command."""
-    proc = run("steps", ["status", "-namespace", NS], tenant_url)
+    proc = run("cutover_steps", ["status", "-namespace", NS], tenant_url)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "missing prerequisite schema" in proc.stderr and "_System_WorkItem" in proc.stderr
     assert "not a tenant database" in proc.stderr
-    as_json = run("steps", ["status", "-namespace", NS, "-json"], tenant_url)
+    as_json = run("cutover_steps", ["status", "-namespace", NS, "-json"], tenant_url)
     assert as_json.returncode == 2
     out = json.loads(as_json.stdout)
     assert out["exit_code"] == 2 and out["error_class"] == "MissingSchema" and "phase" not in out
     for other in (["plan", "-namespace", NS], ["drain", "-namespace", NS]):  # the other commands, for comparison
-        assert run("steps", other, tenant_url).returncode == 2
+        assert run("cutover_steps", other, tenant_url).returncode == 2

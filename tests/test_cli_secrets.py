@@ -37,11 +37,11 @@ DSNS = {
 
 #: (module, arguments, the DSN variable it reads, whether it prints the masked DSN in its start-up line)
 COMMANDS = {
-    "nexus-cutover status": ("steps", ["status", "-namespace", "acme"], "NEXUS_TENANT_DSN", True),
-    "nexus-cutover status -json": ("steps", ["status", "-namespace", "acme", "-json"], "NEXUS_TENANT_DSN", True),
-    "nexus-cutover plan -json": ("steps", ["plan", "-namespace", "acme", "-json", "-timeout", "5s"], "NEXUS_TENANT_DSN", True),
-    "connector-projection-cutover": ("cutover", ["-pack-install-id", "pk-1", "-timeout", "5s"], "CONNECTOR_CUTOVER_DSN", True),
-    "connector-projection-cutover -json": ("cutover", ["-pack-install-id", "pk-1", "-timeout", "5s", "-json"],
+    "nexus-cutover status": ("cutover_steps", ["status", "-namespace", "acme"], "NEXUS_TENANT_DSN", True),
+    "nexus-cutover status -json": ("cutover_steps", ["status", "-namespace", "acme", "-json"], "NEXUS_TENANT_DSN", True),
+    "nexus-cutover plan -json": ("cutover_steps", ["plan", "-namespace", "acme", "-json", "-timeout", "5s"], "NEXUS_TENANT_DSN", True),
+    "connector-projection-cutover": ("lifecycle_entrypoint", ["-pack-install-id", "pk-1", "-timeout", "5s"], "CONNECTOR_CUTOVER_DSN", True),
+    "connector-projection-cutover -json": ("lifecycle_entrypoint", ["-pack-install-id", "pk-1", "-timeout", "5s", "-json"],
                                            "CONNECTOR_CUTOVER_DSN", True),
     "field-history-eligibility status": ("field_history", ["status"], "NEXUS_TENANT_DSN", True),
     "field-history-eligibility status -json": ("field_history", ["status", "-json"], "NEXUS_TENANT_DSN", True),
@@ -118,7 +118,7 @@ def test_a_wrong_query_string_password_is_refused_without_echoing_it(mysql_url):
     the message names the user, never either password."""
     u = make_url(mysql_url)
     dsn = u.set(query={**u.query, "password": QUERY_PASSWORD}).render_as_string(hide_password=False)
-    proc = run("steps", ["status", "-namespace", "acme", "-json"], "NEXUS_TENANT_DSN", dsn)
+    proc = run("cutover_steps", ["status", "-namespace", "acme", "-json"], "NEXUS_TENANT_DSN", dsn)
     assert proc.returncode == 2 and "refused the credentials" in proc.stderr, proc.stderr
     assert_no_secret(proc)
     assert u.password not in proc.stdout + proc.stderr

@@ -19,7 +19,7 @@ from nexus_cutover import catalog, tx
 from nexus_cutover.db import make_engine
 from nexus_cutover.errors import CutoverError, MissingSchema, Unreachable
 from nexus_cutover.projection import steps
-from nexus_cutover.projection.fence import cutover_fence_in_force
+from nexus_cutover.projection.cutover_fence import cutover_fence_in_force
 from nexus_cutover.schema import create_legacy_schema
 
 
@@ -75,7 +75,7 @@ def test_a_callers_connection_is_read_in_its_own_transaction_and_left_open(tenan
 @pytest.mark.parametrize("command", [["status", "-namespace", "acme"], ["verify", "-namespace", "acme"]])
 def test_the_command_line_against_an_unreachable_database_exits_1_with_a_message(command):
     env = {**os.environ, "NEXUS_TENANT_DSN": "mysql+pymysql://u:s3cret@127.0.0.1:1/nowhere"}
-    proc = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.steps", *command, "-timeout", "2s"], env=env,
+    proc = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.cutover_steps", *command, "-timeout", "2s"], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "cannot reach the tenant database while" in proc.stderr

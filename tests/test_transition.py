@@ -2,7 +2,7 @@
 
 The DAGs' agreement with the declarations is tests/dags/test_cutover_dag_integrity.py (tasks, order, groups);
 ``nexus-cutover run`` and ``plan`` going through the declared steps in order on a real tenant is
-tests/projection/test_steps_cli.py. Here: every declared step has its runner in ``run``, ``plan`` and the Field
+tests/projection/test_cutover_steps_cli.py. Here: every declared step has its runner in ``run``, ``plan`` and the Field
 History stage commands (and nothing else has one), the declaration refuses what would make it ambiguous, and
 the one verdict function says what ``plan`` and the DAG's dry run say.
 """
@@ -13,8 +13,8 @@ import argparse
 
 import pytest
 
+from nexus_cutover.cli import cutover_steps as cli
 from nexus_cutover.cli import field_history as fh_cli
-from nexus_cutover.cli import steps as cli
 from nexus_cutover.field_history.transition import FIELD_HISTORY, steps_of_stage
 from nexus_cutover.projection.next_actions import NEXT_ACTION
 from nexus_cutover.projection.transition import CUTOVER

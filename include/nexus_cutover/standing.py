@@ -11,7 +11,7 @@ says so), not a tenant to cut over again.
 
 Who relies on it: :func:`read_standing` (the rollout's skip, ``plan``),
 :func:`nexus_cutover.tenant_status.phase` (the status view, ``nexus-cutover status``)
-and :func:`nexus_cutover.projection.fence.arm_fence`'s ``not_needed`` (a run that
+and :func:`nexus_cutover.projection.cutover_fence.arm_fence`'s ``not_needed`` (a run that
 finds the tenant cut over arms nothing; one that finds old work above a cutoff stops).
 Read only.
 """
@@ -56,9 +56,9 @@ def read_standing(bind: Engine | Connection, namespace: str) -> Standing:
     """The tenant's :class:`Standing` (read only, through the read path: driver errors leave as contract errors)."""
     from . import schema, tx
     from .above_cutoff import namespace_above_cutoff
+    from .admission_fences import cutover_fences, fences_in_force
     from .catalog import ConnectorProjectionProtocol
     from .clock import utcnow
-    from .fencing import cutover_fences, fences_in_force
     from .protocol_row import active_protocol_rows
     from .runtime.activation import active_packs
 

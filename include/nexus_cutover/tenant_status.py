@@ -19,10 +19,10 @@ from typing import Any
 from sqlalchemy import Engine, func, select
 
 from . import catalog, tx
+from .admission_fences import cutover_fences, fences_in_force
 from .clock import utc_text, utcnow
 from .db import make_engine, translate_errors
 from .errors import CutoverError
-from .fencing import cutover_fences, fences_in_force
 from .liveness import DEFAULT_STALE_HEARTBEAT_S
 
 STALE_HEARTBEAT = dt.timedelta(seconds=DEFAULT_STALE_HEARTBEAT_S)
@@ -48,7 +48,7 @@ def _reachable(engine: Engine) -> None:
 def _fence(engine: Engine, ns: str) -> dict[str, Any]:
     """The fence section; ``holder`` is who holds the cutover fence in force, ``last_holder`` who released the
     last one (the run a person wants to read about: the one that holds the tenant or last changed it)."""
-    from .projection.fence import admission_pause_s, last_released_cutover_fence
+    from .projection.cutover_fence import admission_pause_s, last_released_cutover_fence
 
     with tx.reading(engine, "reading the admission fences") as conn:
         fences = fences_in_force(conn, ns, utcnow())
@@ -155,7 +155,7 @@ def _field_history(engine: Engine, ns: str) -> dict[str, Any]:
     if not has_column(engine, catalog.FIELD_HISTORY_ELIGIBLE):
         return {"stage": 0, "stage_text": "stage 0: FieldHistoryEligible column absent"}
     status = read_status(engine, ns)
-    d = status.as_dict()
+    d = status.as_json()
     stage, text = field_history_stage(d, switches_final=status.settings.final)
     decided = d["rows_by_value"]["true"] + d["rows_by_value"]["false"]
     return {"stage": stage, "stage_text": text, "rows_text": status.rows.text(), "read_mode": d["read_mode"],

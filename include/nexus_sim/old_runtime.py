@@ -8,7 +8,7 @@ What it does, each :meth:`OldRuntimeSimulator.step`:
 * **ingress_writer**: admits old-style inputs - unmaterialized ``_System_IngressReceipt``
   rows of active packs and, if configured, synthetic inputs - but only for
   sources no admission fence in force covers (overrides let their scopes
-  through; see :mod:`nexus_cutover.runtime.fences`). Admission holds the pack lock, allocates
+  through; see :mod:`nexus_cutover.runtime.fenced_sources`). Admission holds the pack lock, allocates
   ordinals from ``_System_EnqueueOrdinal``, inserts the Event and coalesces by
   identity the old way: the latest old WorkItem of the identity, if still
   pending and attempt zero, moves its ``SelectedEventId``/``LaneOrdinal`` to the
@@ -49,7 +49,7 @@ from nexus_cutover.db import DSN_ENV_TENANT, Deadline, dsn_from_env, make_engine
 from nexus_cutover.errors import CutoverError
 from nexus_cutover.identity import ProjectionIdentity, matches
 from nexus_cutover.runtime.activation import active_packs
-from nexus_cutover.runtime.fences import FenceView, fences_in_force
+from nexus_cutover.runtime.fenced_sources import FenceView, fences_in_force
 from nexus_cutover.runtime.model import Input, Routing
 from nexus_cutover.runtime.registry import default_process_id, heartbeat, mark_stopped, register
 from nexus_cutover.runtime.tx import allocate_ordinals, run_in_pack_transaction

@@ -58,7 +58,7 @@ from nexus_cutover.catalog import Event, IngressReceipt, WorkItem
 from nexus_cutover.clock import utcnow
 from nexus_cutover.db import is_duplicate_key
 from nexus_cutover.errors import CutoverError
-from nexus_cutover.projection.fence import cutover_fence_in_force
+from nexus_cutover.projection.cutover_fence import cutover_fence_in_force
 from nexus_cutover.protocol_row import read_protocol_row
 from nexus_cutover.runtime.tx import allocate_event_and_work_ids, allocate_ordinals, run_in_pack_transaction
 from nexus_cutover.schema import has_table

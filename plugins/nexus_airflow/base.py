@@ -161,7 +161,7 @@ DAG_TAKE_OVER = ("if {holder} is finished (a command that ended or was killed, a
 
 
 def holder_state(context, log):
-    """``holder -> active | finished | unknown`` (:mod:`nexus_cutover.projection.fence`'s holder states).
+    """``holder -> active | finished | unknown`` (:mod:`nexus_cutover.projection.cutover_fence`'s holder states).
 
     An Airflow run of this Airflow is ``finished`` in a final state, ``active``
     while queued or running (deferred and waiting for a person included). A run

@@ -77,7 +77,7 @@ def packs(ti) -> list[str]:
 
 
 def fence(ti):
-    """``arm_fence``: its :class:`~nexus_cutover.projection.fence.FenceResult`, or None before it ran."""
+    """``arm_fence``: its :class:`~nexus_cutover.projection.cutover_fence.FenceResult`, or None before it ran."""
     from nexus_cutover.projection.steps import FenceResult
 
     raw = pulled(ti, "arm_fence")

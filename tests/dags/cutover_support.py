@@ -185,7 +185,7 @@ class Deployer:
 @contextlib.contextmanager
 def old_runtime(engine: Engine, *, stop_when_drained_and_fenced: bool = True, **config):
     """The old-protocol runtime in a thread; stopped (StoppedAt set) once the fence is armed and its work drained."""
-    from nexus_cutover.projection.fence import cutover_fence_in_force
+    from nexus_cutover.projection.cutover_fence import cutover_fence_in_force
     from nexus_sim.old_runtime import OldRuntimeSimulator
 
     sim = OldRuntimeSimulator(engine, NS, process_id="old-rt", **config)

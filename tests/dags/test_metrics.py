@@ -20,7 +20,7 @@ import time
 from sqlalchemy import select
 
 from nexus_cutover import catalog
-from nexus_cutover.projection.fence import cutover_fence_in_force
+from nexus_cutover.projection.cutover_fence import cutover_fence_in_force
 from nexus_sim.old_runtime import OldRuntimeSimulator, SimulatorConfig, StepReport
 from nexus_sim.scenario import utcnow
 from tests.dags.airflow_harness import HitlAnswerer, collect, next_logical_date

@@ -11,8 +11,8 @@ from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
 from nexus_cutover.field_history import gates
 from nexus_cutover.projection.checkpoint import run_checkpoint
+from nexus_cutover.projection.cutover_fence import arm_fence
 from nexus_cutover.projection.drain import drain_report
-from nexus_cutover.projection.fence import arm_fence
 from nexus_cutover.schema import apply_steps, projection_steps
 from nexus_sim.checks import live_ordinary_work
 from nexus_sim.old_runtime import OldRuntimeSimulator

@@ -162,7 +162,7 @@ def test_stage_3_refuses_a_failed_outbox_row_of_an_upgraded_producer_naming_it_a
     assert settings_rows(engine) == {}  # refused at its first step: reservation still on, reads compat
     check = gates.stage_3_check(engine, producer_release=CUTOVER)
     assert (check.would, check.exit_code) == ("refuse", 3) and check.summary.endswith(report.summary)
-    assert check.as_dict()["failed_outbox_examples"] == [50] and check.report.findings == report.findings
+    assert check.as_json()["failed_outbox_examples"] == [50] and check.report.findings == report.findings
 
     set_outbox_status(engine, 50, "pending")  # redelivered, as a reviewed decision
     assert outbox_worker.run_once(engine).delivered == [50]

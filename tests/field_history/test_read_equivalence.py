@@ -118,7 +118,7 @@ def test_a_clean_run_proves_every_batch_and_digests_exactly_its_decisions(fh_eng
     assert {cid: v[2] for cid, v in audit_table(fh_engine).items() if cid in DECIDED} == DECIDED
     assert (result.rows, result.batches, result.set_true, result.set_false) == (9, 3, 4, 5)
     assert result.decided_rows == 9 and result.decided_digest == digest_of(DECIDED)
-    assert result.as_dict()["decided_digest"] == digest_of(DECIDED)
+    assert result.as_json()["decided_digest"] == digest_of(DECIDED)
     again = materialize(fh_engine, batch_size=3)
     assert (again.decided_rows, again.decided_digest) == (0, digest_of({}))
 

@@ -29,8 +29,8 @@ from nexus_cutover.db import make_engine
 from nexus_cutover.errors import CutoverError
 from nexus_cutover.field_history import gates
 from nexus_cutover.projection.checkpoint import run_checkpoint
+from nexus_cutover.projection.cutover_fence import arm_fence, release_fence
 from nexus_cutover.projection.drain import drain_report
-from nexus_cutover.projection.fence import arm_fence, release_fence
 from nexus_cutover.projection.writers import old_writer_evidence, readiness
 from nexus_cutover.schema import apply_steps, create_legacy_schema, projection_steps, require_v2_prerequisite
 from nexus_sim.scenario import TenantScenario, drained_pack_history
@@ -106,7 +106,7 @@ def test_runbook_grants_run_every_step(limited):
             assert result.outcome == "written", result.as_json()
         # ... and the lifecycle entrypoint CLI, as the same user
         cli = subprocess.run(
-            [sys.executable, "-m", "nexus_cutover.cli.cutover", "-pack-install-id", "pk-one", "-timeout", "30s", "-json"],
+            [sys.executable, "-m", "nexus_cutover.cli.lifecycle_entrypoint", "-pack-install-id", "pk-one", "-timeout", "30s", "-json"],
             env={**os.environ, "CONNECTOR_CUTOVER_DSN": url}, capture_output=True, text=True, timeout=120)
         assert cli.returncode == 0, cli.stderr
         assert json.loads(cli.stdout)["outcome"] == "already_written"

@@ -25,7 +25,7 @@ from sqlalchemy import insert, select, update
 
 from nexus_cutover import catalog
 from nexus_cutover.db import is_sqlite, make_engine
-from nexus_cutover.projection import audit, fence, steps
+from nexus_cutover.projection import audit, cutover_fence, steps
 from nexus_cutover.projection.checkpoint import REFUSED, WRITTEN, run_checkpoint
 from nexus_cutover.projection.greenfield import activate_pack
 from nexus_sim.scenario import TenantScenario, utcnow
@@ -108,7 +108,7 @@ def ready_tenant(engine) -> int:
     sc.process(catalog.ROLE_INTEGRATION_HOST, protocol=catalog.PROTOCOL_RANGES, process_id="host-1", activated=True)
     sc.process(catalog.ROLE_INGRESS_WRITER, process_id="old-writer", stopped=True)
     sc.write(engine)
-    return fence.arm_fence(engine, NS, armed_by="eng", timeout_s=30).fence_id
+    return cutover_fence.arm_fence(engine, NS, armed_by="eng", timeout_s=30).fence_id
 
 
 RELEASE_CONFLICTS = {
@@ -136,12 +136,12 @@ def test_the_fence_release_never_releases_after_a_conflicting_commit(engine, con
     try:
         result = steps.release_fence(engine, NS, fence_id, holder="eng", stale_heartbeat=STALE, timeout_s=30,
                                      between_check_and_act=seam)
-    except (steps.NotReady, fence.FenceChanged) as refused:
+    except (steps.NotReady, cutover_fence.FenceChanged) as refused:
         result = refused
     row = fence_of(engine, fence_id)
     assert seam.outcome == expected_outcome(engine, conflict)
     if seam.outcome == COMMITTED:
-        assert not isinstance(result, fence.FenceResult), f"released after {conflict!r} committed between check and act"
+        assert not isinstance(result, cutover_fence.FenceResult), f"released after {conflict!r} committed between check and act"
         assert row["ReleasedBy"] != "eng"
     else:  # the fence row (or SQLite's write lock) was held: the change could not land in between
         assert (result.outcome, row["ReleasedBy"]) == ("released", "eng"), (conflict, result)
@@ -177,17 +177,17 @@ ADOPT_CONFLICTS = {
 @pytest.mark.parametrize("conflict", list(ADOPT_CONFLICTS))
 def test_an_adoption_never_happens_after_a_conflicting_commit(engine, conflict):
     TenantScenario(namespace=NS).pack(PACK)
-    first = fence.arm_fence(engine, NS, armed_by="run-1", timeout_s=30)
+    first = cutover_fence.arm_fence(engine, NS, armed_by="run-1", timeout_s=30)
     seam = Conflict(url_of(engine), ADOPT_CONFLICTS[conflict])
     try:
-        result = fence.arm_fence(engine, NS, armed_by="run-2", timeout_s=30, holder_state=lambda h: fence.HOLDER_FINISHED,
-                                 between_check_and_act=seam)
-    except (fence.FenceChanged, fence.SeveralCutoverFences) as refused:
+        result = cutover_fence.arm_fence(engine, NS, armed_by="run-2", timeout_s=30, holder_state=lambda h: cutover_fence.HOLDER_FINISHED,
+                                         between_check_and_act=seam)
+    except (cutover_fence.FenceChanged, cutover_fence.SeveralCutoverFences) as refused:
         result = refused
     row = fence_of(engine, first.fence_id)
     assert seam.outcome == expected_outcome(engine, conflict)
     if seam.outcome == COMMITTED:
-        assert not isinstance(result, fence.FenceResult), f"adopted after {conflict!r} committed between check and act"
+        assert not isinstance(result, cutover_fence.FenceResult), f"adopted after {conflict!r} committed between check and act"
         assert row["ArmedBy"] != "run-2"
     else:
         assert (result.outcome, row["ArmedBy"], row["ReleasedAt"]) == ("adopted", "run-2", None), (conflict, result)
@@ -202,7 +202,7 @@ def greenfield(engine, *, fenced: bool = False, old_writer: str = "old-writer") 
     sc.process(catalog.ROLE_INGRESS_WRITER, process_id=old_writer, stopped=True)
     sc.write(engine)
     if fenced:
-        fence.arm_fence(engine, NS, armed_by="eng", timeout_s=30)
+        cutover_fence.arm_fence(engine, NS, armed_by="eng", timeout_s=30)
 
 
 ACTIVATION_CONFLICTS = {
@@ -258,7 +258,7 @@ def fenced_history(engine) -> int:
     sc = TenantScenario(namespace=NS)
     sc.pack(PACK).lane("a").generation(2)
     sc.write(engine)
-    return fence.arm_fence(engine, NS, armed_by="eng", timeout_s=30).fence_id
+    return cutover_fence.arm_fence(engine, NS, armed_by="eng", timeout_s=30).fence_id
 
 
 CHECKPOINT_CONFLICTS = {

@@ -11,10 +11,10 @@ import sys
 from sqlalchemy import func, select
 
 from nexus_cutover import catalog
-from nexus_cutover.cli import steps as cli
+from nexus_cutover.cli import cutover_steps as cli
 from nexus_cutover.projection import dry_run
 from tests.declared_copy import ADDED, with_added_step
-from tests.projection.test_steps_cli import FAST, NS, tenant  # noqa: F401 - the fixture
+from tests.projection.test_cutover_steps_cli import FAST, NS, tenant  # noqa: F401 - the fixture
 
 COPY = with_added_step()
 

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from nexus_cutover import catalog
-from nexus_cutover.projection import fence
+from nexus_cutover.projection import cutover_fence
 from nexus_cutover.projection.checkpoint import ALREADY_WRITTEN, REFUSED, WRITTEN, run_checkpoint
 from nexus_sim.scenario import TenantScenario
 from tests.support import history_checksum, table_checksum
@@ -109,13 +109,13 @@ def test_existing_row_is_returned_unchanged_whatever_the_fence(engine):
 def test_a_fence_released_before_the_checkpoint_is_seen_under_the_locks(engine):
     sc = _tenant(engine)
     sc.write(engine)
-    armed = fence.arm_fence(engine, "acme", armed_by="run-1", timeout_s=10)
+    armed = cutover_fence.arm_fence(engine, "acme", armed_by="run-1", timeout_s=10)
     assert _checkpoint(engine).outcome == WRITTEN
     # a second pack, checkpointed after the fence was released, is refused
     sc2 = TenantScenario(namespace="acme", event_id_start=1000, work_id_start=1000)
     sc2.pack("pk-2").lane("b").generation(2)
     sc2.write(engine)
-    fence.release_fence(engine, "acme", armed.fence_id, released_by="run-1", timeout_s=10)
+    cutover_fence.release_fence(engine, "acme", armed.fence_id, released_by="run-1", timeout_s=10)
     result = run_checkpoint(engine, "pk-2", timeout_s=30, written_by="test")
     assert result.outcome == REFUSED and list(_findings(result)) == ["fence_not_in_force"]
 
@@ -131,7 +131,7 @@ def test_cli_refusal_names_the_fence_finding_and_exits_3(tenant_url):
     finally:
         engine.dispose()
     proc = subprocess.run(
-        [sys.executable, "-m", "nexus_cutover.cli.cutover", "-pack-install-id", "pk-1", "-timeout", "30s", "-json"],
+        [sys.executable, "-m", "nexus_cutover.cli.lifecycle_entrypoint", "-pack-install-id", "pk-1", "-timeout", "30s", "-json"],
         env={**os.environ, "CONNECTOR_CUTOVER_DSN": tenant_url}, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 3, proc.stderr
@@ -150,29 +150,30 @@ def _fence_rows(engine):
 
 
 def test_a_fence_held_by_an_unfinished_holder_stops_another_and_writes_nothing(engine):
-    first = fence.arm_fence(engine, "acme", armed_by="run-1", timeout_s=10)
+    first = cutover_fence.arm_fence(engine, "acme", armed_by="run-1", timeout_s=10)
     before = _fence_rows(engine)
-    with pytest.raises(fence.FenceHeld) as err:
-        fence.arm_fence(engine, "acme", armed_by="run-2", timeout_s=10,
-                        holder_state=lambda holder: fence.HOLDER_ACTIVE if holder == "run-1" else fence.HOLDER_FINISHED)
+    with pytest.raises(cutover_fence.FenceHeld) as err:
+        cutover_fence.arm_fence(
+            engine, "acme", armed_by="run-2", timeout_s=10,
+            holder_state=lambda holder: cutover_fence.HOLDER_ACTIVE if holder == "run-1" else cutover_fence.HOLDER_FINISHED)
     assert err.value.holder == "run-1" and "'run-1'" in str(err.value) and "Nothing was written" in str(err.value)
     assert err.value.exit_code == 3
     assert _fence_rows(engine) == before
-    assert fence.arm_fence(engine, "acme", armed_by="run-1", timeout_s=10).outcome == "reused"
+    assert cutover_fence.arm_fence(engine, "acme", armed_by="run-1", timeout_s=10).outcome == "reused"
     assert first.fence_id == before[0]["FenceId"]
 
 
 def test_a_finished_holders_fence_is_adopted_and_then_only_the_adopter_releases_it(engine):
-    first = fence.arm_fence(engine, "acme", armed_by="run-1", timeout_s=10)
-    dry = fence.arm_fence(engine, "acme", armed_by="run-2", timeout_s=10, dry_run=True,
-                          holder_state=lambda h: fence.HOLDER_FINISHED)
+    first = cutover_fence.arm_fence(engine, "acme", armed_by="run-1", timeout_s=10)
+    dry = cutover_fence.arm_fence(engine, "acme", armed_by="run-2", timeout_s=10, dry_run=True,
+                                  holder_state=lambda h: cutover_fence.HOLDER_FINISHED)
     assert (dry.outcome, dry.previous_holder) == ("would_adopt", "run-1")
-    adopted = fence.arm_fence(engine, "acme", armed_by="run-2", timeout_s=10, holder_state=lambda h: fence.HOLDER_FINISHED)
+    adopted = cutover_fence.arm_fence(engine, "acme", armed_by="run-2", timeout_s=10, holder_state=lambda h: cutover_fence.HOLDER_FINISHED)
     assert (adopted.outcome, adopted.fence_id, adopted.previous_holder) == ("adopted", first.fence_id, "run-1")
     rows = _fence_rows(engine)
     assert len(rows) == 1 and rows[0]["ArmedBy"] == "run-2"
-    with pytest.raises(fence.FenceHeld):
-        fence.release_fence(engine, "acme", first.fence_id, released_by="run-1", timeout_s=10)
+    with pytest.raises(cutover_fence.FenceHeld):
+        cutover_fence.release_fence(engine, "acme", first.fence_id, released_by="run-1", timeout_s=10)
     assert _fence_rows(engine)[0]["ReleasedAt"] is None
-    assert fence.release_fence(engine, "acme", first.fence_id, released_by="run-2", timeout_s=10).outcome == "released"
+    assert cutover_fence.release_fence(engine, "acme", first.fence_id, released_by="run-2", timeout_s=10).outcome == "released"
     assert _fence_rows(engine)[0]["ReleasedBy"] == "run-2"

@@ -23,7 +23,7 @@ from nexus_cutover import catalog, tx
 from nexus_cutover.db import Deadline
 from nexus_cutover.holders import HOLDER_WIDTH, is_digested, same_holder, stored_holder
 from nexus_cutover.locks import lifecycle_lock_names
-from nexus_cutover.projection import fence
+from nexus_cutover.projection import cutover_fence
 from nexus_sim.scenario import TenantScenario
 from tests.support import make_cutover_ready, prepared_engine
 
@@ -76,59 +76,59 @@ def test_the_dags_holder_state_does_not_ask_airflow_about_a_holder_it_cannot_rea
 
     judge = holder_state({"ti": None}, logging.getLogger("test"))  # a call into Airflow would fail on ti None
     digested = stored_holder(holder_of_run("connector_projection_cutover", "rollout__" + "r" * 200 + "__t"))
-    assert judge(digested) == fence.HOLDER_UNKNOWN
-    assert judge("cli:someone@host:pid1") == fence.HOLDER_UNKNOWN
+    assert judge(digested) == cutover_fence.HOLDER_UNKNOWN
+    assert judge("cli:someone@host:pid1") == cutover_fence.HOLDER_UNKNOWN
 
 
 # -- arming and releasing ---------------------------------------------------------------------------------------
 
 def test_a_second_long_holder_equal_in_its_first_128_characters_is_refused_not_reused(engine):
     _tenant(engine)
-    armed = fence.arm_fence(engine, NS, armed_by=LONG_A, timeout_s=10, packs=[PACK])
+    armed = cutover_fence.arm_fence(engine, NS, armed_by=LONG_A, timeout_s=10, packs=[PACK])
     assert armed.outcome == "armed" and armed.holder == stored_holder(LONG_A)
-    with pytest.raises(fence.FenceHeld) as held:
-        fence.arm_fence(engine, NS, armed_by=LONG_B, timeout_s=10, packs=[PACK],
-                        holder_state=lambda h: fence.HOLDER_ACTIVE)
+    with pytest.raises(cutover_fence.FenceHeld) as held:
+        cutover_fence.arm_fence(engine, NS, armed_by=LONG_B, timeout_s=10, packs=[PACK],
+                                holder_state=lambda h: cutover_fence.HOLDER_ACTIVE)
     assert held.value.holder == stored_holder(LONG_A)
-    with pytest.raises(fence.FenceHeld):  # unknown (a CLI holder): not adopted silently either
-        fence.held_by_another(engine, NS, holder=LONG_B)
-    assert fence.arm_fence(engine, NS, armed_by=LONG_A, timeout_s=10, packs=[PACK]).outcome == "reused"
-    with pytest.raises(fence.FenceHeld):
-        fence.release_fence(engine, NS, armed.fence_id, released_by=LONG_B, timeout_s=10)
+    with pytest.raises(cutover_fence.FenceHeld):  # unknown (a CLI holder): not adopted silently either
+        cutover_fence.held_by_another(engine, NS, holder=LONG_B)
+    assert cutover_fence.arm_fence(engine, NS, armed_by=LONG_A, timeout_s=10, packs=[PACK]).outcome == "reused"
+    with pytest.raises(cutover_fence.FenceHeld):
+        cutover_fence.release_fence(engine, NS, armed.fence_id, released_by=LONG_B, timeout_s=10)
     assert _fences(engine) == [(stored_holder(LONG_A), None, False)]
-    released = fence.release_fence(engine, NS, armed.fence_id, released_by=LONG_A, timeout_s=10)
+    released = cutover_fence.release_fence(engine, NS, armed.fence_id, released_by=LONG_A, timeout_s=10)
     assert released.outcome == "released"
-    with pytest.raises(fence.ReleasedByAnother):
-        fence.release_fence(engine, NS, armed.fence_id, released_by=LONG_B, timeout_s=10)
+    with pytest.raises(cutover_fence.ReleasedByAnother):
+        cutover_fence.release_fence(engine, NS, armed.fence_id, released_by=LONG_B, timeout_s=10)
     assert _fences(engine) == [(stored_holder(LONG_A), stored_holder(LONG_A), True)]
 
 
 def test_a_long_holder_is_adopted_when_named_by_its_whole_name_or_its_stored_spelling(engine):
     _tenant(engine)
-    fence.arm_fence(engine, NS, armed_by=LONG_A, timeout_s=10, packs=[PACK])
-    with pytest.raises(fence.FenceHeld):  # another long name with the same first 128 characters is not it
-        fence.arm_fence(engine, NS, armed_by="run-2", timeout_s=10, packs=[PACK], adopt=LONG_B)
-    adopted = fence.arm_fence(engine, NS, armed_by="run-2", timeout_s=10, packs=[PACK],
-                              adopt=stored_holder(LONG_A))
+    cutover_fence.arm_fence(engine, NS, armed_by=LONG_A, timeout_s=10, packs=[PACK])
+    with pytest.raises(cutover_fence.FenceHeld):  # another long name with the same first 128 characters is not it
+        cutover_fence.arm_fence(engine, NS, armed_by="run-2", timeout_s=10, packs=[PACK], adopt=LONG_B)
+    adopted = cutover_fence.arm_fence(engine, NS, armed_by="run-2", timeout_s=10, packs=[PACK],
+                                      adopt=stored_holder(LONG_A))
     assert adopted.outcome == "adopted" and adopted.previous_holder == stored_holder(LONG_A)
-    again = fence.arm_fence(engine, NS, armed_by=LONG_B, timeout_s=10, packs=[PACK], adopt="run-2")
+    again = cutover_fence.arm_fence(engine, NS, armed_by=LONG_B, timeout_s=10, packs=[PACK], adopt="run-2")
     assert again.outcome == "adopted" and _fences(engine) == [(stored_holder(LONG_B), None, False)]
 
 
 def test_holders_that_differ_only_in_case_or_trailing_spaces_are_two_holders(collated_tenant_url):
     with prepared_engine(collated_tenant_url, make_cutover_ready) as engine:
         _tenant(engine)
-        fence.arm_fence(engine, NS, armed_by="Run-A", timeout_s=10, packs=[PACK])
+        cutover_fence.arm_fence(engine, NS, armed_by="Run-A", timeout_s=10, packs=[PACK])
         for other in ("run-a", "Run-A "):
-            with pytest.raises(fence.FenceHeld):
-                fence.arm_fence(engine, NS, armed_by=other, timeout_s=10, packs=[PACK],
-                                holder_state=lambda h: fence.HOLDER_ACTIVE)
+            with pytest.raises(cutover_fence.FenceHeld):
+                cutover_fence.arm_fence(engine, NS, armed_by=other, timeout_s=10, packs=[PACK],
+                                        holder_state=lambda h: cutover_fence.HOLDER_ACTIVE)
         assert _fences(engine) == [("Run-A", None, False)]
 
 
 def _cli(engine, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "NEXUS_TENANT_DSN": engine.url.render_as_string(hide_password=False)}
-    return subprocess.run([sys.executable, "-m", "nexus_cutover.cli.steps", *args], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "nexus_cutover.cli.cutover_steps", *args], env=env, capture_output=True,
                           text=True, timeout=120)
 
 
@@ -158,7 +158,7 @@ class HeldLook:
         self.asked.append(holder)
         self.entered.set()
         assert self.release.wait(60), "the test never released the look"
-        return fence.HOLDER_FINISHED if holder == "run-1" else fence.HOLDER_ACTIVE
+        return cutover_fence.HOLDER_FINISHED if holder == "run-1" else cutover_fence.HOLDER_ACTIVE
 
 
 def _arm_in_thread(engine, look, **kw):
@@ -166,8 +166,8 @@ def _arm_in_thread(engine, look, **kw):
 
     def arm():
         try:
-            outcome["result"] = fence.arm_fence(engine, NS, armed_by="run-2", timeout_s=30, packs=[PACK],
-                                                holder_state=look, **kw)
+            outcome["result"] = cutover_fence.arm_fence(engine, NS, armed_by="run-2", timeout_s=30, packs=[PACK],
+                                                        holder_state=look, **kw)
         except Exception as exc:  # noqa: BLE001 - the test reads it
             outcome["error"] = exc
 
@@ -179,7 +179,7 @@ def _arm_in_thread(engine, look, **kw):
 
 def test_while_the_holder_is_looked_at_no_tenant_lock_is_held(engine):
     _tenant(engine)
-    first = fence.arm_fence(engine, NS, armed_by="run-1", timeout_s=10, packs=[PACK])
+    first = cutover_fence.arm_fence(engine, NS, armed_by="run-1", timeout_s=10, packs=[PACK])
     look = HeldLook()
     thread, outcome = _arm_in_thread(engine, look)
     try:
@@ -198,17 +198,17 @@ def test_a_fence_taken_between_the_look_and_the_lock_is_looked_at_again_and_its_
     """run-1 finished, says the look; while it is out, run-3 adopts the fence. Under the lock the fence is not the one
     looked at: nothing is written, the decision looks again and stops naming run-3, which holds the tenant now."""
     _tenant(engine)
-    first = fence.arm_fence(engine, NS, armed_by="run-1", timeout_s=10, packs=[PACK])
+    first = cutover_fence.arm_fence(engine, NS, armed_by="run-1", timeout_s=10, packs=[PACK])
     look = HeldLook()
     thread, outcome = _arm_in_thread(engine, look)
     try:
-        taken = fence.arm_fence(engine, NS, armed_by="run-3", timeout_s=10, packs=[PACK],
-                                holder_state=lambda h: fence.HOLDER_FINISHED)
+        taken = cutover_fence.arm_fence(engine, NS, armed_by="run-3", timeout_s=10, packs=[PACK],
+                                        holder_state=lambda h: cutover_fence.HOLDER_FINISHED)
         assert taken.outcome == "adopted"
     finally:
         look.release.set()
         thread.join(60)
-    assert isinstance(outcome.get("error"), fence.FenceHeld), outcome
+    assert isinstance(outcome.get("error"), cutover_fence.FenceHeld), outcome
     assert outcome["error"].holder == "run-3" and look.asked == ["run-1", "run-3"]
     assert _fences(engine) == [("run-3", None, False)] and taken.fence_id == first.fence_id
 
@@ -217,29 +217,29 @@ def test_a_fence_that_keeps_moving_under_every_look_is_refused_and_nothing_is_wr
     """Each look at the holder lets another session adopt the fence under a new name (no lock is held during the
     look): after every look the lock finds another holder; after LOOKS looks the decision refuses (FenceChanged)."""
     _tenant(engine)
-    fence.arm_fence(engine, NS, armed_by="run-1", timeout_s=10, packs=[PACK])
+    cutover_fence.arm_fence(engine, NS, armed_by="run-1", timeout_s=10, packs=[PACK])
     names = iter(f"hand-{n}" for n in range(10))
 
     def finished_but_moved_meanwhile(holder: str) -> str:
         with engine.begin() as conn:  # the fence taken over by hand while this run looks (outside its lock)
             conn.execute(catalog.AdmissionFence.update().where(catalog.AdmissionFence.c.ReleasedAt.is_(None))
                          .values(ArmedBy=next(names)))
-        return fence.HOLDER_FINISHED
+        return cutover_fence.HOLDER_FINISHED
 
-    with pytest.raises(fence.FenceChanged) as changed:
-        fence.arm_fence(engine, NS, armed_by="run-2", timeout_s=10, packs=[PACK], holder_state=finished_but_moved_meanwhile)
-    assert f"({fence.LOOKS} looks)" in str(changed.value) and "nothing was written" in str(changed.value)
-    assert _fences(engine) == [(f"hand-{fence.LOOKS - 1}", None, False)]  # never run-2
+    with pytest.raises(cutover_fence.FenceChanged) as changed:
+        cutover_fence.arm_fence(engine, NS, armed_by="run-2", timeout_s=10, packs=[PACK], holder_state=finished_but_moved_meanwhile)
+    assert f"({cutover_fence.LOOKS} looks)" in str(changed.value) and "nothing was written" in str(changed.value)
+    assert _fences(engine) == [(f"hand-{cutover_fence.LOOKS - 1}", None, False)]  # never run-2
 
 
 def test_plan_names_an_airflow_run_that_holds_the_tenant_as_one_with_its_link(engine):
     """Issue 34, item 10: the CLI cannot ask Airflow, but it says the holder is an Airflow run, and links it."""
     _tenant(engine)
     run_id = "manual__2026-12-04T01:00:00+00:00"
-    fence.arm_fence(engine, NS, armed_by=f"airflow:connector_projection_cutover:{run_id}", timeout_s=10, packs=[PACK])
+    cutover_fence.arm_fence(engine, NS, armed_by=f"airflow:connector_projection_cutover:{run_id}", timeout_s=10, packs=[PACK])
     env = {**os.environ, "NEXUS_TENANT_DSN": engine.url.render_as_string(hide_password=False),
            "NEXUS_AIRFLOW_URL": "http://airflow.example:8080/"}
-    done = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.steps", "plan", "-namespace", NS], env=env,
+    done = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.cutover_steps", "plan", "-namespace", NS], env=env,
                           capture_output=True, text=True, timeout=120)
     said = done.stdout + done.stderr
     assert done.returncode == 3, said
@@ -251,7 +251,8 @@ def test_plan_names_an_airflow_run_that_holds_the_tenant_as_one_with_its_link(en
 def test_a_refusal_names_its_times_with_their_zone(engine):
     """Issue 34: times without a zone. A held fence's ArmedAt reads as UTC."""
     _tenant(engine)
-    fence.arm_fence(engine, NS, armed_by="run-1", timeout_s=10, packs=[PACK])
-    with pytest.raises(fence.FenceHeld) as held:
-        fence.arm_fence(engine, NS, armed_by="run-2", timeout_s=10, packs=[PACK], holder_state=lambda h: fence.HOLDER_ACTIVE)
+    cutover_fence.arm_fence(engine, NS, armed_by="run-1", timeout_s=10, packs=[PACK])
+    with pytest.raises(cutover_fence.FenceHeld) as held:
+        cutover_fence.arm_fence(engine, NS, armed_by="run-2", timeout_s=10, packs=[PACK],
+                                holder_state=lambda h: cutover_fence.HOLDER_ACTIVE)
     assert re.search(r"armed \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)", str(held.value)), str(held.value)

@@ -16,7 +16,7 @@ from sqlalchemy import text
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
 from nexus_cutover.projection import steps, writers
-from nexus_cutover.projection.fence import arm_fence, fence_row
+from nexus_cutover.projection.cutover_fence import arm_fence, fence_row
 from nexus_sim.scenario import TenantScenario, utcnow
 from tests.support import make_cutover_ready
 

@@ -14,11 +14,11 @@ import threading
 from sqlalchemy import func, select
 
 from nexus_cutover import catalog
-from nexus_cutover.cli import steps as cli
+from nexus_cutover.cli import cutover_steps as cli
 from nexus_sim.old_runtime import OldRuntimeSimulator
 from nexus_sim.scenario import TenantScenario
-from tests.projection.test_steps_cli import FAST, NS, tenant  # noqa: F401 - the fixture
-from tests.projection.test_steps_cli import cli as run_cli
+from tests.projection.test_cutover_steps_cli import FAST, NS, tenant  # noqa: F401 - the fixture
+from tests.projection.test_cutover_steps_cli import cli as run_cli
 
 BACKLOG = 60  # pending old projection WorkItems, one per lane
 

@@ -20,12 +20,12 @@ import threading
 import pytest
 
 from nexus_cutover import catalog
-from nexus_cutover.cli.steps import CLI_TAKE_OVER
+from nexus_cutover.cli.cutover_steps import CLI_TAKE_OVER
 from nexus_cutover.db import make_engine
 from nexus_cutover.errors import BadInput
 from nexus_cutover.projection import preflight as pf
+from nexus_cutover.projection.cutover_fence import arm_fence
 from nexus_cutover.projection.dry_run import PlanOptions
-from nexus_cutover.projection.fence import arm_fence
 from nexus_sim.scenario import TenantScenario
 from nexus_sim.scenario.production import build_production_tenant
 from tests.support import mysql_database
@@ -109,7 +109,7 @@ def opener(urls):
 
 def cli_plan(url: str, ns: str) -> dict:
     env = {**os.environ, "NEXUS_TENANT_DSN": url}
-    proc = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.steps", "plan", "-namespace", ns, "-holder", HOLDER,
+    proc = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.cutover_steps", "plan", "-namespace", ns, "-holder", HOLDER,
                            "-stale-heartbeat", f"{STALE_S:g}s", "-timeout", "30s", "-json"],
                           env=env, capture_output=True, text=True, timeout=300)
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -19,7 +19,7 @@ from sqlalchemy import inspect, select
 
 from nexus_cutover import catalog
 from nexus_cutover.cli.common import default_holder
-from nexus_cutover.projection import audit, fence, steps
+from nexus_cutover.projection import audit, cutover_fence, steps
 from nexus_cutover.projection.checkpoint import REFUSED, run_checkpoint
 from nexus_cutover.schema import create_legacy_schema
 from nexus_cutover.tenant_status import read_tenant_state
@@ -31,7 +31,7 @@ NS, PACK = "acme", "pk-1"
 
 def cli(dsn: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "NEXUS_TENANT_DSN": dsn}
-    return subprocess.run([sys.executable, "-m", "nexus_cutover.cli.steps", *args], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "nexus_cutover.cli.cutover_steps", *args], env=env, capture_output=True,
                           text=True, timeout=120)
 
 
@@ -72,7 +72,7 @@ def test_two_cli_invocations_with_the_default_holder_do_not_share_the_fence(engi
 
 def test_a_named_holder_is_adopted_and_the_adoption_is_recorded(engine, tenant_url):
     drained(engine)
-    first = fence.arm_fence(engine, NS, armed_by="cli:alice@box:pid1:20261201T000000.000000Z.abcd", timeout_s=10)
+    first = cutover_fence.arm_fence(engine, NS, armed_by="cli:alice@box:pid1:20261201T000000.000000Z.abcd", timeout_s=10)
     taken = cli(tenant_url, "arm-fence", "-namespace", NS, "-holder", "cli:bob@box:pid2:x", "-adopt",
                 "cli:alice@box:pid1:20261201T000000.000000Z.abcd", "-json")
     assert taken.returncode == 0, taken.stderr
@@ -86,20 +86,20 @@ def test_a_dag_run_never_adopts_a_cli_or_hand_armed_fence_silently(engine):
     """The DAG's holder states: a CLI holder is unknown (nothing here can read it): refused unless named."""
     drained(engine)
     cli_holder = "cli:alice@box:pid7:20261201T000000.000000Z.0001"
-    fence.arm_fence(engine, NS, armed_by=cli_holder, timeout_s=10)
+    cutover_fence.arm_fence(engine, NS, armed_by=cli_holder, timeout_s=10)
     before = fences(engine)
     run = "airflow:connector_projection_cutover:manual__2"
-    with pytest.raises(fence.FenceHeld) as held:
-        fence.arm_fence(engine, NS, armed_by=run, timeout_s=10, holder_state=lambda h: fence.HOLDER_UNKNOWN)
-    assert held.value.state == fence.HOLDER_UNKNOWN and "not adopted silently" in str(held.value)
-    with pytest.raises(fence.FenceHeld):  # the read-only check the DAG's first task makes
-        steps.held_by_another(engine, NS, holder=run, holder_state=lambda h: fence.HOLDER_UNKNOWN)
+    with pytest.raises(cutover_fence.FenceHeld) as held:
+        cutover_fence.arm_fence(engine, NS, armed_by=run, timeout_s=10, holder_state=lambda h: cutover_fence.HOLDER_UNKNOWN)
+    assert held.value.state == cutover_fence.HOLDER_UNKNOWN and "not adopted silently" in str(held.value)
+    with pytest.raises(cutover_fence.FenceHeld):  # the read-only check the DAG's first task makes
+        steps.held_by_another(engine, NS, holder=run, holder_state=lambda h: cutover_fence.HOLDER_UNKNOWN)
     assert fences(engine) == before
-    with pytest.raises(fence.FenceHeld, match="has not finished"):  # a running Airflow holder: not even when named
-        fence.arm_fence(engine, NS, armed_by=run, timeout_s=10, adopt=cli_holder,
-                        holder_state=lambda h: fence.HOLDER_ACTIVE)
-    adopted = fence.arm_fence(engine, NS, armed_by=run, timeout_s=10, adopt=cli_holder,
-                              holder_state=lambda h: fence.HOLDER_UNKNOWN)
+    with pytest.raises(cutover_fence.FenceHeld, match="has not finished"):  # a running Airflow holder: not even when named
+        cutover_fence.arm_fence(engine, NS, armed_by=run, timeout_s=10, adopt=cli_holder,
+                                holder_state=lambda h: cutover_fence.HOLDER_ACTIVE)
+    adopted = cutover_fence.arm_fence(engine, NS, armed_by=run, timeout_s=10, adopt=cli_holder,
+                                      holder_state=lambda h: cutover_fence.HOLDER_UNKNOWN)
     assert (adopted.outcome, adopted.previous_holder) == ("adopted", cli_holder)
 
 
@@ -114,12 +114,12 @@ def test_two_cutover_fences_in_force_are_a_refusal_naming_both_for_every_step(en
         conn.execute(catalog.AdmissionFence.insert(), [cutover_fence_row(1, "run-a"), cutover_fence_row(2, "run-b ")])
     before = table_checksum(engine, catalog.AdmissionFence), history_checksum(engine)
     for call in (
-        lambda: fence.arm_fence(engine, NS, armed_by="run-a", timeout_s=10),
-        lambda: fence.release_fence(engine, NS, 1, released_by="run-a", timeout_s=10),
+        lambda: cutover_fence.arm_fence(engine, NS, armed_by="run-a", timeout_s=10),
+        lambda: cutover_fence.release_fence(engine, NS, 1, released_by="run-a", timeout_s=10),
         lambda: steps.held_by_another(engine, NS, holder="run-a"),
-        lambda: fence.cutover_fence_in_force(engine, NS),
+        lambda: cutover_fence.cutover_fence_in_force(engine, NS),
     ):
-        with pytest.raises(fence.SeveralCutoverFences) as several:
+        with pytest.raises(cutover_fence.SeveralCutoverFences) as several:
             call()
         assert "FenceId=1 ArmedBy='run-a'" in str(several.value) and "FenceId=2 ArmedBy='run-b '" in str(several.value)
         assert several.value.exit_code == 3
@@ -158,7 +158,7 @@ def test_the_cli_run_refuses_a_held_tenant_before_the_schema_step_writes_anythin
 
 def test_releasing_a_fence_released_by_another_holder_is_not_a_success_on_the_cli(engine, tenant_url):
     drained(engine)
-    armed = fence.arm_fence(engine, NS, armed_by="eng-1", timeout_s=10)
+    armed = cutover_fence.arm_fence(engine, NS, armed_by="eng-1", timeout_s=10)
     with engine.begin() as conn:
         conn.execute(catalog.AdmissionFence.update().values(ReleasedAt=dt.datetime(2026, 1, 2), ReleasedBy="l2-by-hand"))
     proc = cli(tenant_url, "release-fence", "-namespace", NS, "-fence-id", str(armed.fence_id), "-holder", "eng-1")
@@ -168,8 +168,8 @@ def test_releasing_a_fence_released_by_another_holder_is_not_a_success_on_the_cl
 def test_releasing_a_fence_another_holder_holds_says_how_to_take_it_over(engine):
     make_cutover_ready(engine)
     drained(engine)
-    armed = fence.arm_fence(engine, NS, armed_by="eng-1", timeout_s=10)
-    with pytest.raises(fence.FenceHeld) as held:
-        fence.release_fence(engine, NS, armed.fence_id, released_by="eng-2", timeout_s=10)
+    armed = cutover_fence.arm_fence(engine, NS, armed_by="eng-1", timeout_s=10)
+    with pytest.raises(cutover_fence.FenceHeld) as held:
+        cutover_fence.release_fence(engine, NS, armed.fence_id, released_by="eng-2", timeout_s=10)
     assert "-holder 'eng-1'" in str(held.value) and "-adopt 'eng-1'" in str(held.value)
     assert fences(engine)[0]["ReleasedAt"] is None

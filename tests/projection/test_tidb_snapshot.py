@@ -24,12 +24,12 @@ from sqlalchemy import insert, select, text, update
 from sqlalchemy.engine import make_url
 
 from nexus_cutover import catalog
+from nexus_cutover.admission_fences import fence_in_force
 from nexus_cutover.catalog import namespace_lock_name, pack_lock_name
 from nexus_cutover.db import is_sqlite, make_engine
 from nexus_cutover.errors import Refused
-from nexus_cutover.fencing import fence_in_force
 from nexus_cutover.projection.checkpoint import REFUSED, run_checkpoint
-from nexus_cutover.projection.fence import arm_fence
+from nexus_cutover.projection.cutover_fence import arm_fence
 from nexus_sim.scenario import TenantScenario, drained_pack_history, utcnow
 from tests import tidb_semantics
 from tests.support import make_cutover_ready

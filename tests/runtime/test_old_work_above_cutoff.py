@@ -29,7 +29,7 @@ from nexus_cutover.db import make_engine
 from nexus_cutover.identity import ProjectionIdentity
 from nexus_cutover.projection import audit, steps
 from nexus_cutover.projection.checkpoint import REFUSED, WRITTEN, run_checkpoint
-from nexus_cutover.projection.fence import arm_fence, release_fence
+from nexus_cutover.projection.cutover_fence import arm_fence, release_fence
 from nexus_cutover.projection.greenfield import activate_pack
 from nexus_cutover.runtime.activation import ServedPacks, check_activation
 from nexus_cutover.runtime.host import run_host
@@ -109,12 +109,12 @@ def test_the_standing_the_status_view_and_plan_show_it_as_a_stop(range_engine, t
     state = read_tenant_state(range_engine, NS)
     assert state["phase"] == "stop" and state["packs"][0]["old_work_above_cutoff"]["work_ids"] == old_work
     env = {**os.environ, "NEXUS_TENANT_DSN": tenant_url}
-    plan = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.steps", "plan", "-namespace", NS, "-json"], env=env,
+    plan = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.cutover_steps", "plan", "-namespace", NS, "-json"], env=env,
                           capture_output=True, text=True, timeout=120)
     assert plan.returncode == 3, plan.stderr
     verdict = plan.stdout.strip().splitlines()[-1]
     assert '"verdict": "stop: ' in verdict and "holds old-protocol work above its cutoff" in verdict
-    status = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.steps", "status", "-namespace", NS], env=env,
+    status = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.cutover_steps", "status", "-namespace", NS], env=env,
                             capture_output=True, text=True, timeout=120)
     assert status.returncode == 0 and "tenant acme: stop" in status.stdout and "STOP: pack 'pk-1'" in status.stdout
 
@@ -122,7 +122,7 @@ def test_the_standing_the_status_view_and_plan_show_it_as_a_stop(range_engine, t
 def test_one_meaning_of_cut_over_a_rerun_stops_at_the_fence_instead_of_finding_nothing_to_do(range_engine):
     """The fence decides "cut over" as the standing, the status view and plan do: every pack checkpointed and no
     fence in force is not enough while old work lies above a cutoff; the run stops there, arming nothing."""
-    from nexus_cutover.projection.fence import OldWorkAboveCutoff
+    from nexus_cutover.projection.cutover_fence import OldWorkAboveCutoff
 
     _cutoff, old_work = rolled_back_after_the_checkpoint(range_engine)
     fences_before = count(range_engine, catalog.AdmissionFence)
@@ -229,7 +229,7 @@ def test_a_fence_in_force_lets_activation_go_on_beside_a_live_old_runtime(range_
 def test_the_activate_pack_command_exits_3_naming_the_live_process(range_engine, tenant_url):
     greenfield(range_engine, (catalog.ROLE_RECEIPT_MATERIALIZER, "old-materializer-1", {}))
     env = {**os.environ, "NEXUS_TENANT_DSN": tenant_url}
-    proc = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.steps", "activate-pack", "-pack-install-id", PACK],
+    proc = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.cutover_steps", "activate-pack", "-pack-install-id", PACK],
                           env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "old_runtime_live" in proc.stdout and "old-materializer-1" in proc.stdout

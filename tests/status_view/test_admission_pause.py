@@ -16,7 +16,7 @@ from sqlalchemy import select, update
 
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
-from nexus_cutover.projection.fence import admission_pause_s, arm_fence, release_fence
+from nexus_cutover.projection.cutover_fence import admission_pause_s, arm_fence, release_fence
 from nexus_sim.scenario import TenantScenario, drained_pack_history
 from tests.dags.airflow_harness import connection_json
 from tests.hostile import hostile_text

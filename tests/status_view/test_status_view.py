@@ -33,7 +33,7 @@ from sqlalchemy.engine import make_url
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
 from nexus_cutover.projection.checkpoint import run_checkpoint
-from nexus_cutover.projection.fence import arm_fence
+from nexus_cutover.projection.cutover_fence import arm_fence
 from nexus_cutover.schema import apply_steps, create_legacy_schema, projection_steps
 from nexus_sim.scenario import TenantScenario, drained_pack_history
 from scripts.demo_airflow import AirflowStack, ApiError

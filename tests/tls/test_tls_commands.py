@@ -18,7 +18,7 @@ from nexus_cutover.db import mask_dsn, tls_report
 from tests.tls.conftest import TLS_PASSWORD
 
 
-def run(args: list[str], dsn: str, env: dict, module: str = "steps", env_name: str = "NEXUS_TENANT_DSN"):
+def run(args: list[str], dsn: str, env: dict, module: str = "cutover_steps", env_name: str = "NEXUS_TENANT_DSN"):
     return subprocess.run([sys.executable, "-m", f"nexus_cutover.cli.{module}", *args], env={**env, env_name: dsn},
                           capture_output=True, text=True, timeout=120)
 
@@ -59,7 +59,7 @@ def test_a_cutover_step_over_tls_from_the_dsn(tls_server, tls_tenant, cli_env):
     with engine.connect() as conn:  # the step's DDL is on the TLS server
         assert conn.execute(text("SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = :s "
                                  "AND COLUMN_NAME = 'InputStartOrdinal'"), {"s": name}).scalar() > 0
-    cutover = run(["-pack-install-id", "pk-1", "-timeout", "10s", "-json"], dsn, cli_env, module="cutover",
+    cutover = run(["-pack-install-id", "pk-1", "-timeout", "10s", "-json"], dsn, cli_env, module="lifecycle_entrypoint",
                   env_name="CONNECTOR_CUTOVER_DSN")
     assert "cannot connect" not in cutover.stderr and "refused the credentials" not in cutover.stderr, cutover.stderr
     assert_nothing_secret(proc, tls_server.client_key)

@@ -118,7 +118,7 @@ def _run_gate(args, engine) -> tuple[int, dict]:
         if step.kind is Kind.WAITS:
             if not verdict.proceeds:
                 return (3 if verdict.outcome is Outcome.STOP else 4), {
-                    "passed": False, "reports": [r.as_dict() for r in reports], "outbox": result.value,
+                    "passed": False, "reports": [r.as_json() for r in reports], "outbox": result.value,
                     "summary": verdict.reason}
             continue
         reports.append(result.domain)
@@ -127,14 +127,14 @@ def _run_gate(args, engine) -> tuple[int, dict]:
     passed = all(r.passed for r in reports)
     return (0 if passed else 3), {
         "passed": passed,
-        "reports": [r.as_dict() for r in reports],
+        "reports": [r.as_json() for r in reports],
         "summary": "; ".join(r.summary for r in reports),
         "rendered": [r.render() for r in reports],
     }
 
 
 def _print_status(st: FieldHistoryStatus) -> None:
-    d = st.as_dict()
+    d = st.as_json()
     print(f"read mode: {d['read_mode']}; sequence reservation enabled: {d['sequence_reservation_enabled']}")
     print(f"rows: {st.rows.text()}")
     for p in st.processes:
@@ -150,7 +150,7 @@ def _check_stage_3(engine, args) -> int:
 
     found = stage_3_check(engine, producer_release=args.producer_release, namespace=args.namespace)
     if args.json:
-        print_json({"command": "stage3", "check": True, **found.as_dict()})
+        print_json({"command": "stage3", "check": True, **found.as_json()})
     else:
         print("\n".join(found.lines()))
     return found.exit_code
@@ -176,7 +176,7 @@ def _materialize(engine, args) -> int:
             )
         return exc.exit_code
     if args.json:
-        print_json({"outcome": "materialized" if result.rows else "unchanged", **result.as_dict()})
+        print_json({"outcome": "materialized" if result.rows else "unchanged", **result.as_json()})
     else:
         print(
             f"materialized {result.rows} row(s): {result.set_true} TRUE, {result.set_false} FALSE "
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if args.command == "status":
                 st = read_status(engine)
-                print_json(st.as_dict()) if args.json else _print_status(st)
+                print_json(st.as_json()) if args.json else _print_status(st)
                 return 0
             if args.command == "stage3" and args.check:
                 return _check_stage_3(engine, args)

@@ -82,9 +82,9 @@ class GateReport:
     actions: list[str] = field(default_factory=list)
     already_done: bool = False
     removable: list[str] = field(default_factory=list)
-    comparison: dict = field(default_factory=dict)  # stage 3: the read comparison (ReadComparison.as_dict())
+    comparison: dict = field(default_factory=dict)  # stage 3: the read comparison (ReadComparison.as_json())
 
-    def as_dict(self) -> dict:
+    def as_json(self) -> dict:
         return {
             "stage": self.stage,
             "passed": self.passed,
@@ -112,7 +112,7 @@ class GateReport:
 
 def _lagging_findings(conn: Connection, roles: tuple[str, ...], release: str, namespace: str | None) -> list[dict]:
     return [
-        {"finding": "lagging_process", "release": release, **p.as_dict()}
+        {"finding": "lagging_process", "release": release, **p.as_json()}
         for p in lagging(producer_processes(conn, namespace, deployed_only=True), roles, release)
     ]
 
@@ -230,7 +230,7 @@ class DrainState:
             reasons.append(f"{self.remaining} pre-cutover outbox row(s) pending/processing while no audit_outbox_worker heartbeats")
         return reasons
 
-    def as_dict(self) -> dict:
+    def as_json(self) -> dict:
         return {
             "remaining": self.remaining,
             "open_rows": self.open_rows,
@@ -293,7 +293,7 @@ def stage_2_materialize(
         "decided_rows": result.decided_rows,
         "decided_digest": result.decided_digest,
     }
-    report_counts.update({k: v for k, v in counts.as_dict().items() if k != "rows_by_value"})
+    report_counts.update({k: v for k, v in counts.as_json().items() if k != "rows_by_value"})
     actions = [f"materialized {result.rows} row(s): {result.set_true} TRUE, {result.set_false} FALSE"] if result.rows else []
     if counts.materializable_rows:
         return GateReport(
@@ -312,7 +312,7 @@ def _broken_report(engine: Engine, exc: ReadEquivalenceBroken) -> GateReport:
     with tx.reading(engine, "counting after materialization") as conn:
         counts = row_counts(conn)
     report_counts = {"batches": exc.batches, "decided_rows": exc.decided_rows, "decided_digest": exc.decided_digest}
-    report_counts.update({k: v for k, v in counts.as_dict().items() if k != "rows_by_value"})
+    report_counts.update({k: v for k, v in counts.as_json().items() if k != "rows_by_value"})
     findings = [{"finding": "read_equivalence_broken", **row} for row in exc.rows]
     actions = [f"materialized {exc.decided_rows} row(s) in {exc.batches} batch(es) before the broken one"] if exc.decided_rows else []
     return GateReport(2, False, str(exc), findings, report_counts, actions)
@@ -447,7 +447,7 @@ def _preconditions_report(
     findings = findings + [{"finding": "read_flip", **d} for d in comparison.differences]
     counts = {**counts, "eligible_null_rows": comparison.compat_only}
     problems = problems + _flip_problems(comparison)
-    evidence = comparison.as_dict()
+    evidence = comparison.as_json()
     if problems:
         prefix = "switches already final, but " if settings.final else "refused, nothing switched: "
         return GateReport(3, False, _summary(prefix, problems, next_steps), findings, counts, comparison=evidence)
@@ -515,7 +515,7 @@ def _stage_3_report(outcome: switch.SwitchOutcome, barriers: int, actions: list[
         "eligible_null_rows": comparison.compat_only,
         "barriers": barriers,
     }
-    evidence = comparison.as_dict() if comparison.chunks or outcome.switched else {}
+    evidence = comparison.as_json() if comparison.chunks or outcome.switched else {}
     if outcome.switched:
         actions = actions + [f"set {name} = {FINAL_VALUES[name]}" for name in outcome.changed]
         return GateReport(
@@ -562,13 +562,13 @@ class Stage3Check:
     preview: switch.Preview
     report: GateReport | None = None
 
-    def as_dict(self) -> dict:
+    def as_json(self) -> dict:
         return {
             "would": self.would,
             "exit_code": self.exit_code,
             "passed": self.exit_code == 0,
             "summary": self.summary,
-            **self.preview.as_dict(),
+            **self.preview.as_json(),
             "findings": self.report.findings if self.report else [],
             "counts": self.report.counts if self.report else {},
         }

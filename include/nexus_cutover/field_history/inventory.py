@@ -63,7 +63,7 @@ class ProducerProcess:
     def live(self, heartbeat_window_s: float = DEFAULT_HEARTBEAT_WINDOW_S) -> bool:
         return self.state(heartbeat_window_s) == LIVE
 
-    def as_dict(self) -> dict:
+    def as_json(self) -> dict:
         return {**asdict(self), "heartbeat_age_s": round(self.heartbeat_age_s, 1)}
 
 
@@ -73,7 +73,7 @@ class OutboxCount:
     status: str
     rows: int
 
-    def as_dict(self) -> dict:
+    def as_json(self) -> dict:
         return asdict(self)
 
 

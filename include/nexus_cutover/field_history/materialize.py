@@ -141,7 +141,7 @@ class MaterializeResult:
     def rows(self) -> int:
         return self.set_true + self.set_false
 
-    def as_dict(self) -> dict:
+    def as_json(self) -> dict:
         return {**asdict(self), "rows": self.rows}
 
 

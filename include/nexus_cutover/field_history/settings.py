@@ -45,7 +45,7 @@ class FieldHistorySettings:
         """Both switches already at their stage-3 values."""
         return self.read_mode == catalog.READ_MODE_BOOLEAN_ONLY and not self.sequence_reservation_enabled
 
-    def as_dict(self) -> dict:
+    def as_json(self) -> dict:
         return {
             "read_mode": self.read_mode,
             "sequence_reservation_enabled": self.sequence_reservation_enabled,

@@ -43,7 +43,7 @@ class RowCounts:
     true_rows: int
     false_rows: int
 
-    def as_dict(self) -> dict:
+    def as_json(self) -> dict:
         return {
             "total_rows": self.total,
             "null_rows": self.null_rows,
@@ -91,13 +91,13 @@ class FieldHistoryStatus:
     def eligible_null_rows(self) -> int:
         return self.rows.eligible_null_rows
 
-    def as_dict(self) -> dict:
+    def as_json(self) -> dict:
         return {
-            **self.rows.as_dict(),
-            **self.settings.as_dict(),
+            **self.rows.as_json(),
+            **self.settings.as_json(),
             "producers": {
-                "processes": [p.as_dict() for p in self.processes],
-                "outbox": [c.as_dict() for c in self.outbox],
+                "processes": [p.as_json() for p in self.processes],
+                "outbox": [c.as_json() for c in self.outbox],
             },
         }
 
@@ -246,7 +246,7 @@ class ReadComparison:
         """No row's read result would flip: both readers accept exactly the same rows."""
         return self.flips == 0
 
-    def as_dict(self) -> dict:
+    def as_json(self) -> dict:
         return {
             "equal": self.equal,
             "chunks": self.chunks,
@@ -260,11 +260,11 @@ class ReadComparison:
         }
 
     def render(self) -> str:
-        return render_comparison(self.as_dict())
+        return render_comparison(self.as_json())
 
 
 def render_comparison(d: dict) -> str:
-    """The lines a person reads, from :meth:`ReadComparison.as_dict` (also what a report carries)."""
+    """The lines a person reads, from :meth:`ReadComparison.as_json` (also what a report carries)."""
     flips = d["rows_only_compat_accepts"] + d["rows_only_boolean_only_accepts"]
     first, last = d["change_ids"]
     span = f"ChangeIds {first}..{last}" if first is not None else "an empty table"

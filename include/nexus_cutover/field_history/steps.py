@@ -60,7 +60,7 @@ def run_step(name: str, run: FieldHistoryRun) -> StepResult:
 
 def _gate(name: str, report) -> StepResult:
     """A gate's report as its step's result: judged by the declared verdict on its JSON form."""
-    value = report.as_dict()
+    value = report.as_json()
     return StepResult(value, FIELD_HISTORY[name].verdict(value), domain=report,
                       message=None if report.passed else f"{name}: {report.summary}")
 
@@ -80,7 +80,7 @@ def stage_2_drain_outbox(run: FieldHistoryRun) -> StepResult:
     """One look at the pre-cutover Audit V2 outbox work: drained, stuck (a stop) or still being delivered."""
     state = gates.outbox_drain_state(run.engine, producer_release=run.producer_release, namespace=run.namespace,
                                      heartbeat_window_s=run.heartbeat_window_s)
-    value = state.as_dict()
+    value = state.as_json()
     return StepResult(value, FIELD_HISTORY["stage_2_drain_outbox"].verdict(value), domain=state)
 
 

@@ -384,9 +384,9 @@ class Preview:
     def comparison(self) -> ReadComparison:
         return self.checks.comparison
 
-    def as_dict(self) -> dict:
+    def as_json(self) -> dict:
         return {
-            "comparison": self.comparison.as_dict(),
+            "comparison": self.comparison.as_json(),
             "sequence_reservation_enabled": self.settings.sequence_reservation_enabled,
             "read_mode": self.settings.read_mode,
             "open_outbox_rows": len(self.wait.open_ids),

@@ -42,8 +42,7 @@ from .. import schema
 from ..clock import utcnow
 from ..db import Deadline
 from ..errors import Refused
-from . import fence as fences
-from . import writers
+from . import cutover_fence, writers
 from .checkpoint import CheckpointResult, run_checkpoint
 from .digest.compute import compute_digest
 from .digest.definition import DEFAULT_CHUNK_ROWS
@@ -64,13 +63,13 @@ def resolve_packs(engine: Engine, namespace: str, requested: Iterable[str] = ())
 
 
 def held_by_another(
-    engine: Engine, namespace: str, *, holder: str, holder_state: fences.HolderState = fences.unknown_holders,
-    adopt: str | None = None, take_over: str = fences.TAKE_OVER,
+    engine: Engine, namespace: str, *, holder: str, holder_state: cutover_fence.HolderState = cutover_fence.unknown_holders,
+    adopt: str | None = None, take_over: str = cutover_fence.TAKE_OVER,
 ) -> None:
     """Step 1a'. Read only, before any write of the run: refuses (FenceHeld, SeveralCutoverFences) a tenant that
     another holder holds and this one may not adopt (contract, "One cutover per tenant at a time": a second run
     stops at once, naming the holder, and writes nothing). :func:`arm_fence` decides again under the lock."""
-    fences.held_by_another(engine, namespace, holder=holder, holder_state=holder_state, adopt=adopt, take_over=take_over)
+    cutover_fence.held_by_another(engine, namespace, holder=holder, holder_state=holder_state, adopt=adopt, take_over=take_over)
 
 
 @dataclass
@@ -109,9 +108,9 @@ def apply_schema(engine: Engine, *, dry_run: bool = False, on_created: Callable[
 
 def arm_fence(
     engine: Engine, namespace: str, *, holder: str, packs: Iterable[str], timeout_s: float,
-    holder_state: fences.HolderState = fences.unknown_holders, adopt: str | None = None,
-    take_over: str = fences.TAKE_OVER, dry_run: bool = False,
-) -> fences.FenceResult:
+    holder_state: cutover_fence.HolderState = cutover_fence.unknown_holders, adopt: str | None = None,
+    take_over: str = cutover_fence.TAKE_OVER, dry_run: bool = False,
+) -> cutover_fence.FenceResult:
     """Step 1c. Arms (or reuses, or adopts from a finished or named holder) the non-expiring ``*`` fence as ``holder``.
 
     Reads fences and overrides under the namespace lock; writes one fence row (or
@@ -121,8 +120,8 @@ def arm_fence(
     cannot be read is adopted only when the person names it (``adopt``).
     When every pack is checkpointed and no cutover fence is in force: ``not_needed``.
     """
-    return fences.arm_fence(engine, namespace, armed_by=holder, timeout_s=timeout_s, dry_run=dry_run, packs=packs,
-                            holder_state=holder_state, adopt=adopt, take_over=take_over)
+    return cutover_fence.arm_fence(engine, namespace, armed_by=holder, timeout_s=timeout_s, dry_run=dry_run, packs=packs,
+                                   holder_state=holder_state, adopt=adopt, take_over=take_over)
 
 
 def drain(
@@ -241,8 +240,8 @@ class NotReady(Refused):
 
 def release_fence(
     engine: Engine, namespace: str, fence_id: int, *, holder: str, stale_heartbeat: dt.timedelta, timeout_s: float,
-    dry_run: bool = False, between_check_and_act: fences.Seam | None = None,
-) -> fences.FenceResult:
+    dry_run: bool = False, between_check_and_act: cutover_fence.Seam | None = None,
+) -> cutover_fence.FenceResult:
     """Step 5b. Sets ``ReleasedAt`` on the fence ``holder`` holds: admission resumes through the new host.
 
     Readiness is verified inside the releasing transaction, under the namespace
@@ -257,8 +256,8 @@ def release_fence(
         if not r.ready:
             raise NotReady(r.reasons)
 
-    return fences.release_fence(engine, namespace, fence_id, released_by=holder, timeout_s=timeout_s, dry_run=dry_run,
-                                precondition=ready, between_check_and_act=between_check_and_act)
+    return cutover_fence.release_fence(engine, namespace, fence_id, released_by=holder, timeout_s=timeout_s, dry_run=dry_run,
+                                       precondition=ready, between_check_and_act=between_check_and_act)
 
 
 def verify_no_old_writer(engine: Engine, namespace: str, *, released_at: dt.datetime) -> list[dict[str, Any]]:

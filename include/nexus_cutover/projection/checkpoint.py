@@ -45,11 +45,11 @@ from typing import Any
 from sqlalchemy import Connection, Engine, exists, select
 
 from .. import catalog, tx
+from ..admission_fences import cutover_fences, fences_in_force
 from ..catalog import Event, PackInstall, WorkItem
 from ..clock import utcnow
 from ..db import Deadline
 from ..errors import BadInput
-from ..fencing import cutover_fences, fences_in_force
 from ..liveness import DEFAULT_STALE_HEARTBEAT_S
 from ..locks import lifecycle_lock_names
 from ..protocol_row import ProtocolRow, insert_protocol_row, read_protocol_row, require_version_1
@@ -63,7 +63,7 @@ from .audit import (
     Finding,
     audit_pack,
 )
-from .fence import Seam, active_overrides
+from .cutover_fence import Seam, active_overrides
 from .writers import live_statement
 
 log = logging.getLogger(__name__)

@@ -29,8 +29,7 @@ from sqlalchemy import Engine
 from ..clock import utcnow
 from ..liveness import DEFAULT_STALE_HEARTBEAT_S
 from ..transition import Transition, Verdict
-from . import fence as fences
-from . import steps
+from . import cutover_fence, steps
 from .transition import CUTOVER
 
 
@@ -48,9 +47,9 @@ class PlanOptions:
     arm_when_drain_below_s: float = 0.0
     stale_heartbeat_s: float = DEFAULT_STALE_HEARTBEAT_S
     #: How the fence's dry run judges another holder (the command line: never adopted unless named).
-    holder_state: fences.HolderState = fences.unknown_holders
+    holder_state: cutover_fence.HolderState = cutover_fence.unknown_holders
     #: The "Next:" of a held fence (how this caller takes a fence over).
-    take_over: str = fences.TAKE_OVER
+    take_over: str = cutover_fence.TAKE_OVER
 
 
 def plan(engine: Engine, options: PlanOptions, say: Callable[[str], None] = lambda _line: None, *,

@@ -79,7 +79,7 @@ from .checkpoint import (
     result_already_written,
     result_written,
 )
-from .fence import Seam
+from .cutover_fence import Seam
 
 log = logging.getLogger(__name__)
 

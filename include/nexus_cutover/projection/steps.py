@@ -13,7 +13,7 @@ only in what is theirs:
   from XCom; a stop fails the task with its report; plus Airflow's own parts
   (the form check, a cancelled rollout, the human-in-the-loop questions,
   deferral, the Asset event);
-* ``nexus-cutover run`` (:mod:`nexus_cutover.cli.steps`): every step in one
+* ``nexus-cutover run`` (:mod:`nexus_cutover.cli.cutover_steps`): every step in one
   process, waiting steps looked at again until they pass, the confirmation a
   prompt or a flag;
 * ``nexus-cutover plan`` (:mod:`.dry_run`): every :attr:`~nexus_cutover.transition.Step.planned`
@@ -48,8 +48,7 @@ from ..errors import Refused
 from ..liveness import DEFAULT_STALE_HEARTBEAT_S
 from ..polling import eta_seconds, measured_rate
 from ..transition import Outcome, StepResult, Transition, Verdict
-from . import actions
-from . import fence as fences
+from . import actions, cutover_fence
 from .actions import (  # the single-step functions, for the single-step commands and the pollers
     NotReady,
     SchemaResult,
@@ -66,11 +65,7 @@ from .actions import (  # the single-step functions, for the single-step command
     writer_evidence,
 )
 from .checkpoint import REFUSED, run_checkpoint
-from .digest.definition import DEFAULT_CHUNK_ROWS
-from .digest.model import HistoryDigest, load_digest
-from .digest_limits import DEFAULT_DIGEST_CONNECTIONS
-from .drain import blockers_text, live_old_work_ids
-from .fence import (
+from .cutover_fence import (
     HOLDER_ACTIVE,
     HOLDER_FINISHED,
     HOLDER_UNKNOWN,
@@ -81,6 +76,10 @@ from .fence import (
     fence_row,
     last_released_cutover_fence,
 )
+from .digest.definition import DEFAULT_CHUNK_ROWS
+from .digest.model import HistoryDigest, load_digest
+from .digest_limits import DEFAULT_DIGEST_CONNECTIONS
+from .drain import blockers_text, live_old_work_ids
 from .greenfield import activate_pack
 from .transition import CUTOVER
 
@@ -130,8 +129,8 @@ class CutoverRun:
     digest_connections: int = DEFAULT_DIGEST_CONNECTIONS
     chunk_rows: int = DEFAULT_CHUNK_ROWS
     stale_heartbeat_s: float = DEFAULT_STALE_HEARTBEAT_S
-    holder_state: fences.HolderState = fences.unknown_holders
-    take_over: str = fences.TAKE_OVER
+    holder_state: cutover_fence.HolderState = cutover_fence.unknown_holders
+    take_over: str = cutover_fence.TAKE_OVER
     #: The end of a waiting step's wait (the drain names what cannot finish by it); None: now + the wait's bound.
     deadline: dt.datetime | None = None
     #: The pack of a per-pack step's run.
@@ -169,9 +168,9 @@ class CutoverRun:
     def packs(self) -> list[str]:
         return list(self.earlier("resolve_packs", RETURN) or [])
 
-    def fence(self) -> fences.FenceResult | None:
+    def fence(self) -> cutover_fence.FenceResult | None:
         raw = self.earlier("arm_fence", RETURN)
-        return fences.FenceResult.from_json(raw) if isinstance(raw, dict) and "outcome" in raw else None
+        return cutover_fence.FenceResult.from_json(raw) if isinstance(raw, dict) and "outcome" in raw else None
 
     def missing_schema(self) -> list[str]:
         from ..schema import missing_projection_schema
@@ -240,7 +239,7 @@ def resolve_packs(run: CutoverRun) -> StepResult:
     try:
         actions.held_by_another(run.engine, run.namespace, holder=run.holder, holder_state=run.holder_state,
                                 adopt=run.adopt, take_over=run.take_over)
-    except (fences.FenceHeld, fences.SeveralCutoverFences) as exc:
+    except (cutover_fence.FenceHeld, cutover_fence.SeveralCutoverFences) as exc:
         return StepResult(packs, Verdict(Outcome.STOP, str(exc)), report=exc.report)
     return StepResult(packs)
 
@@ -315,7 +314,8 @@ def arm_fence(run: CutoverRun) -> StepResult:
         result = actions.arm_fence(run.engine, run.namespace, holder=run.holder, packs=run.packs(),
                                    timeout_s=run.lock_timeout_s, holder_state=run.holder_state, adopt=run.adopt,
                                    take_over=run.take_over, dry_run=run.dry_run)
-    except (fences.ActiveOverrides, fences.FenceHeld, fences.SeveralCutoverFences, fences.OldWorkAboveCutoff) as exc:
+    except (cutover_fence.ActiveOverrides, cutover_fence.FenceHeld, cutover_fence.SeveralCutoverFences,
+            cutover_fence.OldWorkAboveCutoff) as exc:
         value = {"refused": str(exc), "refusal": type(exc).__name__}
         if run.dry_run:
             run.say(f"fence: {exc}")
@@ -537,7 +537,7 @@ def resume_admission(run: CutoverRun) -> StepResult:
     return StepResult(result.as_json(), fields={"admission_pause_s": result.admission_pause_s})
 
 
-def pause_text(result: fences.FenceResult) -> str:
+def pause_text(result: cutover_fence.FenceResult) -> str:
     """The admission pause of a released fence, as its row records it ("" before the release)."""
     if result.admission_pause_s is None:
         return ""
@@ -587,7 +587,7 @@ def _released_at(run: CutoverRun) -> dt.datetime | StepResult:
     if fence is None or fence.fence_id is None:
         return StepResult({}, Verdict(Outcome.STOP, "arm_fence left no fence id: clear arm_fence (it reuses the fence)"))
     with tx.reading(run.engine, "reading the released fence") as conn:
-        row = fences.fence_row(conn, int(fence.fence_id))
+        row = cutover_fence.fence_row(conn, int(fence.fence_id))
     if not row or not row.get("ReleasedAt"):
         return StepResult({}, Verdict(Outcome.STOP, f"fence {fence.fence_id} is not released: clear resume_admission"))
     return dt.datetime.fromisoformat(row["ReleasedAt"])

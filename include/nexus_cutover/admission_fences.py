@@ -9,7 +9,7 @@ the runtimes (which refuse admission behind it) use:
 
 The fences of a namespace in force (:func:`fences_in_force`, on ix_AdmissionFence_Namespace) and the cutover
 fences among them (:func:`cutover_fences`) are read here too, once, for the fence's arming and releasing
-(:mod:`nexus_cutover.projection.fence`), the checkpoint's precondition, the standing
+(:mod:`nexus_cutover.projection.cutover_fence`), the checkpoint's precondition, the standing
 (:mod:`nexus_cutover.standing`) and the status view; they write nothing.
 
 ``now`` is the caller's clock: the contract defines "in force" by it; it decides no membership.

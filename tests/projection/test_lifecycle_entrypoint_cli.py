@@ -26,7 +26,7 @@ def run_cli(dsn, *args, env_name="CONNECTOR_CUTOVER_DSN", timeout=120):
     if dsn is not None:
         env[env_name] = dsn
     return subprocess.run(
-        [sys.executable, "-m", "nexus_cutover.cli.cutover", *args],
+        [sys.executable, "-m", "nexus_cutover.cli.lifecycle_entrypoint", *args],
         env=env, capture_output=True, text=True, timeout=timeout,
     )
 
@@ -74,7 +74,7 @@ def test_refusal_exits_3_names_offenders_and_writes_nothing(tenant_url):
 
 def test_a_greenfield_pack_is_refused_over_a_live_old_runtime_and_written_once_it_stopped_or_under_the_fence(tenant_url):
     """Contract, "Audit": the entrypoint writes a greenfield pack's cutoff 0 under ``activate-pack``'s rule."""
-    from nexus_cutover.projection.fence import arm_fence
+    from nexus_cutover.projection.cutover_fence import arm_fence
 
     engine = make_engine(tenant_url)
     make_cutover_ready(engine)
@@ -259,7 +259,7 @@ def test_eight_concurrent_processes_agree(mysql_url):
     engine = seeded(mysql_url)
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "nexus_cutover.cli.cutover", "-pack-install-id", "pk-7f3a", "-json"],
+            [sys.executable, "-m", "nexus_cutover.cli.lifecycle_entrypoint", "-pack-install-id", "pk-7f3a", "-json"],
             env={**os.environ, "CONNECTOR_CUTOVER_DSN": mysql_url}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         for _ in range(8)

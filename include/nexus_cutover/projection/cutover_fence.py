@@ -4,7 +4,7 @@ Invariants (seed 000, "Existing-data cutover"; contract, ``_System_AdmissionFenc
 at a time"):
 
 * The cutover fence is one non-expiring (``ExpiresAt IS NULL``) fence with
-  ``Scope = '*'`` on the namespace (:func:`~nexus_cutover.fencing.is_cutover_fence`).
+  ``Scope = '*'`` on the namespace (:func:`~nexus_cutover.admission_fences.is_cutover_fence`).
   Arming reuses the one already in force, so reruns converge on one fence.
   More than one cutover fence in force is a refusal naming every one of them
   (:class:`SeveralCutoverFences`), for arming, releasing and the checkpoint's
@@ -66,11 +66,11 @@ from sqlalchemy import Connection, Engine, insert, select, update
 
 from .. import catalog, tx
 from ..above_cutoff import namespace_above_cutoff
+from ..admission_fences import cutover_fences, fences_in_force, is_cutover_fence, override_active, row_as_json
 from ..catalog import AdmissionFence, AdmissionFenceOverride, ConnectorProjectionProtocol
 from ..clock import utc_text, utcnow
 from ..db import Deadline
 from ..errors import BadInput, Refused
-from ..fencing import cutover_fences, fences_in_force, is_cutover_fence, override_active, row_as_json
 from ..holders import airflow_run_link, airflow_run_named, same_holder, stored_holder
 from ..locks import lifecycle_lock_names
 from ..protocol_row import active_protocol_rows

@@ -16,7 +16,7 @@ from sqlalchemy import func, select, update
 
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
-from nexus_cutover.projection.fence import arm_fence
+from nexus_cutover.projection.cutover_fence import arm_fence
 from nexus_cutover.projection.transition import CUTOVER
 from nexus_sim.old_runtime import OldRuntimeSimulator
 from nexus_sim.scenario import TenantScenario, drained_pack_history
@@ -28,7 +28,7 @@ FAST = ["-poll-interval", "200ms", "-stale-heartbeat", "5s"]
 
 def cli(dsn: str, *args: str, timeout: float = 180, stdin: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "NEXUS_TENANT_DSN": dsn, "NEXUS_HOST_HEARTBEAT_S": "0.5", "NEXUS_HOST_POLL_S": "0.2"}
-    return subprocess.run([sys.executable, "-m", "nexus_cutover.cli.steps", *args], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "nexus_cutover.cli.cutover_steps", *args], env=env, capture_output=True,
                           text=True, timeout=timeout, input=stdin)
 
 

@@ -8,10 +8,10 @@ import pytest
 from sqlalchemy import func, select
 
 from nexus_cutover import catalog
+from nexus_cutover.admission_fences import fence_in_force
 from nexus_cutover.db import make_engine
 from nexus_cutover.errors import BadInput
-from nexus_cutover.fencing import fence_in_force
-from nexus_cutover.projection import fence
+from nexus_cutover.projection import cutover_fence
 from nexus_sim.scenario import TenantScenario
 from tests.support import make_cutover_ready, table_checksum
 
@@ -22,19 +22,19 @@ def _fences(engine):
 
 
 def test_arm_then_rerun_reuses_the_same_fence(engine):
-    first = fence.arm_fence(engine, "acme", armed_by="test", timeout_s=10)
-    again = fence.arm_fence(engine, "acme", armed_by="test", timeout_s=10)
+    first = cutover_fence.arm_fence(engine, "acme", armed_by="test", timeout_s=10)
+    again = cutover_fence.arm_fence(engine, "acme", armed_by="test", timeout_s=10)
     assert first.outcome == "armed" and again.outcome == "reused"
     assert again.fence_id == first.fence_id
     rows = _fences(engine)
     assert len(rows) == 1
     assert rows[0]["Scope"] == "*" and rows[0]["ExpiresAt"] is None and rows[0]["ReleasedAt"] is None
-    assert fence.cutover_fence_in_force(engine, "acme")["FenceId"] == first.fence_id
+    assert cutover_fence.cutover_fence_in_force(engine, "acme")["FenceId"] == first.fence_id
 
 
 def test_dry_run_writes_nothing(engine):
     locks = table_checksum(engine, catalog.Lock)
-    assert fence.arm_fence(engine, "acme", armed_by="t", timeout_s=10, dry_run=True).outcome == "would_arm"
+    assert cutover_fence.arm_fence(engine, "acme", armed_by="t", timeout_s=10, dry_run=True).outcome == "would_arm"
     assert _fences(engine) == []
     assert table_checksum(engine, catalog.Lock) == locks  # not even a lock row
 
@@ -45,7 +45,7 @@ def test_expiring_or_scoped_fences_are_not_reused(engine):
     sc.fence(scope="lane-a")
     sc.fence(released=True)
     sc.write(engine)
-    result = fence.arm_fence(engine, "acme", armed_by="t", timeout_s=10)
+    result = cutover_fence.arm_fence(engine, "acme", armed_by="t", timeout_s=10)
     assert result.outcome == "armed" and result.fence_id not in (1, 2, 3)
     assert sorted(f["FenceId"] for f in result.other_fences_in_force) == [1, 2]
 
@@ -57,8 +57,8 @@ def test_active_overrides_refuse_and_are_listed_not_revoked(engine):
     sc.fence_override(f, "lane-old", revoked=True)
     sc.write(engine)
     before = table_checksum(engine, catalog.AdmissionFenceOverride), _fences(engine)
-    with pytest.raises(fence.ActiveOverrides) as err:
-        fence.arm_fence(engine, "acme", armed_by="t", timeout_s=10)
+    with pytest.raises(cutover_fence.ActiveOverrides) as err:
+        cutover_fence.arm_fence(engine, "acme", armed_by="t", timeout_s=10)
     assert err.value.exit_code == 3
     assert [o["Scope"] for o in err.value.overrides] == ["lane-vip"]
     assert "lane-vip" in str(err.value) and "revokes nothing" in str(err.value)
@@ -66,23 +66,23 @@ def test_active_overrides_refuse_and_are_listed_not_revoked(engine):
 
 
 def test_release_is_idempotent(engine):
-    armed = fence.arm_fence(engine, "acme", armed_by="t", timeout_s=10)
-    assert fence.release_fence(engine, "acme", armed.fence_id, released_by="t", timeout_s=10, dry_run=True).outcome == (
+    armed = cutover_fence.arm_fence(engine, "acme", armed_by="t", timeout_s=10)
+    assert cutover_fence.release_fence(engine, "acme", armed.fence_id, released_by="t", timeout_s=10, dry_run=True).outcome == (
         "would_release"
     )
     assert _fences(engine)[0]["ReleasedAt"] is None
-    assert fence.release_fence(engine, "acme", armed.fence_id, released_by="t", timeout_s=10).outcome == "released"
+    assert cutover_fence.release_fence(engine, "acme", armed.fence_id, released_by="t", timeout_s=10).outcome == "released"
     released_at = _fences(engine)[0]["ReleasedAt"]
     assert released_at is not None
-    again = fence.release_fence(engine, "acme", armed.fence_id, released_by="t", timeout_s=10)
+    again = cutover_fence.release_fence(engine, "acme", armed.fence_id, released_by="t", timeout_s=10)
     assert again.outcome == "already_released"
-    with pytest.raises(fence.ReleasedByAnother, match="already released by 't'.*not by 't2'") as other:
-        fence.release_fence(engine, "acme", armed.fence_id, released_by="t2", timeout_s=10)  # not a success
+    with pytest.raises(cutover_fence.ReleasedByAnother, match="already released by 't'.*not by 't2'") as other:
+        cutover_fence.release_fence(engine, "acme", armed.fence_id, released_by="t2", timeout_s=10)  # not a success
     assert other.value.exit_code == 3
     assert _fences(engine)[0]["ReleasedAt"] == released_at and _fences(engine)[0]["ReleasedBy"] == "t"
-    assert fence.cutover_fence_in_force(engine, "acme") is None
+    assert cutover_fence.cutover_fence_in_force(engine, "acme") is None
     # a new arm after release is a new fence
-    assert fence.arm_fence(engine, "acme", armed_by="t", timeout_s=10).fence_id != armed.fence_id
+    assert cutover_fence.arm_fence(engine, "acme", armed_by="t", timeout_s=10).fence_id != armed.fence_id
 
 
 def test_release_refuses_foreign_or_non_cutover_fences(engine):
@@ -91,16 +91,16 @@ def test_release_refuses_foreign_or_non_cutover_fences(engine):
     sc.fence(scope="lane-a")
     sc.write(engine)
     with pytest.raises(BadInput, match="does not exist in namespace"):
-        fence.release_fence(engine, "acme", 1, released_by="t", timeout_s=10)
+        cutover_fence.release_fence(engine, "acme", 1, released_by="t", timeout_s=10)
     with pytest.raises(BadInput, match="not a non-expiring"):
-        fence.release_fence(engine, "other", 2, released_by="t", timeout_s=10)
+        cutover_fence.release_fence(engine, "other", 2, released_by="t", timeout_s=10)
 
 
 def test_concurrent_arms_converge_on_one_fence(engine):
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(lambda _: fence.arm_fence(engine, "acme", armed_by="t", timeout_s=30), range(4)))
+        results = list(pool.map(lambda _: cutover_fence.arm_fence(engine, "acme", armed_by="t", timeout_s=30), range(4)))
     assert len({r.fence_id for r in results}) == 1
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(catalog.AdmissionFence)).scalar_one() == 1
@@ -112,18 +112,18 @@ def test_rerun_after_a_completed_cutover_does_not_fence_again(engine):
     sc.pack("pk-b")
     sc.protocol_row("pk-a", 5)
     sc.write(engine)
-    armed = fence.arm_fence(engine, "acme", armed_by="t", timeout_s=10, packs=["pk-a", "pk-b"])
+    armed = cutover_fence.arm_fence(engine, "acme", armed_by="t", timeout_s=10, packs=["pk-a", "pk-b"])
     assert armed.outcome == "armed"  # pk-b has no checkpoint yet
-    fence.release_fence(engine, "acme", armed.fence_id, released_by="t", timeout_s=10)
-    assert fence.arm_fence(engine, "acme", armed_by="t", timeout_s=10, packs=["pk-a", "pk-b"]).outcome == "armed"
-    second = fence.cutover_fence_in_force(engine, "acme")["FenceId"]
+    cutover_fence.release_fence(engine, "acme", armed.fence_id, released_by="t", timeout_s=10)
+    assert cutover_fence.arm_fence(engine, "acme", armed_by="t", timeout_s=10, packs=["pk-a", "pk-b"]).outcome == "armed"
+    second = cutover_fence.cutover_fence_in_force(engine, "acme")["FenceId"]
     with engine.begin() as conn:
         conn.execute(catalog.ConnectorProjectionProtocol.insert().values(
             PackInstallId="pk-b", ProtocolVersion=1, LegacyMaxOrdinal=0, WrittenAt=dt.datetime(2026, 1, 1), WrittenBy="t"))
     # a fence in force is still reused, even when every pack is checkpointed
-    assert fence.arm_fence(engine, "acme", armed_by="t", timeout_s=10, packs=["pk-a", "pk-b"]).fence_id == second
-    fence.release_fence(engine, "acme", second, released_by="t", timeout_s=10)
-    again = fence.arm_fence(engine, "acme", armed_by="t", timeout_s=10, packs=["pk-a", "pk-b"])
+    assert cutover_fence.arm_fence(engine, "acme", armed_by="t", timeout_s=10, packs=["pk-a", "pk-b"]).fence_id == second
+    cutover_fence.release_fence(engine, "acme", second, released_by="t", timeout_s=10)
+    again = cutover_fence.arm_fence(engine, "acme", armed_by="t", timeout_s=10, packs=["pk-a", "pk-b"])
     assert (again.outcome, again.fence_id) == ("not_needed", second)
     assert len(_fences(engine)) == 2
 

@@ -2,7 +2,7 @@
 
 Scopes: ``*`` (every source of the namespace), ``<PackInstallId>`` (a pack), or
 ``<PackInstallId>/<SourceLane>`` (one source). "In force" and "active" are
-defined once, in :mod:`nexus_cutover.fencing`. An active override of a fence lets the sources its
+defined once, in :mod:`nexus_cutover.admission_fences`. An active override of a fence lets the sources its
 own scope names through that fence. A source is fenced when any fence in force
 covers it and none of that fence's active overrides covers it.
 
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, select
 
+from ..admission_fences import fence_in_force, override_active
 from ..catalog import FENCE_SCOPE_ALL, AdmissionFence, AdmissionFenceOverride
-from ..fencing import fence_in_force, override_active
 
 
 @dataclass(frozen=True)
