@@ -50,8 +50,8 @@ from .digest.model import HistoryDigest
 from .digest.verify import DigestVerification, verify_digest
 from .digest_limits import DEFAULT_DIGEST_CONNECTIONS
 from .drain import DrainReport, drain_report
-from .plan import resolve_packs as _resolve_packs
-from .plan import schema_plan
+from .packs import resolve_packs as _resolve_packs
+from .packs import schema_plan
 
 
 def resolve_packs(engine: Engine, namespace: str, requested: Iterable[str] = ()) -> list[str]:
