@@ -19,7 +19,6 @@ from collections import deque
 from typing import Any
 
 from nexus_airflow.triggers import WAITING
-from nexus_cutover.polling import measured_rate  # light (standard library only): the one rate of a wait
 
 
 def _utcnow() -> dt.datetime:
@@ -33,6 +32,14 @@ def _parse(deadline: str) -> dt.datetime:
     return value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo else value
 
 
+
+
+def measured_rate(samples: list[tuple[float, int]]) -> float | None:
+    """:func:`nexus_cutover.polling.measured_rate`, the one rate of a wait (imported when called: the Field History
+    DAG's file loads this module at parse time, which loads no domain module but the declarations)."""
+    from nexus_cutover.polling import measured_rate as rate
+
+    return rate(samples)
 
 
 def eta_minutes(remaining: int | None, rate: float | None) -> int | None:
