@@ -30,7 +30,7 @@ from ..clock import utcnow
 from ..liveness import DEFAULT_STALE_HEARTBEAT_S
 from ..transition import Transition, Verdict
 from . import cutover_fence, steps
-from .transition import CUTOVER
+from .transition import CUTOVER, DEFAULT_ARM_WHEN_DRAIN_BELOW_S
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,8 @@ class PlanOptions:
     adopt: str | None = None
     timeout_s: float = 300.0
     drain_timeout_s: float = 3600.0
-    #: The run's ``arm_when_drain_below`` (0: it arms at once).
-    arm_when_drain_below_s: float = 0.0
+    #: The run's ``arm_when_drain_below`` (0: it arms at once), the form's and the command line's default.
+    arm_when_drain_below_s: float = DEFAULT_ARM_WHEN_DRAIN_BELOW_S
     stale_heartbeat_s: float = DEFAULT_STALE_HEARTBEAT_S
     #: How the fence's dry run judges another holder (the command line: never adopted unless named).
     holder_state: cutover_fence.HolderState = cutover_fence.unknown_holders

@@ -58,15 +58,13 @@ def drain_verdict(report: dict[str, Any]) -> Verdict:
 def pre_arm_verdict(look: dict[str, Any]) -> Verdict:
     """Arm (proceed) when no old projection work remains, when ``arm_when_drain_below_s`` is 0 (arm at once), or
     when the remaining work would drain within it at the measured rate. Stop when it cannot drain (a stuck
-    backlog: its blockers named). Else wait, naming the remaining work and the rate, with the fence not armed."""
+    backlog: :func:`drain_verdict`'s stop, its blockers named). Else wait, naming the remaining work and the
+    rate, with the fence not armed."""
     remaining, bound = look["remaining"], look["arm_when_drain_below_s"]
     if remaining == 0 or not bound:
         return PROCEED
-    if look.get("state") == "stuck":
-        from .drain import blockers_text
-
-        return Verdict(Outcome.STOP, "the old projection backlog cannot drain, so the fence is not armed: "
-                       + (blockers_text(look.get("blocker_totals") or {}) or "no progress possible"))
+    if look.get("state") == "stuck":  # the drain's own stop, in its words: said once where a dry run finds both
+        return drain_verdict(look)
     eta = look.get("eta_s")
     if eta is not None and eta <= bound:
         return PROCEED
