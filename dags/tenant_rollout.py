@@ -55,9 +55,11 @@ no tenant run) and succeeds with the table. A real rollout skips the tenants who
 them anyway (`run`: each one's own run stops where the preflight said, counted against `max_failed`).
 
 **Approval**: `per_tenant` (default): each tenant's run asks its own writer-stop confirmation in
-*Required actions*. `per_wave`: one question per wave (`wave_NN.confirm`), with one table of every tenant's
-evidence, asked once every tenant of the wave is waiting at it; each tenant re-checks its own evidence when
-the answer arrives and fails alone if a writer came back. `approvers` limits who may answer; the user who
+*Required actions*. `per_wave`: one question per wave (`wave_NN.confirm`), with one table of the ready tenants'
+evidence, asked once no tenant of the wave is still on its way to its confirmation; a late tenant (waiting for
+its old backlog before arming, or for a live old writer to be stopped) is not waited for and asks its own
+follow-up question in its run when ready. Each tenant re-checks its own evidence when the answer arrives and
+fails alone if a writer came back. `approvers` limits who may answer; the user who
 triggered the rollout may not, unless `allow_self_approval`.
 
 **Rerun** (clear the rollout run, or trigger it again): tenants already cut over are skipped; tenants that

@@ -16,7 +16,7 @@ from typing import Any
 from nexus_cutover.field_history.transition import FIELD_HISTORY
 from nexus_cutover.projection.transition import CUTOVER
 
-__all__ = ["CUTOVER", "FIELD_HISTORY", "PRIORITY_ARMED", "PRIORITY_BEFORE_ARMING", "build", "steps_md", "task"]
+__all__ = ["CUTOVER", "FIELD_HISTORY", "HEAVY_READS", "PRIORITY_ARMED", "PRIORITY_BEFORE_ARMING", "build", "steps_md", "task"]
 
 #: Absolute task priorities (``weight_rule="absolute"``): Airflow's scheduler and executors take queued work by
 #: priority, and its default rule (``downstream``) ranks a run's first tasks above its last ones, so a new tenant's
@@ -24,6 +24,10 @@ __all__ = ["CUTOVER", "FIELD_HISTORY", "PRIORITY_ARMED", "PRIORITY_BEFORE_ARMING
 #: docs/performance.md). Every task of a run after it armed the fence, and a rollout's wave question, outrank the
 #: tasks before arming (issue 36, item 3).
 PRIORITY_ARMED, PRIORITY_BEFORE_ARMING = 1000, 1  # 1000: above any downstream-weighted task of ours (<= ~100)
+
+#: DAG -> the steps whose reads weigh on the tenant's database cluster (the full history digest and its verification,
+#: the materialization's batches): their task instances run in the run's ``read_pool`` (:mod:`nexus_airflow.policies`).
+HEAVY_READS = {CUTOVER.name: ("history_digest", "final_old_writer_check"), FIELD_HISTORY.name: ("stage_2_materialize",)}
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from nexus_airflow.params import (
     CONN_ID_FIELD,
     CONNECTIONS_ONLY,
     NOTIFY_FIELD,
+    READ_POOL_FIELD,
     STALE_HEARTBEAT_FIELD,
     TENANT_FIELDS,
     TIMING,
@@ -48,6 +49,7 @@ OPTIONAL_VERSION_PATTERN = r"^$|^\d+(\.\d+)*$"
 FH_FIELDS: dict[str, Field] = {
     **TENANT_FIELDS,
     "conn_id": CONN_ID_FIELD.in_section(CONNECTIONS_ONLY),  # this form has no pack or fence field
+    "read_pool": READ_POOL_FIELD.in_section(CONNECTIONS_ONLY),
     "target_stage": Field(
         1,
         "Target stage",
@@ -134,6 +136,7 @@ class FieldHistoryParams:
     switch_timeout: int
     stale_heartbeat: int
     poll_interval: int
+    read_pool: str = ""
 
     @classmethod
     def from_context(cls, context) -> FieldHistoryParams:

@@ -22,9 +22,11 @@ Invariants:
   fails the run like a rejection. Without ``approvers``, anyone the auth manager
   lets answer may. Who answered is in the log and XCom.
 * ``approval=per_wave`` (set by ``tenant_rollout``): the run pushes its evidence
-  and waits (rescheduled, no worker slot held) for its wave's one answer in the
+  and waits (rescheduled, no worker slot held) for its wave's answer in the
   rollout run; the evidence the wave's question showed for this tenant is then
-  re-checked exactly as a per-tenant answer would be.
+  re-checked exactly as a per-tenant answer would be. A tenant the wave's
+  question was asked without (it was late) asks its own follow-up question, as
+  ``per_tenant`` does: the wave's answer never confirms a tenant it did not show.
 """
 
 from __future__ import annotations
@@ -234,9 +236,15 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
         fault_point("confirm_writers_stopped.before_ask")
         if p.approval == "per_wave":
             return self._await_wave(context, ev)
-        body = (
+        self._ask(context, self._question(context, ev))
+
+    def _question(self, context, ev, follow_up: str = "") -> str:
+        """The tenant's own question: its evidence, what confirming means, what the answer re-checks."""
+        p = params_of(context)
+        return (
             f"## Tenant `{p.tenant}`: stop every old writer before the cutover checkpoint\n\n"
-            f"Evidence taken at {ev.checked_at.isoformat()}Z, try {context['ti'].try_number} of this step.\n\n"
+            + follow_up
+            + f"Evidence taken at {ev.checked_at.isoformat()}Z, try {context['ti'].try_number} of this step.\n\n"
             + ev.as_markdown()
             + "\nThe database cannot prove that an old binary will never resume. Confirm only if every old "
             "ingress_writer, receipt_materializer, projection_worker and dependency_resolver of this tenant "
@@ -245,10 +253,10 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
             f"heartbeated after this evidence was taken ({ev.checked_at.isoformat()}Z), fails the run.\n\n"
             "**Reject** (or no answer in time) ends the run failed: cutover not performed."
         )
-        self._ask(context, body)
 
     def _await_wave(self, context, ev) -> dict[str, Any]:
-        """Wait for the wave's answer in the rollout run (rescheduled each poll), then re-check this tenant."""
+        """Wait for the wave's answer in the rollout run (rescheduled each poll), then re-check this tenant; a tenant
+        the wave's question did not show (it was late) asks its own question instead."""
         from airflow.sdk.exceptions import AirflowRescheduleException
 
         from nexus_airflow import rollout as ro
@@ -260,6 +268,14 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
                  f"start this run; trigger one tenant with approval per_tenant. {self.on_reject}",
                  {"rollout": run_id, "run_id": context["run_id"]})
         ti = context["ti"]
+        shown = ro.wave_shown(ti, wave, rollout_run_id=run_id)
+        if shown is not None and p.tenant not in shown:  # late for the wave's question: asked on its own, as per_tenant
+            self.log.info("wave %d's question was asked without this tenant (not ready then): asking its own "
+                          "follow-up question", wave)
+            self._ask(context, self._question(context, ev, follow_up=(
+                f"Follow-up to wave {wave}'s question of rollout `{run_id}`: this tenant was not ready when the "
+                "wave's question was asked, so it is asked on its own; the wave's answer does not confirm it.\n\n")))
+            return None
         answer = ro.wave_answer(ti, wave, rollout_run_id=run_id)
         if not answer:
             state = str(ti.get_dagrun_state(dag_id=ro.ROLLOUT_DAG, run_id=run_id)).rsplit(".", 1)[-1].lower()

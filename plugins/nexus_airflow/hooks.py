@@ -88,6 +88,17 @@ class NexusTenantHook(BaseHook):
         super().__init__(**kwargs)
         self.nexus_conn_id = nexus_conn_id
 
+    def read_pool(self) -> str | None:
+        """The connection's extra ``nexus_read_pool`` (its database cluster's Airflow pool for heavy reads); None
+        without one, or without the connection (its run then stops at its first read, naming the connection)."""
+        from nexus_airflow.params import READ_POOL_EXTRA
+
+        try:
+            pool = self.get_connection(self.nexus_conn_id).extra_dejson.get(READ_POOL_EXTRA)
+        except Exception:  # noqa: BLE001 - AirflowNotFoundException and secrets-backend errors alike
+            return None
+        return str(pool) if pool else None
+
     @cached_property
     def _dsn(self) -> str:
         try:

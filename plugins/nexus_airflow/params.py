@@ -129,6 +129,16 @@ def _text(v: Any) -> str:
 TENANT_FIELD = Field(_REQUIRED, "Tenant (namespace)",
                      "The tenant's namespace, e.g. acme. Lower-case letters, digits, _ and -.",
                      {"type": "string", "pattern": TENANT_PATTERN})
+#: An Airflow pool's name (the characters Airflow's pool names use), or empty.
+POOL_PATTERN = r"^$|^[A-Za-z0-9_.-]{1,256}$"
+#: The tenant connection's extra that names its database cluster's pool (read by a rollout for each tenant).
+READ_POOL_EXTRA = "nexus_read_pool"
+READ_POOL_FIELD = Field(None, "Heavy reads pool", "The Airflow pool this run's heavy reads run in (the history "
+                        "digest and its verification; Field History's materialization): the pool of the tenant's "
+                        "database cluster, so a fleet cannot saturate one cluster. Its size is the deployment's "
+                        "(airflow pools set <pool> <slots> <description>); a pool that does not exist is not used. Empty: a rollout "
+                        f"takes the tenant connection's extra {READ_POOL_EXTRA}, else Airflow's default pool.",
+                        {"type": "string", "pattern": POOL_PATTERN}, _text, CONNECTIONS)
 CONN_ID_FIELD = Field(None, "Tenant DB connection id", "Airflow connection of the tenant database (mysql for "
                       "MySQL/TiDB, sqlite for the embedded demo). Empty: nexus_tenant_<tenant>.",
                       {"type": "string", "pattern": CONN_ID_PATTERN}, _text, CONNECTIONS)
@@ -200,6 +210,7 @@ CUTOVER_FIELDS: dict[str, Field] = {
                    "invocation or armed by hand, to take over once you know it is finished. Empty: a fence of a "
                    "finished Airflow run is taken over by itself; any other holder's stops the run, naming it.",
                    {"type": "string", "maxLength": 128}, lambda v: v or None, CONNECTIONS),
+    "read_pool": READ_POOL_FIELD,
     "digest_connections": Field(DEFAULT_DIGEST_CONNECTIONS, "History digest connections",
                                 "Connections the history digest reads its chunks on at once (the same rows and the "
                                 "same verification as on one): the digest runs while admission is paused, and a larger "
@@ -242,7 +253,7 @@ MAX_PARALLEL_CAP = 16
 SHARED_FIELDS = ("arm_when_drain_below", "pre_arm_timeout", "drain_timeout", "stale_heartbeat", "host_controller",
                  "host_http_conn_id", "dry_run",
                  "poll_interval", "writers_stop_timeout", "confirm_timeout", "lock_timeout", "digest_timeout",
-                 "digest_connections", "readiness_timeout")
+                 "digest_connections", "readiness_timeout", "read_pool")
 ROLLOUT_FIELDS: dict[str, Field] = {
     "tenants": Field(_REQUIRED, "Tenants", "Namespaces; each uses the connection nexus_tenant_<tenant>.",
                      {"type": "array", "items": {"type": "string", "pattern": TENANT_PATTERN}, "uniqueItems": True},
@@ -384,6 +395,7 @@ class RunParams:
     approval: str = "per_tenant"
     rollout: dict[str, Any] = field(default_factory=dict)
     adopt: str | None = None
+    read_pool: str = ""
 
     @classmethod
     def from_context(cls, context) -> RunParams:

@@ -124,9 +124,13 @@ def wave_answer(ti, wave: int, *, rollout_run_id: str | None = None) -> dict | N
                         key=ANSWER_KEY, map_indexes=-1)
 
 
-def wave_shown(ti, wave: int) -> dict | None:
-    """Wave ``wave``'s ``confirm``: tenant -> the evidence time its question showed (XCom ``shown``)."""
-    return ti.xcom_pull(task_ids=wave_task(wave, CONFIRM_TASK), key=SHOWN_KEY)
+def wave_shown(ti, wave: int, *, rollout_run_id: str | None = None) -> dict | None:
+    """Wave ``wave``'s ``confirm``: tenant -> the evidence time its question showed (XCom ``shown``, pushed before
+    it is asked), of this rollout run or of ``rollout_run_id``; None before the question was asked."""
+    if rollout_run_id is None:
+        return ti.xcom_pull(task_ids=wave_task(wave, CONFIRM_TASK), key=SHOWN_KEY)
+    return ti.xcom_pull(dag_id=ROLLOUT_DAG, run_id=rollout_run_id, task_ids=wave_task(wave, CONFIRM_TASK),
+                        key=SHOWN_KEY, map_indexes=-1)
 
 
 def wave_outcome(ti, wave: int) -> dict | None:

@@ -1,10 +1,22 @@
-"""``per_wave``: one writer-stop question for a whole wave (``tenant_rollout``'s ``confirm`` task).
+"""``per_wave``: one writer-stop question for a wave's ready tenants (``tenant_rollout``'s ``confirm`` task).
 
-Invariants: asked only when every tenant of the wave is waiting at its
-confirmation with fresh evidence (or has ended); the answer records each
-tenant's evidence time shown, which that tenant re-checks. No default: a reject
-or a timeout fails the wave's tenants (nothing written beyond their fences); the
-rejection is a decision, not counted against ``max_failed``.
+Invariants:
+
+* No tenant's pause waits for another tenant's backlog or writers. The question
+  is asked once no tenant of the wave is *on its way* (between its start and its
+  confirmation, in steps that end by themselves soon: its fenced drain is short,
+  the pre-arm wait saw to that) and at least one is *ready* (waiting at its
+  confirmation with fresh evidence). A tenant that is *late* -- still waiting for
+  its old backlog before it arms (``wait_for_short_drain``), or for a person to
+  stop a live old writer (``check_old_writers``) -- is not waited for: it is
+  named in the question as not in it, and asks its own follow-up question when
+  it is ready (its run's ``confirm_writers_stopped``, the same approvers and
+  evidence rules).
+* The tenants a question showed (XCom ``shown``, pushed before it is asked) are
+  the only ones its answer confirms; each re-checks its own evidence time shown.
+* No default: a reject or a timeout fails the tenants the question showed
+  (nothing written beyond their fences); the rejection is a decision, not
+  counted against ``max_failed``.
 """
 
 from __future__ import annotations
@@ -19,6 +31,16 @@ from nexus_airflow import rollout as ro
 from nexus_airflow.rollout_lanes import wave_triggers
 from nexus_airflow.rollout_render import wave_body
 
+#: Where a tenant stands for its wave's question.
+READY, ON_ITS_WAY, LATE, ENDED, OWN_QUESTION = "ready", "on its way", "late", "ended", "asked on its own"
+
+#: The waits that can last (a backlog, a person): a tenant parked in one is late, not waited for.
+LATE_WAITS = {"wait_for_short_drain": "waiting for its old backlog to be short before it arms",
+              "check_old_writers": "waiting for a live old writer to be stopped"}
+PARKED = ("deferred", "up_for_reschedule")
+CONFIRM_STEP = "confirm_writers_stopped"
+LOOKED_AT = (*LATE_WAITS, CONFIRM_STEP)
+
 #: A tenant's ``confirm_writers_stopped`` waiting for its wave's answer, once it has published its evidence: it
 #: reschedules itself every poll, so between two looks it is also scheduled, queued or running. Only
 #: ``up_for_reschedule`` counted before, and a wave's tenants were seldom all in it at the same look (a 3-tenant
@@ -27,7 +49,7 @@ WAITING_FOR_THE_WAVE = ("up_for_reschedule", "scheduled", "queued", "running")
 
 
 class WaveConfirmOperator(HITLOperator):
-    """``per_wave``: one writer-stop question for the whole wave, asked once every tenant is waiting at it."""
+    """``per_wave``: one writer-stop question for the wave's ready tenants (see the module invariants)."""
 
     approve_option = "Confirm: every old writer of every tenant of this wave stopped"
     reject_option = "Reject the wave"
@@ -47,16 +69,18 @@ class WaveConfirmOperator(HITLOperator):
             ti.xcom_push(key=ro.ANSWER_KEY, value={"answer": "cancelled", "by": None, "at": None, "evidence": {}})
             raise ro.fail(f"rollout cancelled: wave {self.wave}'s question is not asked")
         rows = self._tenant_rows(ti, triggers)
-        waiting = [r["tenant"] for r in rows if r["status"] == "not ready"]
-        if waiting:
-            self.log.info("wave %d: waiting for %d tenant(s) to reach the confirmation: %s", self.wave, len(waiting),
-                          ", ".join(waiting))
+        decision = question_decision(rows)
+        if decision == "wait":
+            self.log.info("wave %d: waiting for %s", self.wave, waiting_text(rows))
             raise ro.later(ro.wait_s(params))
-        ready = [r for r in rows if r["status"] == "ready"]
-        if not ready:
+        ready = [r for r in rows if r["kind"] == READY]
+        ti.xcom_push(key=ro.SHOWN_KEY, value={r["tenant"]: r["checked_at"] for r in ready})
+        if not ready:  # every tenant ended or asks its own question
             ti.xcom_push(key=ro.ANSWER_KEY, value={"answer": "nothing to confirm", "tenants": []})
             return {"approval": "per_wave", "asked": False}
-        ti.xcom_push(key=ro.SHOWN_KEY, value={r["tenant"]: r["checked_at"] for r in ready})
+        if late := [r["tenant"] for r in rows if r["kind"] in (LATE, OWN_QUESTION)]:
+            self.log.info("wave %d: asking for %d ready tenant(s); %d late tenant(s) ask their own question when ready: "
+                          "%s", self.wave, len(ready), len(late), ", ".join(late))
         plan = ro.plan_of(ti) or {}
         from nexus_airflow.hitl import assigned_users
 
@@ -69,29 +93,26 @@ class WaveConfirmOperator(HITLOperator):
 
     @staticmethod
     def _tenant_rows(ti, triggers: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Each tenant's row of the question, read together: one read of every run's confirmation state, one
-        count of the runs that ended (halved to name them when some did), then the evidence and the drain of
-        the tenants waiting at their confirmation. A look at a wave still on its way to the question costs two
-        calls, not five per tenant."""
+        """Each tenant's row of the question (its ``kind`` and ``status``), read together: one read of every
+        run's waiting steps' states, one count of the runs that ended (halved to name them when some did), then
+        the evidence and the drain of the tenants waiting at their confirmation. A look at a wave still on its
+        way to the question costs two calls, not five per tenant."""
         run_ids = [t["trigger_run_id"] for t in triggers]
-        confirm_states = ti.get_task_states(dag_id=ro.CUTOVER_DAG, task_ids=["confirm_writers_stopped"],
-                                            run_ids=run_ids)
+        states = ti.get_task_states(dag_id=ro.CUTOVER_DAG, task_ids=list(LOOKED_AT), run_ids=run_ids)
         ended = ro.ended_cutover_runs(ti, run_ids)
         rows = []
         for trigger in triggers:
             tenant, rid = trigger["conf"]["tenant"], trigger["trigger_run_id"]
             if rid in ended:
                 run_state = ro.state_word(ti.get_dagrun_state(dag_id=ro.CUTOVER_DAG, run_id=rid))
-                rows.append({"tenant": tenant, "status": f"run {run_state}"})
+                rows.append({"tenant": tenant, "kind": ENDED, "status": f"run {run_state}"})
                 continue
-            confirm = ro.state_word((confirm_states.get(rid) or {}).get("confirm_writers_stopped"))
-            ev = results.evidence_shown(ti, run_id=rid) if confirm in WAITING_FOR_THE_WAVE else None
-            if not ev:
-                rows.append({"tenant": tenant, "status": "not ready"})
-                continue
-            drain = results.drain(ti, run_id=rid)
-            rows.append({"tenant": tenant, "status": "ready", "checked_at": ev["checked_at"], "evidence": ev,
-                         "drain": drain.get("state") or "-"})
+            steps = {step: ro.state_word(state) for step, state in (states.get(rid) or {}).items() if state}
+            ev = results.evidence_shown(ti, run_id=rid) if steps.get(CONFIRM_STEP) in WAITING_FOR_THE_WAVE else None
+            row = {"tenant": tenant, **tenant_standing(steps, evidence=bool(ev))}
+            if ev:
+                row.update(checked_at=ev["checked_at"], evidence=ev, drain=results.drain(ti, run_id=rid).get("state") or "-")
+            rows.append(row)
         return rows
 
     def execute_complete(self, context, event: dict[str, Any]) -> Any:
@@ -126,3 +147,43 @@ class WaveConfirmOperator(HITLOperator):
         value = {"answer": answer, "by": who, "at": at, "evidence": shown or {}}
         ti.xcom_push(key=ro.ANSWER_KEY, value=value)
         return value
+
+
+def tenant_standing(steps: dict[str, str], *, evidence: bool) -> dict[str, str]:
+    """Where one running tenant stands for the wave's question, from its run's task states (``step -> state``,
+    the steps of :data:`LOOKED_AT` that have one): ``kind`` (one of the constants above) and the ``status`` the
+    question shows. Parked at its confirmation with evidence: ready; parked there with a question of its own
+    (``awaiting_input``): asked on its own; parked in a wait of :data:`LATE_WAITS`: late; else on its way."""
+    confirm = steps.get(CONFIRM_STEP)
+    if confirm in WAITING_FOR_THE_WAVE and evidence:
+        return {"kind": READY, "status": "ready"}
+    if confirm == "awaiting_input":
+        return {"kind": OWN_QUESTION, "status": "asked on its own (a follow-up question in its run)"}
+    for step, why in LATE_WAITS.items():
+        if steps.get(step) in PARKED:
+            return {"kind": LATE, "status": f"late: {why}; asked on its own when it is ready"}
+    return {"kind": ON_ITS_WAY, "status": "on its way to its confirmation"}
+
+
+def question_decision(rows: list[dict[str, Any]]) -> str:
+    """``ask`` (the ready tenants), ``wait`` or ``nothing`` (no tenant left to ask: each ended or asks its own).
+
+    Wait while a tenant is on its way (it arrives soon, and one question serves it with the others), and while
+    only late tenants are left (no tenant is ready, so nobody waits for them, and the first to be ready is asked
+    with the wave). Never wait for a late tenant once one is ready."""
+    kinds = {r["kind"] for r in rows}
+    if ON_ITS_WAY in kinds:
+        return "wait"
+    if READY in kinds:
+        return "ask"
+    return "wait" if LATE in kinds else "nothing"
+
+
+def waiting_text(rows: list[dict[str, Any]]) -> str:
+    """What a waiting question waits for, for its log: the tenants on their way, and the late ones not waited for."""
+    on_way = [r["tenant"] for r in rows if r["kind"] == ON_ITS_WAY]
+    late = [r["tenant"] for r in rows if r["kind"] == LATE]
+    parts = [f"{len(on_way)} tenant(s) on their way to the confirmation: {', '.join(on_way)}"] if on_way else []
+    if late:
+        parts.append(f"{len(late)} late tenant(s), not waited for once one is ready: {', '.join(late)}")
+    return "; ".join(parts) or "nothing"

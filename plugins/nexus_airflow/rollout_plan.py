@@ -129,4 +129,21 @@ def _trigger(tenant: str, wave: int, run_id: str, shared: dict[str, Any], params
     conf = {"tenant": tenant, **shared, "approval": params["approval"], "approvers": list(params["approvers"]),
             "allow_self_approval": params["allow_self_approval"],
             "rollout": {"run_id": run_id, "wave": wave, "requested_by": requested_by}}
+    if not conf.get("read_pool") and (pool := cluster_pool(tenant)):
+        conf["read_pool"] = pool
     return {"conf": conf, "trigger_run_id": ro.run_id_for(run_id, tenant), "reset_dag_run": reset}
+
+
+def cluster_pool(tenant: str) -> str | None:
+    """The pool of ``tenant``'s database cluster, as its connection's extra names it (refused when it is not a
+    pool's name: ValueError naming the connection)."""
+    import re
+
+    from nexus_airflow.hooks import NexusTenantHook
+    from nexus_airflow.params import POOL_PATTERN, READ_POOL_EXTRA, conn_id_for
+
+    pool = NexusTenantHook(conn_id_for(tenant)).read_pool()
+    if pool and not re.fullmatch(POOL_PATTERN, pool):
+        raise ValueError(f"connection {conn_id_for(tenant)}: extra {READ_POOL_EXTRA}={pool!r} is not an Airflow pool "
+                         "name (letters, digits, _ . -)")
+    return pool

@@ -27,5 +27,6 @@ def wave_body(wave: int, rows: list[dict[str, Any]]) -> str:
     lines.append("\nConfirm only if every old ingress_writer, receipt_materializer, projection_worker and "
                  "dependency_resolver of every tenant above is stopped and will not be restarted. Each tenant "
                  "re-checks its own registry when the answer arrives and fails alone if a writer came back. "
-                 "**Reject** (or no answer in time) fails the wave's tenants: cutover not performed.")
+                 "**Reject** (or no answer in time) fails the tenants in this question: cutover not performed. A tenant "
+                 "not in it asks its own question when it is ready.")
     return "\n".join(lines)

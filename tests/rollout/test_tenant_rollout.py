@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import threading
 import time
 import uuid
 
@@ -26,8 +27,10 @@ from nexus_airflow.rollout import control_variable, run_id_for
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
 from nexus_cutover.protocol_row import read_protocol_row
+from nexus_cutover.runtime.registry import heartbeat as registry_heartbeat
 from nexus_cutover.schema import has_table
 from nexus_sim.checks import receipt_outcomes
+from nexus_sim.old_runtime import OldRuntimeSimulator
 from nexus_sim.scenario import TenantScenario
 from nexus_sim.scenario.production import Planted, build_production_tenant
 from nexus_sim.traffic import LiveTraffic
@@ -355,6 +358,115 @@ def _assert_metrics_of_the_first_rollout(statsd, run_id: str, names: list[str], 
         assert got[(f"nexus.step.duration.{n}.final_old_writer_check.success", "ms")]
         assert got[(f"nexus.drain.remaining.{n}", "g")][-1] == 0  # drained: its drain poll says so
     assert got[(f"nexus.step.duration.{names[2]}.confirm_writers_stopped.failed", "ms")]
+
+
+def _sqlite_tenant(stack, tmp_path, prefix: str, seed: int, backlog: int = 0,
+                   read_pool: str | None = None) -> tuple[str, str, list[str]]:
+    """A production-shaped SQLite tenant with its connection (its extra naming ``read_pool``, its cluster's pool);
+    ``backlog`` pending old projection WorkItems in a pack of their own (one generation per lane). (name, DSN,
+    its active packs)."""
+    name = f"{prefix}{uuid.uuid4().hex[:5]}"
+    path = str(tmp_path / f"{name}.db")
+    open(path, "a").close()
+    engine = make_engine(f"sqlite:///{path}")
+    packs = _build(engine, name, seed).active_packs
+    if backlog:
+        more = TenantScenario(namespace=name, event_id_start=500_000, work_id_start=500_000)
+        pack = more.pack("pk-backlog")
+        for lane in range(backlog):
+            pack.lane(f"backlog-{lane:03d}").generation(1, status="pending")
+        more.write(engine)
+        packs = [*packs, "pk-backlog"]
+    engine.dispose()
+    extra = {"extra": json.dumps({"nexus_read_pool": read_pool})} if read_pool else {}
+    stack.put_connection(f"nexus_tenant_{name}", "sqlite", host=path, **extra)
+    return name, f"sqlite:///{path}", packs
+
+
+def test_per_wave_asks_the_ready_tenants_and_a_late_one_asks_its_own_follow_up(stack, tmp_path):
+    """Per-wave approval, one wave of two: ``quick`` is drained; ``slow`` has an old backlog its live old worker
+    is not finishing, so it waits before arming (``wait_for_short_drain``). The wave's question is asked for
+    ``quick`` alone (``slow`` named as late, not in it) and its answer cuts ``quick`` over while ``slow`` is
+    still unfenced. Then the old worker drains ``slow``'s backlog and stops: ``slow`` arms, drains and asks its
+    own follow-up question in its run (the wave's answer did not confirm it); answered, it is cut over too.
+
+    Both tenants' connections name their cluster's pool (extra ``nexus_read_pool``): ``quick``'s heavy reads (the
+    history digest and its verification) ran in it, every other task in Airflow's default pool; ``slow``'s names a
+    pool that does not exist, so its heavy reads ran in their own pool (Airflow never schedules a task of a missing
+    pool, which would have held the fenced tenant for ever)."""
+    pool = f"nexus_reads_{uuid.uuid4().hex[:6]}"
+    stack.request("POST", "/api/v2/pools", {"name": pool, "slots": 1, "description": "one test cluster's heavy reads"})
+    quick, quick_dsn, quick_packs = _sqlite_tenant(stack, tmp_path, "q", 60, read_pool=pool)
+    slow, slow_dsn, slow_packs = _sqlite_tenant(stack, tmp_path, "s", 61, backlog=6, read_pool=f"{pool}_typo")
+    engine = make_engine(slow_dsn)
+    sim = OldRuntimeSimulator(engine, slow, process_id="old-rt", work_per_step=50)
+    sim.register()
+    beating, go = threading.Event(), threading.Event()
+
+    def old_runtime():  # heartbeats without finishing anything until ``go``, then drains the backlog and stops
+        while not go.wait(3):
+            for pid in (sim.writer_id, sim.worker_id, sim.resolver_id):
+                registry_heartbeat(engine, pid)
+            beating.set()
+        sim.run(exit_when_drained=True)
+
+    worker = threading.Thread(target=old_runtime, daemon=True)
+    worker.start()
+    try:
+        approver = As(stack, "approver")
+        run_id = stack.trigger(ROLLOUT, _conf(tenants=[quick, slow], canary=2, wave_size=2, max_parallel=2,
+                                              approval="per_wave", approvers=["approver"]))["dag_run_id"]
+        slow_run = run_id_for(run_id, slow)
+        deadline = time.monotonic() + 600
+        while not (wave := _pending_wave(stack, run_id)):
+            assert time.monotonic() < deadline and _state(stack, ROLLOUT, run_id) in ("queued", "running"), \
+                _where(stack, run_id, slow_run)
+            time.sleep(3)
+        assert f"`{slow}` | late: waiting for its old backlog" in wave["body"] and "(not in this question)" in wave["body"]
+        assert f"`{quick}` | 0 / " in wave["body"], wave["body"]
+        assert stack.xcom(ROLLOUT, run_id, "wave_00.confirm", key="shown").keys() == {quick}
+        time.sleep(5)  # apache/airflow#71172: answered >= 5 s after it parked
+        _answer(approver, run_id, "wave_00.confirm", WAVE_CONFIRM)
+        while _state(stack, CUTOVER, run_id_for(run_id, quick)) != "success":
+            assert time.monotonic() < deadline, _where(stack, run_id, run_id_for(run_id, quick))
+            time.sleep(3)
+        slow_states = {t["task_id"]: t["state"] for t in stack.task_instances(CUTOVER, slow_run)}
+        assert slow_states.get("arm_fence") is None, slow_states  # quick was cut over while slow was not yet fenced
+        assert _checkpointed(slow_dsn, slow_packs) is False
+        go.set()  # the old worker finishes the backlog and stops: slow arms, drains, and asks its own question
+        deadline = time.monotonic() + 600
+        while not (own := stack.pending_hitl(CUTOVER, slow_run)):
+            assert time.monotonic() < deadline and _state(stack, CUTOVER, slow_run) in ("queued", "running"), \
+                _where(stack, run_id, slow_run)
+            time.sleep(3)
+        assert own[0]["task_instance"]["task_id"] == "confirm_writers_stopped"
+        assert "Follow-up to wave 0's question" in own[0]["body"] and f"`{slow}`" in own[0]["body"]
+        assert {u["name"] for u in own[0]["assigned_users"]} == {"approver"}  # the rollout's approvers, unchanged
+        time.sleep(5)
+        approver.answer_hitl(CUTOVER, slow_run, "confirm_writers_stopped", CONFIRM)
+        deadline = time.monotonic() + 600
+        while _state(stack, ROLLOUT, run_id) not in ("success", "failed"):
+            assert time.monotonic() < deadline, _where(stack, run_id, slow_run)
+            time.sleep(3)
+        summary = stack.xcom(ROLLOUT, run_id, "summary", key="summary")
+        assert _state(stack, ROLLOUT, run_id) == "success", summary
+        assert {t: summary["tenants"][t]["approved_by"] for t in (quick, slow)} == {quick: "approver", slow: "approver"}
+        assert _checkpointed(quick_dsn, quick_packs) is True and _checkpointed(slow_dsn, slow_packs) is True
+        quick_release = stack.xcom(CUTOVER, run_id_for(run_id, quick), "resume_admission")
+        slow_release = stack.xcom(CUTOVER, slow_run, "resume_admission")
+        # quick's pause ended before slow's began: no tenant's pause held another's backlog
+        assert dt.datetime.fromisoformat(str(quick_release["released_at"])) < dt.datetime.fromisoformat(
+            str(slow_release["armed_at"]))
+        assert beating.is_set()
+        for run, heavy_pool in ((run_id_for(run_id, quick), pool), (slow_run, "default_pool")):
+            pools = {t["task_id"]: t["pool"] for t in stack.task_instances(CUTOVER, run)}
+            assert pools["history_digest"] == pools["final_old_writer_check"] == heavy_pool, pools
+            assert {p for task, p in pools.items() if task not in ("history_digest", "final_old_writer_check")} \
+                == {"default_pool"}, pools
+    finally:
+        go.set()
+        worker.join(timeout=120)
+        engine.dispose()
 
 
 def test_pause_holds_new_tenants_resume_starts_them_and_cancel_stops_before_the_checkpoint(stack, tmp_path):

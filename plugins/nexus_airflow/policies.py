@@ -1,0 +1,66 @@
+"""Airflow cluster policies of nexus-cutover: the heavy reads of a run go to its database cluster's pool.
+
+Invariant: a task instance of a step declared heavy (:data:`nexus_airflow.declared.HEAVY_READS`) runs in the pool
+its run's conf names (``read_pool``: the tenant's database cluster's pool, set by the form, or by a rollout from the
+tenant connection's extra ``nexus_read_pool``); every other task instance, and a run naming no pool, keeps the
+task's own pool (Airflow's ``default_pool``). So a fleet's digests and materializations on one cluster take at
+most that pool's slots at once, whatever the number of tenants in flight.
+
+A pool that does not exist is not used: Airflow never schedules a task instance of a missing pool, and a heavy
+read runs inside a tenant's admission pause, so a typo would hold the tenant fenced for ever. The task instance
+keeps its own pool and the process that creates it (the scheduler or the API server) logs a warning naming the
+pool and how to create it.
+
+The hook runs where Airflow creates task instances, inside that transaction: it reads the task instance, its
+run's conf and, through the run's own session, whether the pool exists (no connection, no Variable). Installed
+by ``plugins/airflow_local_settings.py`` (Airflow imports ``airflow_local_settings`` from the plugins folder on
+``sys.path``); a deployment with an ``airflow_local_settings`` of its own imports
+:func:`task_instance_mutation_hook` from there (docs/runbook.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from nexus_airflow.declared import HEAVY_READS
+from nexus_airflow.params import POOL_PATTERN
+
+log = logging.getLogger(__name__)
+
+
+def read_pool_of(dag_id: str, task_id: str, conf: Mapping[str, Any] | None) -> str | None:
+    """The pool the task instance ``dag_id.task_id`` of a run with ``conf`` runs in; None: its task's own."""
+    if task_id not in HEAVY_READS.get(dag_id, ()) or not conf:
+        return None
+    pool = conf.get("read_pool")
+    return pool if isinstance(pool, str) and pool and re.fullmatch(POOL_PATTERN, pool) else None
+
+
+def task_instance_mutation_hook(task_instance, dag_run=None) -> None:
+    """Airflow's hook (called as task instances are created): a heavy read goes to its run's ``read_pool``."""
+    pool = read_pool_of(task_instance.dag_id, task_instance.task_id, getattr(dag_run, "conf", None))
+    if not pool:
+        return
+    if pool_exists(pool, dag_run) is False:
+        log.warning("nexus-cutover: %s.%s of run %s runs in its own pool %s: the run's read_pool %r does not exist "
+                    "(create it: airflow pools set %s <slots> <description>)", task_instance.dag_id,
+                    task_instance.task_id, getattr(dag_run, "run_id", "?"), task_instance.pool, pool, pool)
+        return
+    task_instance.pool = pool
+
+
+def pool_exists(pool: str, dag_run) -> bool | None:
+    """Whether Airflow has the pool ``pool``, read on the session ``dag_run`` belongs to (the transaction that is
+    creating its task instances); None when the run has no session to read on."""
+    from airflow.models.pool import Pool
+    from sqlalchemy import select
+    from sqlalchemy.orm import object_session
+
+    session = object_session(dag_run) if dag_run is not None else None
+    if session is None:
+        return None
+    with session.no_autoflush:
+        return session.scalar(select(Pool.id).where(Pool.pool == pool)) is not None

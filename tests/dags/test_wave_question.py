@@ -1,0 +1,70 @@
+"""When a ``per_wave`` question is asked, and for whom (:mod:`nexus_airflow.rollout_confirm`): no tenant waits for
+a wave-mate's backlog or writers (issue 36, item 2).
+
+Pure logic over the task states a look reads (``tenant_standing``, ``question_decision``); the Airflow path, a wave
+with a late tenant that asks its own follow-up question, is
+``tests/rollout/test_tenant_rollout.py::test_per_wave_asks_the_ready_tenants_and_a_late_one_asks_its_own_follow_up``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from nexus_airflow.rollout_confirm import (
+    ENDED,
+    LATE,
+    ON_ITS_WAY,
+    OWN_QUESTION,
+    READY,
+    question_decision,
+    tenant_standing,
+    waiting_text,
+)
+
+AT_CONFIRMATION = {"wait_for_short_drain": "success", "check_old_writers": "success",
+                   "confirm_writers_stopped": "up_for_reschedule"}
+
+
+@pytest.mark.parametrize("steps, evidence, kind", [
+    (AT_CONFIRMATION, True, READY),
+    ({**AT_CONFIRMATION, "confirm_writers_stopped": "running"}, True, READY),  # between two of its polls
+    (AT_CONFIRMATION, False, ON_ITS_WAY),  # parked there, its evidence not yet published
+    ({**AT_CONFIRMATION, "confirm_writers_stopped": "awaiting_input"}, True, OWN_QUESTION),
+    ({"wait_for_short_drain": "deferred"}, False, LATE),  # its backlog is not short yet: not fenced, not waited for
+    ({"wait_for_short_drain": "up_for_reschedule"}, False, LATE),
+    ({"wait_for_short_drain": "success", "check_old_writers": "deferred"}, False, LATE),  # a live writer to stop
+    ({"wait_for_short_drain": "running"}, False, ON_ITS_WAY),  # its first look, which may arm at once
+    ({}, False, ON_ITS_WAY),  # its first steps
+    ({"wait_for_short_drain": "success"}, False, ON_ITS_WAY),  # armed, in its short fenced drain
+    ({"wait_for_short_drain": "success", "check_old_writers": "running"}, False, ON_ITS_WAY),
+])
+def test_where_a_tenant_stands_is_read_from_its_waiting_steps(steps, evidence, kind):
+    standing = tenant_standing(steps, evidence=evidence)
+    assert standing["kind"] == kind
+    if kind == LATE:
+        assert "asked on its own when it is ready" in standing["status"]
+
+
+def rows(*kinds: str) -> list[dict]:
+    return [{"tenant": f"t{i}", "kind": k} for i, k in enumerate(kinds)]
+
+
+def test_a_wave_with_one_slow_tenant_asks_the_ready_ones_without_waiting_for_it():
+    assert question_decision(rows(READY, READY, LATE)) == "ask"
+    assert question_decision(rows(READY, LATE, OWN_QUESTION, ENDED)) == "ask"
+
+
+def test_a_tenant_on_its_way_is_waited_for_so_one_question_serves_it():
+    assert question_decision(rows(READY, READY, ON_ITS_WAY)) == "wait"
+    assert question_decision(rows(ON_ITS_WAY, LATE)) == "wait"
+    assert "1 tenant(s) on their way to the confirmation: t2" in waiting_text(rows(READY, LATE, ON_ITS_WAY))
+
+
+def test_with_only_late_tenants_left_the_question_waits_for_the_first_to_be_ready():
+    assert question_decision(rows(LATE, LATE, ENDED)) == "wait"
+    assert question_decision(rows(READY, LATE, ENDED)) == "ask"
+
+
+def test_a_wave_whose_tenants_ended_or_ask_their_own_has_nothing_to_ask():
+    assert question_decision(rows(ENDED, OWN_QUESTION)) == "nothing"
+    assert question_decision(rows()) == "nothing"
