@@ -26,6 +26,7 @@ ISSUE_FIGURES = {
     "digest_vs_server_floor", "digest_verify_vs_server_floor", "digest_peak_rss_mb", "digest_rss_growth_mb",
     "materialize_proof_ratio", "stage3_comparison_vs_compat_scan",
     "audit_growth_vs_floor_growth", "admission_concurrent_speedup", "admission_conflict_retries_per_batch",
+    "preload_task_import_ratio",
 }
 
 

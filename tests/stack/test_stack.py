@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import time
@@ -130,6 +131,19 @@ def test_triggers_import_in_the_triggerers_environment(stack):
                            timeout=120)
         assert r.returncode == 0, f"{name}: {r.stderr[-3000:]}"
         assert r.stdout.strip().splitlines()[-1] == "nexus_airflow.triggers.StatusPollTrigger"
+
+
+def test_each_celery_worker_imported_the_nexus_modules_before_it_forked(stack):
+    """Each worker's main process ran the nexus preload (``plugins/airflow_local_settings.py`` on Celery's
+    ``import_modules``) once it started, so its tasks inherit the modules (issue 36, item 4)."""
+    from nexus_airflow.preload import preload_names
+
+    for name in ("worker-1", "worker-2"):
+        assert stack.components[name].running(), name
+        log = (stack.logs / f"{name}.log").read_text(errors="replace")
+        said = re.findall(r"nexus-cutover preload: (\d+) modules imported before the worker forks(, \d+ failed)?", log)
+        assert said, log[-3000:]
+        assert said[0] == (str(len(preload_names())), ""), said  # every module, none failed
 
 
 def test_sigkill_worker_after_checkpoint_write_then_clear_converges(stack, mysql_server_url):
