@@ -217,7 +217,10 @@ def step_started(context) -> None:
 
 
 def step_ended(context, result: Any = None) -> None:
-    """``post_execute`` of every step: its duration, lock wait and the figures its result carries, as metrics."""
+    """``post_execute`` of every step: its duration, lock wait and the figures its result carries, as metrics
+    (none when its trigger sent them: a wait that ended in the triggerer and was resumed anyway)."""
+    if getattr(context.get("task"), "metric_sent", False):
+        return
     _emit_step(context, "success", result)
 
 

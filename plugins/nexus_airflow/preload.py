@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import pkgutil
 
 log = logging.getLogger(__name__)
@@ -51,9 +52,15 @@ def preload(*_args, **_kwargs) -> list[str]:
     return failed
 
 
+#: The workers' environment switch of the preload (on unless ``0``: the bench's lever, measured alone).
+PRELOAD_ENV = "NEXUS_CELERY_PRELOAD"
+
+
 def connect_to_celery() -> bool:
     """Connect :func:`preload` to Celery's ``import_modules`` signal (sent once, in a worker's main process,
-    before its pool forks); False where Celery is not installed."""
+    before its pool forks); False where Celery is not installed or ``$NEXUS_CELERY_PRELOAD`` is ``0``."""
+    if os.environ.get(PRELOAD_ENV, "1").strip() == "0":
+        return False
     try:
         from celery.signals import import_modules
     except ImportError:

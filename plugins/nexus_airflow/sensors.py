@@ -8,7 +8,9 @@ wait in the mode the task asks for:
 * ``deferrable=True`` (the DAGs' default): poke once in the worker; while the
   poller says ``waiting``, defer to :class:`~nexus_airflow.triggers.StatusPollTrigger`
   with the sensor's remaining timeout plus two polls (the trigger's verdict past the
-  deadline comes first), so a waiting tenant holds no worker slot;
+  deadline comes first), so a waiting tenant holds no worker slot; a wait that passes
+  there ends there (:meth:`~StatusPollSensor.end_task`: its XComs and metric from the
+  trigger, no worker), a stop resumes on a worker;
 * ``deferrable=False``, ``mode="poke"``: the base class pokes every
   ``poke_interval`` in the worker; ``mode="reschedule"``: one poke per
   execution, the worker slot given back and the task rescheduled in between.
@@ -41,6 +43,7 @@ Invariants:
 from __future__ import annotations
 
 import datetime as dt
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +58,15 @@ from nexus_airflow.triggers import WAITING, StatusPollTrigger, import_poller
 TIMED_OUT = "timed_out"
 #: Flags that would turn a stop into a skip or hide a failed poll: refused (see the module invariants).
 _NEVER = ("soft_fail", "never_fail", "silent_fail")
+
+
+#: The workers' environment switch of a wait ending in its trigger (default on; ``0`` resumes every wait on a worker).
+END_IN_TRIGGERER_ENV = "NEXUS_WAITS_END_IN_TRIGGERER"
+
+
+def waits_end_in_triggerer() -> bool:
+    """Whether a passing wait ends in the triggerer (``$NEXUS_WAITS_END_IN_TRIGGERER``, on unless ``0``)."""
+    return os.environ.get(END_IN_TRIGGERER_ENV, "1").strip() != "0"
 
 
 def _utcnow() -> dt.datetime:
@@ -80,6 +92,8 @@ class StatusPollSensor(BaseSensorOperator):
         super().__init__(**kwargs)
         self.deferrable = deferrable
         self._deadline: dt.datetime | None = None
+        #: The step's metric was sent by its trigger (see :meth:`execute_complete`): the step hook sends none.
+        self.metric_sent = False
         self._poller = None
         self._last: dict[str, Any] = {}
 
@@ -104,6 +118,11 @@ class StatusPollSensor(BaseSensorOperator):
         """A final state (or a dry run's one look): the task's XCom value, or :func:`~nexus_airflow.base.stop`."""
         raise NotImplementedError
 
+    def end_task(self, context) -> dict[str, Any] | None:
+        """How the trigger may end the task itself (see :mod:`nexus_airflow.triggers`): the passing state, the
+        XComs from its result, the step's metric tags; None: every event resumes the task on a worker."""
+        return None
+
     # -- Airflow's sensor API ------------------------------------------------
 
     def execute(self, context) -> Any:
@@ -127,6 +146,10 @@ class StatusPollSensor(BaseSensorOperator):
         return PokeReturnValue(is_done=True, xcom_value=self.finish(context, result))
 
     def execute_complete(self, context, event: dict[str, Any]) -> Any:
+        if not isinstance(event, dict):  # a runner resumed a task its trigger ended (dag.test): look again here
+            self.log.info("%s: the wait's trigger ended it (%s); looking once more on the worker", self.task_id, event)
+            self.metric_sent = True  # by the trigger, which ended the step
+            return self._poke_then_defer(context)
         if event.get("state") == "error":
             stop(context, self.log, f"{self.task_id}: polling the tenant database failed: {event.get('message')}")
         return self.finish(context, event)
@@ -170,8 +193,9 @@ class StatusPollSensor(BaseSensorOperator):
         if "remaining" in self._last:
             kwargs["initial_remaining"] = self._last["remaining"]
         self._close()
+        end = self.end_task(context) if waits_end_in_triggerer() else None
         self.defer(
-            trigger=StatusPollTrigger(self.poller_path, kwargs, self.poke_interval),
+            trigger=StatusPollTrigger(self.poller_path, kwargs, self.poke_interval, end_task=end),
             method_name="execute_complete",
             # What is left of the wait, plus two polls: the trigger's own verdict past the deadline (with the
             # drain's rate and ETA) comes at most one poll after it; the resumed worker's last look is the backup.
@@ -277,6 +301,17 @@ class TenantWaitSensor(StatusPollSensor):
 
     def poll_only_once(self, context) -> bool:
         return params_of(context).dry_run
+
+    def end_task(self, context) -> dict[str, Any] | None:
+        """Passing, the wait ends in its trigger with what :meth:`finish` would push: the report as the task's
+        value, the human report under its key, the step's duration metric (never on a dry run: it looks once)."""
+        p, spec = params_of(context), self.spec
+        if p.dry_run:
+            return None
+        started = getattr(context.get("ti"), "start_date", None)
+        return {"state": spec.done_state, "tenant": p.tenant, "step": self.task_id,
+                "started_at": started.astimezone(dt.UTC).isoformat() if started else None,
+                "xcoms": {"return_value": "report", **({spec.text_key: "report_text"} if spec.text_key else {})}}
 
     def finish(self, context, result: dict[str, Any]) -> Any:
         spec = self.spec

@@ -21,6 +21,12 @@ Invariants:
 * Polls are spaced by :func:`nexus_cutover.polling.gaps`: 1 s after the
   first, then 2 s, 4 s, ... up to ``poll_interval`` (a wait that ends soon, a
   host that is ready in seconds, is seen in seconds).
+* A wait told how its task ends (``end_task``: the passing state, the XComs it pushes from the result, the
+  step's metric) ends the task here when the poll reaches that state: Airflow's ``TaskSuccessEvent`` with
+  those XComs, so the task does not go back to a worker to say what the trigger already knows (a task start and
+  a handoff inside the admission pause). Any other final state resumes the task on a worker as before (a stop
+  is the sensor's, with its report). ``NEXUS_WAITS_END_IN_TRIGGERER=0`` in the workers' environment turns it
+  off (the sensor then passes no ``end_task``).
 * A poll that fails on the database (a restarted server, a dropped connection)
   is logged and retried every ``poll_interval`` until the poller's own deadline
   (``expired()``); only then, or at once for bad input or a refusal (which no
@@ -107,17 +113,31 @@ class StatusPollTrigger(BaseTrigger):
     #: triggerer's :func:`quiet_log_s`).
     quiet_log_s: float | None = None
 
-    def __init__(self, poller: str, poller_kwargs: dict[str, Any], poll_interval: float = 30.0):
+    def __init__(self, poller: str, poller_kwargs: dict[str, Any], poll_interval: float = 30.0,
+                 end_task: dict[str, Any] | None = None):
         super().__init__()
         self.poller = poller
         self.poller_kwargs = dict(poller_kwargs)
         self.poll_interval = float(poll_interval)
+        self.end_task = dict(end_task) if end_task else None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {"poller": self.poller, "poller_kwargs": self.poller_kwargs, "poll_interval": self.poll_interval},
-        )
+        kwargs = {"poller": self.poller, "poller_kwargs": self.poller_kwargs, "poll_interval": self.poll_interval}
+        if self.end_task:
+            kwargs["end_task"] = self.end_task
+        return f"{type(self).__module__}.{type(self).__qualname__}", kwargs
+
+    def event(self, result: dict[str, Any]) -> TriggerEvent:
+        """The one event of a final ``result``: the task's end when ``end_task`` says this state passes, else the
+        result for the task to resume with."""
+        end = self.end_task
+        if not end or result.get("state") != end.get("state"):
+            return TriggerEvent(result)
+        from airflow.triggers.base import TaskSuccessEvent
+
+        xcoms = {key: result.get(field) for key, field in (end.get("xcoms") or {}).items()}
+        ended_step(end, xcoms.get("return_value"))
+        return TaskSuccessEvent(xcoms=xcoms)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from nexus_cutover.polling import gaps
@@ -147,8 +167,20 @@ class StatusPollTrigger(BaseTrigger):
                 if line is not None:
                     self.log.info("%s", line)
                 if result.get("state") != WAITING:
-                    yield TriggerEvent(result)
+                    yield self.event(result)
                     return
                 await asyncio.sleep(next(next_gap))
         finally:
             await asyncio.to_thread(instance.close)
+
+
+def ended_step(end: dict[str, Any], result: Any) -> None:
+    """The step metric a task ended by its trigger sends (its worker's ``post_execute`` does not run): duration
+    from the task's first start (``end["started_at"]``), as :func:`nexus_airflow.base.step_ended` measures it."""
+    if not end.get("tenant") or not end.get("step"):
+        return
+    from nexus_airflow.metrics import emit_step
+
+    started = end.get("started_at")
+    seconds = (dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(started)).total_seconds() if started else None
+    emit_step(str(end["tenant"]), str(end["step"]), "success", seconds, result)

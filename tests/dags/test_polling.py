@@ -325,3 +325,71 @@ def test_a_stuck_drains_stop_names_each_cause_with_its_count(airflow_db, tmp_pat
                             "4 pending items while no live old-protocol projection_worker heartbeats")
     writers = TenantWaitSensor(task_id="check_old_writers").stop_message({"live": ["w-1", "w-2"]})
     assert writers.endswith("Now: 2 live old writer(s) to be stopped (w-1, w-2), then a person's confirmation")
+
+
+class ReportingPoller:
+    """Waits ``waits`` polls, then ends in ``final`` with a report and its text."""
+
+    def __init__(self, waits: int, final: str):
+        self.waits, self.final = waits, final
+
+    def poll(self):
+        if self.waits:
+            self.waits -= 1
+            return {"state": "waiting", "message": "2 old projection WorkItems remaining", "report": {"left": 2}}
+        return {"state": self.final, "message": self.final, "report": {"left": 0, "state": self.final},
+                "report_text": f"the drain: {self.final}"}
+
+    def close(self):
+        pass
+
+
+END_TASK = {"state": "drained", "xcoms": {"return_value": "report", "report_text": "report_text"}}
+
+
+def _fired(trigger) -> list:
+    async def collect():
+        return [e async for e in trigger.run()]
+
+    return asyncio.run(asyncio.wait_for(collect(), timeout=30))
+
+
+def test_a_wait_that_passes_ends_its_task_in_the_triggerer_with_the_sensors_xcoms(airflow_db):
+    """Told how its task ends, the trigger ends it itself on the passing state (Airflow's TaskSuccessEvent, the
+    XComs the sensor's finish would push: the report as the task's value, the text under its key), so the task
+    does not go back to a worker; serialized with that, as the triggerer re-creates it."""
+    from airflow.triggers.base import TaskSuccessEvent
+
+    from nexus_airflow.triggers import StatusPollTrigger
+
+    trigger = StatusPollTrigger(f"{__name__}.ReportingPoller", {"waits": 1, "final": "drained"}, 0, end_task=END_TASK)
+    path, kwargs = trigger.serialize()
+    assert kwargs["end_task"] == END_TASK
+    (event,) = _fired(StatusPollTrigger(**kwargs))
+    assert isinstance(event, TaskSuccessEvent)
+    assert event.xcoms == {"return_value": {"left": 0, "state": "drained"}, "report_text": "the drain: drained"}
+
+
+@pytest.mark.parametrize("end_task", [END_TASK, None], ids=["told", "not told"])
+def test_a_wait_that_stops_resumes_on_a_worker_with_the_pollers_result(airflow_db, end_task):
+    """Any other final state (a stuck drain), or a trigger not told how its task ends (the switch off, an older
+    sensor), fires the poller's result for the sensor to finish on a worker (its stop, with its report)."""
+    from airflow.triggers.base import TaskSuccessEvent
+
+    from nexus_airflow.triggers import StatusPollTrigger
+
+    final = "stuck" if end_task else "drained"
+    (event,) = _fired(StatusPollTrigger(f"{__name__}.ReportingPoller", {"waits": 1, "final": final}, 0,
+                                         end_task=end_task))
+    assert not isinstance(event, TaskSuccessEvent)
+    assert event.payload["state"] == final and event.payload["report"] == {"left": 0, "state": final}
+    assert "end_task" not in StatusPollTrigger("p", {}, 1).serialize()[1]  # a trigger serialized before stays as it was
+
+
+def test_the_sensor_tells_its_trigger_how_the_task_ends_unless_switched_off(monkeypatch):
+    from nexus_airflow.sensors import END_IN_TRIGGERER_ENV, waits_end_in_triggerer
+
+    monkeypatch.delenv(END_IN_TRIGGERER_ENV, raising=False)
+    assert waits_end_in_triggerer() is True
+    monkeypatch.setenv(END_IN_TRIGGERER_ENV, "0")
+    assert waits_end_in_triggerer() is False

@@ -44,8 +44,10 @@ WORKER = textwrap.dedent(
 )
 
 
-def _worker(tmp_path: pathlib.Path, *, plugins: pathlib.Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and k != "PYTHONPATH"}
+def _worker(tmp_path: pathlib.Path, *, plugins: pathlib.Path, **more_env: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and k not in ("PYTHONPATH",
+                                                                                          preload.PRELOAD_ENV)}
+    env.update(more_env)
     env.update({"AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__PLUGINS_FOLDER": str(plugins),
                 "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                 "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
@@ -69,13 +71,18 @@ def test_a_worker_imports_every_module_a_cutover_task_imports_before_it_forks(tm
     assert got["task_imports"] == []
 
 
-def test_without_the_nexus_settings_a_worker_preloads_nothing_of_ours(tmp_path):
-    """The same worker with a plugins folder that has no ``airflow_local_settings``: Airflow's own preload only,
-    so the task process imports our modules itself (the difference the preload makes)."""
-    bare = tmp_path / "plugins"
-    bare.mkdir()
-    (bare / "nexus_airflow").symlink_to(REPO / "plugins" / "nexus_airflow")
-    got = _worker(tmp_path, plugins=bare)
+@pytest.mark.parametrize("how", ["no local settings", "switched off"])
+def test_without_the_preload_a_worker_imports_nothing_of_ours_before_it_forks(tmp_path, how):
+    """The same worker with a plugins folder that has no ``airflow_local_settings``, or with the preload switched
+    off (``NEXUS_CELERY_PRELOAD=0``): Airflow's own preload only, so the task process imports our modules itself
+    (the difference the preload makes)."""
+    if how == "switched off":
+        got = _worker(tmp_path, plugins=REPO / "plugins", NEXUS_CELERY_PRELOAD="0")
+    else:
+        bare = tmp_path / "plugins"
+        bare.mkdir()
+        (bare / "nexus_airflow").symlink_to(REPO / "plugins" / "nexus_airflow")
+        got = _worker(tmp_path, plugins=bare)
     assert got["connected"] is False
     assert "nexus_cutover.projection.steps" in got["task_imports"]
     assert "nexus_airflow.operators" in got["task_imports"]

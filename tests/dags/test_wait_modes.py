@@ -22,7 +22,7 @@ from nexus_cutover import catalog
 from nexus_cutover.projection.transition import CUTOVER
 from nexus_sim.scenario import utcnow
 from tests.dags.airflow_harness import collect, next_logical_date
-from tests.dags.cutover_support import DAG_ID, base_conf, drained_tenant, draining_tenant, history_bytes
+from tests.dags.cutover_support import DAG_ID, NS, base_conf, drained_tenant, draining_tenant, history_bytes
 
 LATE_WRITER = "old-late-writer"
 MODES = ["reschedule", "poke"]
@@ -193,6 +193,22 @@ def test_the_default_defers_to_the_trigger_with_the_sensor_timeout(dag, tenant):
     assert abs((deadline - started).total_seconds() - 900) < 5
     # what is left of the sensor's own timeout, plus two polls: the trigger's verdict past the deadline comes first
     assert 890 + 2 * 7 < deferred.value.timeout.total_seconds() <= 900 + 2 * 7
+    # drained, the trigger ends the task itself with what the sensor's finish would push, and its metric
+    assert trigger.end_task == {"state": "drained", "tenant": NS, "step": "wait_for_drain", "started_at": None,
+                                "xcoms": {"return_value": "report", "report_text": "report_text"}}
+
+
+def test_switched_off_a_wait_resumes_on_a_worker_whatever_its_trigger_sees(dag, tenant, monkeypatch):
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from nexus_airflow.sensors import END_IN_TRIGGERER_ENV
+
+    monkeypatch.setenv(END_IN_TRIGGERER_ENV, "0")
+    engine, conn_id = tenant
+    draining_tenant().write(engine)
+    with pytest.raises(TaskDeferred) as deferred:
+        dag.task_dict["wait_for_drain"].execute({"params": base_conf(conn_id, drain_timeout=900, poll_interval=7)})
+    assert deferred.value.trigger.end_task is None
 
 
 def test_a_deferral_that_times_out_stops_with_the_waits_report(dag, tenant):

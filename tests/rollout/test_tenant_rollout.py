@@ -356,6 +356,8 @@ def _assert_metrics_of_the_first_rollout(statsd, run_id: str, names: list[str], 
         assert got[(f"nexus.admission.pause.{n}", "ms")] == [pytest.approx(outcomes[n]["admission_pause_s"] * 1000,
                                                                           abs=0.01)]
         assert got[(f"nexus.step.duration.{n}.final_old_writer_check.success", "ms")]
+        for wait in ("wait_for_drain", "verify_readiness"):  # once, whether it ended in the triggerer or a worker
+            assert len(got[(f"nexus.step.duration.{n}.{wait}.success", "ms")]) == 1, (n, wait)
         assert got[(f"nexus.drain.remaining.{n}", "g")][-1] == 0  # drained: its drain poll says so
     assert got[(f"nexus.step.duration.{names[2]}.confirm_writers_stopped.failed", "ms")]
 
