@@ -29,6 +29,14 @@ succeeded; against the floor: the same steps for fresh copies of the same tenant
 4 at a time (the rollout's ``max_parallel``), same poll interval. Wall time per tenant = total wall / tenants.
 The waiting run is ended first (its 1,000 triggers would fill the survivor's capacity).
 
+**levers** -- issue 36 item 4's levers, each alone (``bench/stack_levers.py``): the workers restarted with
+each lever's switch off or on, a ``tenant_rollout`` of ``--lever-tenants`` drained tenants per configuration,
+``--lever-rounds`` interleaved rounds; the admission pause less the answer's wait per configuration.
+
+**fleet** -- issue 36's production-shaped fleet (``bench/stack_fleet.py``): drained, draining, long-backlog and
+never-draining tenants with ordinary work arriving, one ``per_wave`` rollout; each tenant's pause against what it
+would be if it depended on nothing but that tenant.
+
 **preflight** -- issue 27's ``preflight_vs_plan_loop`` (``bench/bench_preflight.py``: the fleet preflight over
 ``--preflight-tenants`` production-shaped MariaDB tenants against a loop of ``nexus-cutover plan`` at the same
 concurrency, one run, interleaved rounds). Needs no Airflow process: measured before the stack starts, and a run
@@ -51,12 +59,15 @@ from typing import Any
 
 # The parts live beside this file, each importing none of those after it: stack_report.py (progress lines, the
 # results file), stack_proc.py (/proc figures), stack_waiting.py (part waiting), stack_rollout_tenants.py and
-# stack_rollout.py (parts rollout and faults); bench_preflight.py is part preflight.
+# stack_rollout.py (parts rollout and faults), stack_fleet.py (part fleet), stack_levers.py (part levers);
+# bench_preflight.py is part preflight.
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path[:0] = [str(BENCH), str(REPO), str(REPO / "plugins")]
 import benchlib  # noqa: E402
 from bench_preflight import GOAL as PREFLIGHT_GOAL  # noqa: E402
+from stack_fleet import measure_fleet  # noqa: E402
+from stack_levers import measure_levers  # noqa: E402
 from stack_report import save, say  # noqa: E402
 from stack_rollout import APPROVER, measure_rollout, measure_rollout_faults  # noqa: E402
 from stack_waiting import WAIT_DAG, measure_waiting, sqlite_tenants  # noqa: E402
@@ -127,6 +138,12 @@ def run(args, save) -> dict[str, Any]:
                 save(results)
             if "faults" in args.only:
                 results["rollout_faults"] = {"measured_at": benchlib.now_utc(), **measure_rollout_faults(stack, args)}
+                save(results)
+            if "levers" in args.only:
+                results["levers"] = {"measured_at": benchlib.now_utc(), **measure_levers(stack, args)}
+                save(results)
+            if "fleet" in args.only:
+                results["fleet"] = {"measured_at": benchlib.now_utc(), **measure_fleet(stack, args)}
         except BaseException:
             say("failed; stack logs:\n" + stack.log_tails(25))
             raise
@@ -146,8 +163,8 @@ def run(args, save) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes (a few minutes)")
-    parser.add_argument("--only", nargs="+", choices=("waiting", "rollout", "preflight", "faults"),
-                        default=["waiting", "rollout", "preflight", "faults"])
+    parser.add_argument("--only", nargs="+", choices=("waiting", "rollout", "preflight", "faults", "levers", "fleet"),
+                        default=["waiting", "rollout", "preflight", "faults", "levers", "fleet"])
     parser.add_argument("--preflight-tenants", type=int, help="preflight tenants (default 32, quick 6)")
     parser.add_argument("--preflight-concurrency", type=int, help="preflight concurrency (default 8, quick 3)")
     parser.add_argument("--tenants", type=int, help="waiting tenants (default 1000, quick 20)")
@@ -163,13 +180,19 @@ def main() -> int:
                              "2 cores; issue 13 asks 100: --rollout-tenants 100 --rollout-limit 7200; quick 2)")
     parser.add_argument("--fault-tenants", type=int,
                         help="tenants of the rollout with three faults (--only faults; default 300, quick 8)")
+    parser.add_argument("--lever-tenants", type=int, help="tenants per rollout of part levers (default 4, quick 2)")
+    parser.add_argument("--lever-rounds", type=int, help="rounds of part levers' four configurations (default 2, "
+                        "quick 1)")
+    parser.add_argument("--fleet-limit", type=float, default=2400.0,
+                        help="part fleet: give its rollout up after, s (also its tenants' pre_arm_timeout)")
     parser.add_argument("--keep", type=Path, help="copy the stack's process and task logs here before the cleanup")
     parser.add_argument("--rollout-limit", type=float, default=900.0, help="give the Airflow rollout up after, s")
     args = parser.parse_args()
     q = args.quick
     for name, full, quick in (("tenants", 1000, 20), ("poll_interval", 30.0, 5.0), ("window", 90.0, 10.0),
                               ("idle", 20.0, 5.0), ("rollout_tenants", 11, 2), ("preflight_tenants", 32, 6),
-                              ("preflight_concurrency", 8, 3), ("fault_tenants", 300, 8)):
+                              ("preflight_concurrency", 8, 3), ("fault_tenants", 300, 8),
+                              ("lever_tenants", 4, 2), ("lever_rounds", 2, 1)):
         if getattr(args, name) is None:
             setattr(args, name, quick if q else full)
     benchlib.server_url()

@@ -56,11 +56,12 @@ APPROVER = "approver"  # a second user of the stack: the one who triggered a run
 
 
 class Answerer:
-    """Answers every pending writer-stop confirmation of the cutover runs over REST, logged in as
-    :data:`APPROVER` (a person other than the one who triggered the rollout, as in the UI)."""
+    """Answers every pending question offering one of ``options`` (default: the cutover runs' writer-stop
+    confirmation) over REST, logged in as :data:`APPROVER` (a person other than the one who triggered the
+    rollout, as in the UI)."""
 
-    def __init__(self, stack: ProductionStack, grace_s: float = 3.0):
-        self.stack, self.grace = copy.copy(stack), grace_s
+    def __init__(self, stack: ProductionStack, grace_s: float = 3.0, options: tuple[str, ...] = (CONFIRM,)):
+        self.stack, self.grace, self.options = copy.copy(stack), grace_s, options
         body = stack.request("POST", "/auth/token", {"username": APPROVER, "password": stack_password(stack, APPROVER)},
                              auth=False)
         self.stack.token = body["access_token"]
@@ -74,7 +75,8 @@ class Answerer:
             key = f"{ti['dag_id']}/{ti['dag_run_id']}/{ti['task_id']}/{ti.get('map_index', -1)}"
             if d.get("response_received") or key in self.answered:
                 continue
-            if ti["dag_id"] != CUTOVER_DAG or CONFIRM not in d["options"]:
+            option = next((o for o in self.options if o in d["options"]), None)
+            if option is None:
                 if key not in self.other:
                     self.other.append(key)
                     say(f"rollout: a question this bench does not answer: {key} {d['options']}")
@@ -82,7 +84,7 @@ class Answerer:
             # a HITL answered within ~1 s of parking can be lost (apache/airflow#71172): a short grace
             if time.monotonic() - self.first_seen.setdefault(key, time.monotonic()) < self.grace:
                 continue
-            self.stack.answer_hitl(ti["dag_id"], ti["dag_run_id"], ti["task_id"], CONFIRM, ti.get("map_index", -1))
+            self.stack.answer_hitl(ti["dag_id"], ti["dag_run_id"], ti["task_id"], option, ti.get("map_index", -1))
             self.answered.add(key)
 
     def details(self) -> list[dict]:
@@ -205,8 +207,9 @@ def measure_rollout_faults(stack: ProductionStack, args) -> dict[str, Any]:
 
 
 def airflow_rollout(stack: ProductionStack, names: list[str], limit_s: float, wave_size: int, *,
-                    extra: dict[str, Any] | None = None, cutover: dict[str, Any] | None = None) -> dict[str, Any]:
-    answerer = Answerer(stack)
+                    extra: dict[str, Any] | None = None, cutover: dict[str, Any] | None = None,
+                    answerer: Answerer | None = None) -> dict[str, Any]:
+    answerer = answerer or Answerer(stack)
     started = time.monotonic()
     rollout_run = stack.trigger(ROLLOUT_DAG, {"tenants": names, "wave_size": wave_size, **(extra or {}),
                                               "cutover_conf": {**rollout_conf(), **(cutover or {})}})["dag_run_id"]
@@ -240,8 +243,8 @@ def airflow_rollout(stack: ProductionStack, names: list[str], limit_s: float, wa
     pause_parts = [{**pause_breakdown(stack.task_instances(CUTOVER_DAG, r["dag_run_id"])),
                     "answer_wait_s": waits.get(r["dag_run_id"], 0.0)}
                    for r in done.values() if r["state"] == "success"]
-    return {"state": state, "stopped_at_limit_s": round(limit_s) if stopped else None, "wall_s": round(wall, 1),
-            "succeeded": ok, "finished_runs": len(done),
+    return {"state": state, "rollout_run_id": rollout_run, "stopped_at_limit_s": round(limit_s) if stopped else None,
+            "wall_s": round(wall, 1), "succeeded": ok, "finished_runs": len(done),
             "wall_s_per_tenant": round(wall / len(names), 1) if ok == len(names) else None,
             "tenant_run_s_mean": round(sum(per) / len(per), 1) if per else None,
             "tenant_run_s_max": round(max(per), 1) if per else None,

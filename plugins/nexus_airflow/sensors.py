@@ -8,9 +8,10 @@ wait in the mode the task asks for:
 * ``deferrable=True`` (the DAGs' default): poke once in the worker; while the
   poller says ``waiting``, defer to :class:`~nexus_airflow.triggers.StatusPollTrigger`
   with the sensor's remaining timeout plus two polls (the trigger's verdict past the
-  deadline comes first), so a waiting tenant holds no worker slot; a wait that passes
-  there ends there (:meth:`~StatusPollSensor.end_task`: its XComs and metric from the
-  trigger, no worker), a stop resumes on a worker;
+  deadline comes first), so a waiting tenant holds no worker slot; with
+  ``NEXUS_WAITS_END_IN_TRIGGERER=1`` a wait that passes there ends there
+  (:meth:`~StatusPollSensor.end_task`: its XComs and metric from the trigger, no
+  worker), a stop resumes on a worker;
 * ``deferrable=False``, ``mode="poke"``: the base class pokes every
   ``poke_interval`` in the worker; ``mode="reschedule"``: one poke per
   execution, the worker slot given back and the task rescheduled in between.
@@ -60,13 +61,14 @@ TIMED_OUT = "timed_out"
 _NEVER = ("soft_fail", "never_fail", "silent_fail")
 
 
-#: The workers' environment switch of a wait ending in its trigger (default on; ``0`` resumes every wait on a worker).
+#: The workers' environment switch of a wait ending in its trigger: off unless ``1`` (measured alone on the stack
+#: it did not shorten the pause: docs/performance.md, "Both levers on the stack").
 END_IN_TRIGGERER_ENV = "NEXUS_WAITS_END_IN_TRIGGERER"
 
 
 def waits_end_in_triggerer() -> bool:
-    """Whether a passing wait ends in the triggerer (``$NEXUS_WAITS_END_IN_TRIGGERER``, on unless ``0``)."""
-    return os.environ.get(END_IN_TRIGGERER_ENV, "1").strip() != "0"
+    """Whether a passing wait ends in the triggerer (``$NEXUS_WAITS_END_IN_TRIGGERER`` is ``1``)."""
+    return os.environ.get(END_IN_TRIGGERER_ENV, "0").strip() == "1"
 
 
 def _utcnow() -> dt.datetime:

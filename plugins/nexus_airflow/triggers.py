@@ -25,8 +25,8 @@ Invariants:
   step's metric) ends the task here when the poll reaches that state: Airflow's ``TaskSuccessEvent`` with
   those XComs, so the task does not go back to a worker to say what the trigger already knows (a task start and
   a handoff inside the admission pause). Any other final state resumes the task on a worker as before (a stop
-  is the sensor's, with its report). ``NEXUS_WAITS_END_IN_TRIGGERER=0`` in the workers' environment turns it
-  off (the sensor then passes no ``end_task``).
+  is the sensor's, with its report). The sensors pass ``end_task`` only with ``NEXUS_WAITS_END_IN_TRIGGERER=1``
+  in the workers' environment (off by default: measured, it did not shorten the pause).
 * A poll that fails on the database (a restarted server, a dropped connection)
   is logged and retried every ``poll_interval`` until the poller's own deadline
   (``expired()``); only then, or at once for bad input or a refusal (which no

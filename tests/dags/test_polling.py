@@ -386,10 +386,12 @@ def test_a_wait_that_stops_resumes_on_a_worker_with_the_pollers_result(airflow_d
     assert "end_task" not in StatusPollTrigger("p", {}, 1).serialize()[1]  # a trigger serialized before stays as it was
 
 
-def test_the_sensor_tells_its_trigger_how_the_task_ends_unless_switched_off(monkeypatch):
+def test_a_wait_ends_in_the_triggerer_only_when_switched_on(monkeypatch):
     from nexus_airflow.sensors import END_IN_TRIGGERER_ENV, waits_end_in_triggerer
 
     monkeypatch.delenv(END_IN_TRIGGERER_ENV, raising=False)
+    assert waits_end_in_triggerer() is False  # measured, it did not pay: off by default
+    monkeypatch.setenv(END_IN_TRIGGERER_ENV, "1")
     assert waits_end_in_triggerer() is True
     monkeypatch.setenv(END_IN_TRIGGERER_ENV, "0")
     assert waits_end_in_triggerer() is False

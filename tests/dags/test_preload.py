@@ -8,6 +8,7 @@ fresh interpreter. The figures (what a task saves) are ``bench/bench_preload.py`
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pathlib
 import subprocess
@@ -88,13 +89,28 @@ def test_without_the_preload_a_worker_imports_nothing_of_ours_before_it_forks(tm
     assert "nexus_airflow.operators" in got["task_imports"]
 
 
-def test_a_module_that_fails_to_import_is_logged_and_skipped(monkeypatch, capfd):
-    """Airflow's logging (structlog) writes the worker's log lines to its output."""
+class _Lines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+def test_a_module_that_fails_to_import_is_logged_and_skipped(monkeypatch):
     monkeypatch.setattr(preload, "MODULES", (*preload.MODULES, "nexus_no_such_module"))
-    assert preload.preload() == ["nexus_no_such_module"]
-    out, err = capfd.readouterr()
-    assert "nexus-cutover preload: nexus_no_such_module not imported (ModuleNotFoundError" in out + err
-    assert f"{len(preload.preload_names()) - 1} modules imported before the worker forks, 1 failed" in out + err
+    lines, logger = _Lines(), logging.getLogger(preload.log.name)
+    logger.addHandler(lines)
+    monkeypatch.setattr(logger, "level", logging.INFO)
+    try:
+        assert preload.preload() == ["nexus_no_such_module"]
+    finally:
+        logger.removeHandler(lines)
+    assert any(line.startswith("nexus-cutover preload: nexus_no_such_module not imported (ModuleNotFoundError")
+               for line in lines.lines), lines.lines
+    assert lines.lines[-1] == (f"nexus-cutover preload: {len(preload.preload_names()) - 1} modules imported before "
+                               "the worker forks, 1 failed")
 
 
 @pytest.mark.parametrize("package", preload.PACKAGES)

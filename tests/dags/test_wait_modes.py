@@ -168,11 +168,13 @@ def test_drain_wait_stops_with_its_report_when_drain_timeout_runs_out(dag, tenan
     assert history_bytes(engine) == before  # nothing was changed to pass
 
 
-def test_the_default_defers_to_the_trigger_with_the_sensor_timeout(dag, tenant):
+def test_the_default_defers_to_the_trigger_with_the_sensor_timeout(dag, tenant, monkeypatch):
     from airflow.sdk.exceptions import TaskDeferred
 
+    from nexus_airflow.sensors import END_IN_TRIGGERER_ENV
     from nexus_airflow.triggers import StatusPollTrigger
 
+    monkeypatch.setenv(END_IN_TRIGGERER_ENV, "1")
     engine, conn_id = tenant
     draining_tenant().write(engine)
     sensor = dag.task_dict["wait_for_drain"]
@@ -193,17 +195,21 @@ def test_the_default_defers_to_the_trigger_with_the_sensor_timeout(dag, tenant):
     assert abs((deadline - started).total_seconds() - 900) < 5
     # what is left of the sensor's own timeout, plus two polls: the trigger's verdict past the deadline comes first
     assert 890 + 2 * 7 < deferred.value.timeout.total_seconds() <= 900 + 2 * 7
-    # drained, the trigger ends the task itself with what the sensor's finish would push, and its metric
+    # switched on, drained, the trigger ends the task itself with what the sensor's finish would push, and its metric
     assert trigger.end_task == {"state": "drained", "tenant": NS, "step": "wait_for_drain", "started_at": None,
                                 "xcoms": {"return_value": "report", "report_text": "report_text"}}
 
 
-def test_switched_off_a_wait_resumes_on_a_worker_whatever_its_trigger_sees(dag, tenant, monkeypatch):
+@pytest.mark.parametrize("switch", ["0", None], ids=["off", "unset (the default)"])
+def test_switched_off_a_wait_resumes_on_a_worker_whatever_its_trigger_sees(dag, tenant, monkeypatch, switch):
     from airflow.sdk.exceptions import TaskDeferred
 
     from nexus_airflow.sensors import END_IN_TRIGGERER_ENV
 
-    monkeypatch.setenv(END_IN_TRIGGERER_ENV, "0")
+    if switch is None:
+        monkeypatch.delenv(END_IN_TRIGGERER_ENV, raising=False)
+    else:
+        monkeypatch.setenv(END_IN_TRIGGERER_ENV, switch)
     engine, conn_id = tenant
     draining_tenant().write(engine)
     with pytest.raises(TaskDeferred) as deferred:
