@@ -57,7 +57,7 @@ them anyway (`run`: each one's own run stops where the preflight said, counted a
 **Approval**: `per_tenant` (default): each tenant's run asks its own writer-stop confirmation in
 *Required actions*. `per_wave`: one question per wave (`wave_NN.confirm`), with one table of the ready tenants'
 evidence, asked once no tenant of the wave is still on its way to its confirmation; a late tenant (waiting for
-its old backlog before arming, or for a live old writer to be stopped) is not waited for and asks its own
+its old backlog before arming, fenced for the rest of it, or for a live old writer to be stopped) is not waited for and asks its own
 follow-up question in its run when ready. Each tenant re-checks its own evidence when the answer arrives and
 fails alone if a writer came back. `approvers` limits who may answer; the user who
 triggered the rollout may not, unless `allow_self_approval`.

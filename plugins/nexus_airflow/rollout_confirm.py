@@ -4,14 +4,14 @@ Invariants:
 
 * No tenant's pause waits for another tenant's backlog or writers. The question
   is asked once no tenant of the wave is *on its way* (between its start and its
-  confirmation, in steps that end by themselves soon: its fenced drain is short,
-  the pre-arm wait saw to that) and at least one is *ready* (waiting at its
-  confirmation with fresh evidence). A tenant that is *late* -- still waiting for
-  its old backlog before it arms (``wait_for_short_drain``), or for a person to
-  stop a live old writer (``check_old_writers``) -- is not waited for: it is
-  named in the question as not in it, and asks its own follow-up question when
-  it is ready (its run's ``confirm_writers_stopped``, the same approvers and
-  evidence rules).
+  confirmation, in a step that is running or queued: it arrives within seconds)
+  and at least one is *ready* (waiting at its confirmation with fresh evidence).
+  A tenant that is *late* -- parked in a wait: for its old backlog before it arms
+  (``wait_for_short_drain``), for the rest of it once fenced (``wait_for_drain``:
+  its own pause, which must not become its wave-mates'), or for a person to stop a
+  live old writer (``check_old_writers``) -- is not waited for: it is named in the
+  question as not in it, and asks its own follow-up question when it is ready (its
+  run's ``confirm_writers_stopped``, the same approvers and evidence rules).
 * The tenants a question showed (XCom ``shown``, pushed before it is asked) are
   the only ones its answer confirms; each re-checks its own evidence time shown.
 * No default: a reject or a timeout fails the tenants the question showed
@@ -36,6 +36,7 @@ READY, ON_ITS_WAY, LATE, ENDED, OWN_QUESTION = "ready", "on its way", "late", "e
 
 #: The waits that can last (a backlog, a person): a tenant parked in one is late, not waited for.
 LATE_WAITS = {"wait_for_short_drain": "waiting for its old backlog to be short before it arms",
+              "wait_for_drain": "fenced, waiting for the rest of its old backlog to drain",
               "check_old_writers": "waiting for a live old writer to be stopped"}
 PARKED = ("deferred", "up_for_reschedule")
 CONFIRM_STEP = "confirm_writers_stopped"
