@@ -77,6 +77,7 @@ bench: deps
 # trigger on one real triggerer, then one of two triggerers SIGKILLed; an 11-tenant tenant_rollout (canary + one wave;
 # BENCH_STACK_ARGS="--rollout-tenants 100 --rollout-limit 7200" for issue 13's 100) against the CLI floor. Starts and
 # stops its own stack; writes the key `stack` of bench/results.json (QUICK=1: small sizes, key `stack_quick`, ~10
-# minutes). Not part of `make bench` or `make test` (about 30 minutes on 2 cores).
+# minutes). Also issue 36's parts: levers (each of item 4's levers alone) and fleet (a production-shaped fleet whose
+# backlogs are still draining). Not part of `make bench` or `make test` (about 60 minutes on 2 cores).
 bench-stack: deps
 	bash scripts/with-mariadb.sh $(BIN)/python bench/bench_stack.py $(if $(QUICK),--quick,) $(BENCH_STACK_ARGS)
