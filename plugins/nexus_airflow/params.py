@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,6 +134,12 @@ TENANT_FIELD = Field(_REQUIRED, "Tenant (namespace)",
 POOL_PATTERN = r"^$|^[A-Za-z0-9_.-]{1,256}$"
 #: The tenant connection's extra that names its database cluster's pool (read by a rollout for each tenant).
 READ_POOL_EXTRA = "nexus_read_pool"
+
+
+def is_pool_name(value: Any) -> bool:
+    """Whether ``value`` is a non-empty Airflow pool name (:data:`POOL_PATTERN`): the one rule of the form, the
+    rollout's read of the connection extra and the scheduler's policy."""
+    return isinstance(value, str) and bool(value) and re.fullmatch(POOL_PATTERN, value) is not None
 READ_POOL_FIELD = Field(None, "Heavy reads pool", "The Airflow pool this run's heavy reads run in (the history "
                         "digest and its verification; Field History's materialization): the pool of the tenant's "
                         "database cluster, so a fleet cannot saturate one cluster. Its size is the deployment's "

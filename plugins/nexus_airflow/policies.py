@@ -21,12 +21,11 @@ by ``plugins/airflow_local_settings.py`` (Airflow imports ``airflow_local_settin
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from nexus_airflow.declared import HEAVY_READS
-from nexus_airflow.params import POOL_PATTERN
+from nexus_airflow.params import is_pool_name
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +35,7 @@ def read_pool_of(dag_id: str, task_id: str, conf: Mapping[str, Any] | None) -> s
     if task_id not in HEAVY_READS.get(dag_id, ()) or not conf:
         return None
     pool = conf.get("read_pool")
-    return pool if isinstance(pool, str) and pool and re.fullmatch(POOL_PATTERN, pool) else None
+    return pool if is_pool_name(pool) else None
 
 
 def task_instance_mutation_hook(task_instance, dag_run=None) -> None:

@@ -40,15 +40,15 @@ def preload_names() -> list[str]:
 
 def preload(*_args, **_kwargs) -> list[str]:
     """Import every module of :func:`preload_names`; returns the ones that failed (each logged)."""
-    failed = []
-    for name in preload_names():
+    failed, names = [], preload_names()
+    for name in names:
         try:
             importlib.import_module(name)
         except Exception as exc:  # noqa: BLE001 - a worker starts whatever one module does
             failed.append(name)
             log.warning("nexus-cutover preload: %s not imported (%s: %s)", name, type(exc).__name__, exc)
     log.info("nexus-cutover preload: %d modules imported before the worker forks%s",
-             len(preload_names()) - len(failed), f", {len(failed)} failed" if failed else "")
+             len(names) - len(failed), f", {len(failed)} failed" if failed else "")
     return failed
 
 

@@ -137,13 +137,11 @@ def _trigger(tenant: str, wave: int, run_id: str, shared: dict[str, Any], params
 def cluster_pool(tenant: str) -> str | None:
     """The pool of ``tenant``'s database cluster, as its connection's extra names it (refused when it is not a
     pool's name: ValueError naming the connection)."""
-    import re
-
     from nexus_airflow.hooks import NexusTenantHook
-    from nexus_airflow.params import POOL_PATTERN, READ_POOL_EXTRA, conn_id_for
+    from nexus_airflow.params import READ_POOL_EXTRA, conn_id_for, is_pool_name
 
     pool = NexusTenantHook(conn_id_for(tenant)).read_pool()
-    if pool and not re.fullmatch(POOL_PATTERN, pool):
+    if pool and not is_pool_name(pool):
         raise ValueError(f"connection {conn_id_for(tenant)}: extra {READ_POOL_EXTRA}={pool!r} is not an Airflow pool "
                          "name (letters, digits, _ . -)")
     return pool
