@@ -180,6 +180,8 @@ def main() -> int:
                              "2 cores; issue 13 asks 100: --rollout-tenants 100 --rollout-limit 7200; quick 2)")
     parser.add_argument("--fault-tenants", type=int,
                         help="tenants of the rollout with three faults (--only faults; default 300, quick 8)")
+    parser.add_argument("--levers", nargs="+", help="part levers' configurations (bench/stack_levers.py "
+                        "CONFIGURATIONS), the first the baseline of the ratios (default: every one, neither first)")
     parser.add_argument("--lever-tenants", type=int, help="tenants per rollout of part levers (default 4, quick 2)")
     parser.add_argument("--lever-rounds", type=int, help="rounds of part levers' four configurations (default 2, "
                         "quick 1)")

@@ -4,9 +4,12 @@ Each lever is a switch of the Celery workers' environment (default on in the pro
 
 * ``preload``: ``NEXUS_CELERY_PRELOAD`` -- the workers import the nexus modules once before they fork;
 * ``end_in_triggerer``: ``NEXUS_WAITS_END_IN_TRIGGERER`` -- a deferred wait that passes ends in the triggerer
-  (Airflow's ``TaskSuccessEvent``), without a worker resuming it.
+  (Airflow's ``TaskSuccessEvent``), without a worker resuming it;
+* ``fused``: ``NEXUS_FUSED_TASKS`` -- the fused tasks of ``nexus_airflow.declared.FUSED`` (the new host's
+  readiness wait and the release as one task); it changes the DAG's shape, so the DAG processor, the workers and
+  the API server are restarted with it and the bench waits until the DAG Airflow serves has that shape.
 
-Per configuration (both off, each alone, both on), the two workers are restarted with its switches and a
+Per configuration (``--levers``, default every one), the components are restarted with its switches and a
 ``tenant_rollout`` of ``--lever-tenants`` fresh production-shaped MariaDB tenants runs to its end (the same form
 and answerer as the rollout part). Each tenant has a short old backlog (:data:`BACKLOG` items) that its live old
 runtime finishes at :data:`RATE` a second once the fence is armed (``arm_when_drain_below`` 0): its
@@ -33,22 +36,49 @@ from stack_rollout_tenants import rollout_tenants
 
 from scripts.stack_topology import ProductionStack
 
-#: configuration -> the workers' switches.
+_OFF = {"NEXUS_CELERY_PRELOAD": "0", "NEXUS_WAITS_END_IN_TRIGGERER": "0", "NEXUS_FUSED_TASKS": "0"}
+#: configuration -> the components' switches ("neither": every lever off).
 CONFIGURATIONS = {
-    "neither": {"NEXUS_CELERY_PRELOAD": "0", "NEXUS_WAITS_END_IN_TRIGGERER": "0"},
-    "preload": {"NEXUS_CELERY_PRELOAD": "1", "NEXUS_WAITS_END_IN_TRIGGERER": "0"},
-    "end_in_triggerer": {"NEXUS_CELERY_PRELOAD": "0", "NEXUS_WAITS_END_IN_TRIGGERER": "1"},
-    "both": {"NEXUS_CELERY_PRELOAD": "1", "NEXUS_WAITS_END_IN_TRIGGERER": "1"},
+    "neither": _OFF,
+    "preload": {**_OFF, "NEXUS_CELERY_PRELOAD": "1"},
+    "end_in_triggerer": {**_OFF, "NEXUS_WAITS_END_IN_TRIGGERER": "1"},
+    "both": {**_OFF, "NEXUS_CELERY_PRELOAD": "1", "NEXUS_WAITS_END_IN_TRIGGERER": "1"},
+    "fused": {**_OFF, "NEXUS_FUSED_TASKS": "1"},
+    "preload_fused": {**_OFF, "NEXUS_CELERY_PRELOAD": "1", "NEXUS_FUSED_TASKS": "1"},
 }
+#: The product's defaults (the configuration the stack is left in).
+DEFAULTS = "preload_fused"
 WORKERS = ("worker-1", "worker-2")
+#: The components that parse the cutover DAG or read its XComs by the fused shape.
+SHAPED = ("dag-processor", "api-server", *WORKERS)
 
 
 def switch_workers(stack: ProductionStack, switches: dict[str, str]) -> None:
-    """Restart both workers with ``switches`` in their environment."""
-    for name in WORKERS:
+    """Restart the workers with ``switches`` in their environment (and, when the fused switch changes, the DAG
+    processor and the API server too, then wait until the cutover DAG Airflow serves has the switch's shape)."""
+    shape_changes = any(stack.components[n].env.get("NEXUS_FUSED_TASKS", "1") != switches["NEXUS_FUSED_TASKS"]
+                        for n in SHAPED)
+    for name in SHAPED if shape_changes else WORKERS:
         stack.components[name].env.update(switches)
         stack.restart(name, wait=False)
     stack.wait_healthy()
+    stack.login()
+    if shape_changes:
+        wait_for_shape(stack, fused=switches["NEXUS_FUSED_TASKS"] == "1")
+
+
+def wait_for_shape(stack: ProductionStack, *, fused: bool, timeout_s: float = 180.0) -> None:
+    """Until the serialized cutover DAG has (``fused``) or lacks the fused tasks' shape: its task
+    ``verify_readiness`` is absent when fused."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        tasks = {t["task_id"] for t in stack.request("GET", f"/api/v2/dags/{CUTOVER_DAG}/tasks").get("tasks", [])}
+        if tasks and ("verify_readiness" not in tasks) == fused:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the cutover DAG did not take the {'fused' if fused else 'unfused'} shape in "
+                               f"{timeout_s:.0f}s: tasks {sorted(tasks)}")
+        time.sleep(3.0)
 
 
 BACKLOG, RATE = 6, 2.0
@@ -78,9 +108,9 @@ def measure_levers(stack: ProductionStack, args) -> dict[str, Any]:
     server = benchlib.server_url()
     stack.wait_for_dag(ROLLOUT_DAG, 120)
     stack.wait_for_dag(CUTOVER_DAG, 120)
-    names = list(CONFIGURATIONS)
+    names = list(getattr(args, "levers", None) or CONFIGURATIONS)
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
-    switch_workers(stack, CONFIGURATIONS["both"])
+    switch_workers(stack, CONFIGURATIONS[DEFAULTS])
     warm = one_rollout(stack, server, 1, args.rollout_limit)
     say(f"levers: warm-up rollout {warm['state']} (not measured)")
     for r in range(args.lever_rounds):
@@ -91,7 +121,7 @@ def measure_levers(stack: ProductionStack, args) -> dict[str, Any]:
             runs[name].append(got)
             say(f"levers: round {r + 1}, {name}: {got['state']} in {time.monotonic() - t0:.0f}s, pause less answer "
                 f"wait {got['pause_less_answer_wait_s']} s (in tasks {got['in_tasks_s']}, between {got['between_s']})")
-    switch_workers(stack, CONFIGURATIONS["both"])  # the product's defaults again
+    switch_workers(stack, CONFIGURATIONS[DEFAULTS])  # the product's defaults again
 
     def median_of(name: str, key: str) -> float | None:
         values = [r[key] for r in runs[name] if r.get(key) is not None and r["state"] == "success"]
@@ -101,9 +131,10 @@ def measure_levers(stack: ProductionStack, args) -> dict[str, Any]:
                            "switches": CONFIGURATIONS, "runs": runs}
     for name in names:
         out[name] = {k: median_of(name, k) for k in ("pause_less_answer_wait_s", "in_tasks_s", "between_s")}
-    base = out["neither"]["pause_less_answer_wait_s"]
-    out["pause_ratio_vs_neither"] = {n: round(out[n]["pause_less_answer_wait_s"] / base, 3)
+    base = out[names[0]]["pause_less_answer_wait_s"]  # the first configuration named is the baseline
+    out["pause_ratio_vs_baseline"] = {n: round(out[n]["pause_less_answer_wait_s"] / base, 3)
                                      if base and out[n]["pause_less_answer_wait_s"] else None for n in names}
+    out["baseline"] = names[0]
     say(f"levers: pause less answer wait by configuration {({n: out[n]['pause_less_answer_wait_s'] for n in names})}; "
-        f"ratio to neither {out['pause_ratio_vs_neither']}")
+        f"ratio to {names[0]} {out['pause_ratio_vs_baseline']}")
     return out

@@ -8,7 +8,8 @@ steps here changes all of them together; a test fails when one disagrees.
 
 Invariants:
 
-* A step's ``name`` is also its Airflow task id; names are unique in a transition.
+* A step's ``name`` is also its Airflow task id, unless the DAG runs it with its stage's neighbours in one fused
+  task (``nexus_airflow.declared.FUSED``, where its XCom value keeps its name); names are unique in a transition.
 * A step's :attr:`Step.verdict` is the only place that maps its result (the JSON
   form every caller sees: an XCom value, a ``-json`` field) to proceed / wait /
   stop / done; :func:`overall` is the only place that turns a run's verdicts into

@@ -76,15 +76,15 @@ def never_retry_stops():
                                                  reason="an expected stop: retrying changes nothing")])
 
 
-def with_next_action(context, message: str, next_action: str | None = None) -> str:
+def with_next_action(context, message: str, next_action: str | None = None, step: str | None = None) -> str:
     """``message`` followed by the next action: ``next_action`` when the stop knows its own, else the runbook's
-    for this task (one source: projection.next_actions)."""
+    for its ``step`` (this task's when None; one source: projection.next_actions)."""
     from nexus_cutover.projection.next_actions import next_action as step_action
 
     if "Next:" in message:
         return message
     ti = context.get("ti") if hasattr(context, "get") else None
-    action = next_action or step_action(getattr(ti, "task_id", "") or "")
+    action = next_action or step_action(step or getattr(ti, "task_id", "") or "")
     if not action:
         return message
     return f"{message.rstrip().rstrip('.')}. Next: {action.rstrip('.')}."
@@ -99,12 +99,14 @@ def readable(message: str, width: int = LINE_WIDTH) -> str:
     return "\n".join(lines)
 
 
-def stop(context, log, message: str, report: Any = None, *, next_action: str | None = None, code: int = 3) -> None:
+def stop(context, log, message: str, report: Any = None, *, next_action: str | None = None, code: int = 3,
+         step: str | None = None) -> None:
     """Push ``report`` (XCom key ``report``), log it, then the reason and the next action as short lines, and
-    fail the task without retry and without a traceback (:class:`TaskStopped`)."""
-    message = with_next_action(context, message, next_action)
+    fail the task without retry and without a traceback (:class:`TaskStopped`). ``step``: the declared step that
+    stopped, when it is not the task's own (a fused task's): its next action, and named in the report."""
+    message = with_next_action(context, message, next_action, step)
     if isinstance(report, dict):  # the stop's reason travels with its report (the rollout and the status view read it)
-        report = {**report, "message": message}
+        report = {**report, "message": message, **({"step": step} if step else {})}
     if report is not None:
         if "ti" in context:  # every task run has one; a bare unit call of a callback may not
             context["ti"].xcom_push(key="report", value=report)
@@ -218,29 +220,46 @@ def step_started(context) -> None:
 
 def step_ended(context, result: Any = None) -> None:
     """``post_execute`` of every step: its duration, lock wait and the figures its result carries, as metrics
-    (none when its trigger sent them: a wait that ended in the triggerer and was resumed anyway)."""
+    (none when its trigger sent them: a wait that ended in the triggerer and was resumed anyway; nor for a fused
+    task, whose steps sent theirs one by one: :func:`step_record_ended`)."""
     if getattr(context.get("task"), "metric_sent", False):
         return
     _emit_step(context, "success", result)
 
 
 def step_failed(context) -> None:
-    """``on_failure_callback`` of every step: its duration and lock wait until it failed, as metrics."""
+    """``on_failure_callback`` of every step: its duration and lock wait until it failed, as metrics (a fused
+    task's: of the step it was in)."""
     _emit_step(context, "failed", None)
 
 
-def _emit_step(context, outcome: str, result: Any) -> None:
+def step_record_started(op, step: str) -> None:
+    """A fused task starts its step ``step``: the step's own clock and lock-wait meter (its metric's)."""
+    from nexus_cutover.locks import metering
+
+    op.current_step, op.current_step_started = step, dt.datetime.now(dt.UTC)
+    metering()
+
+
+def step_record_ended(op, context, step: str, result: Any) -> None:
+    """A fused task's step ``step`` passed with ``result``: its metrics, as a task of its own would send them."""
+    _emit_step(context, "success", result, step=step, started=getattr(op, "current_step_started", None))
+
+
+def _emit_step(context, outcome: str, result: Any, *, step: str | None = None,
+               started: dt.datetime | None = None) -> None:
     from nexus_airflow.metrics import emit_step
     from nexus_cutover.locks import current_meter
 
-    ti, params = context.get("ti"), context.get("params") or {}
+    ti, params, task = context.get("ti"), context.get("params") or {}, context.get("task")
     tenant = params.get("tenant")
     if ti is None or not tenant or params.get("dry_run"):  # a dry run's figures would mix with the cutovers'
         return
     meter = current_meter()
-    started = getattr(ti, "start_date", None)
+    step = step or getattr(task, "current_step", None) or ti.task_id
+    started = started or getattr(task, "current_step_started", None) or getattr(ti, "start_date", None)
     seconds = (dt.datetime.now(dt.UTC) - started).total_seconds() if started else None
-    emit_step(str(tenant), ti.task_id, outcome, seconds, result,
+    emit_step(str(tenant), step, outcome, seconds, result,
               lock_wait_s=meter.seconds if meter is not None and meter.acquisitions else None)
 
 

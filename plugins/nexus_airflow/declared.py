@@ -6,17 +6,24 @@ creates one task per declared step, in the declared order, inside one TaskGroup 
 one), maps a per-pack step over the step it is declared per pack of, and chains
 them. A step the DAG file does not name, or a name the declaration lacks,
 fails the parse: the DAG cannot drift from the declaration.
+
+A fused task (:data:`FUSED`) runs consecutive steps of one declared stage that no person and no wait separate
+(a wait may lead them: the task waits, then runs the rest without a handoff), each step still its own record: its
+value in XCom under the step's name, its log section, its metric (issue 36, item 4). Whoever reads a step's result
+or names its task asks here (:func:`task_of`, :func:`steps_of`), never spells a task id of its own.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from nexus_cutover.field_history.transition import FIELD_HISTORY
 from nexus_cutover.projection.transition import CUTOVER
 
-__all__ = ["CUTOVER", "FIELD_HISTORY", "HEAVY_READS", "PRIORITY_ARMED", "PRIORITY_BEFORE_ARMING", "build", "steps_md", "task"]
+__all__ = ["CUTOVER", "FIELD_HISTORY", "FUSED", "HEAVY_READS", "PRIORITY_ARMED", "PRIORITY_BEFORE_ARMING", "build",
+           "steps_md", "steps_of", "task", "task_of"]
 
 #: Absolute task priorities (``weight_rule="absolute"``): Airflow's scheduler and executors take queued work by
 #: priority, and its default rule (``downstream``) ranks a run's first tasks above its last ones, so a new tenant's
@@ -28,6 +35,50 @@ PRIORITY_ARMED, PRIORITY_BEFORE_ARMING = 1000, 1  # 1000: above any downstream-w
 #: DAG -> the steps whose reads weigh on the tenant's database cluster (the full history digest and its verification,
 #: the materialization's batches): their task instances run in the run's ``read_pool`` (:mod:`nexus_airflow.policies`).
 HEAVY_READS = {CUTOVER.name: ("history_digest", "final_old_writer_check"), FIELD_HISTORY.name: ("stage_2_materialize",)}
+
+#: DAG -> its fused tasks: task id -> the consecutive steps of one declared stage it runs, in order. Inside the
+#: admission pause every task costs Airflow a start and a handoff (~1.5 s, docs/performance.md): the new host's
+#: readiness wait and the release are one task, named for what it does to the tenant. The final check stays its
+#: own task: it is a heavy read that queues for the cluster's read pool, which must never delay the release.
+#:
+#: ``NEXUS_FUSED_TASKS=0`` (:data:`FUSED_ENV`) runs every step as its own task, as before: the switch that measures
+#: this lever alone (``make bench-stack``, part ``levers``). It changes the DAG's shape, so every Airflow component
+#: that parses the DAG or reads its XComs (the DAG processor, the workers, the API server) must see the same value,
+#: and no run may be in flight when it changes.
+FUSED_ENV = "NEXUS_FUSED_TASKS"
+FUSED: dict[str, dict[str, tuple[str, ...]]] = {} if os.environ.get(FUSED_ENV, "1").strip() == "0" else {
+    CUTOVER.name: {"resume_admission": ("verify_readiness", "resume_admission")},
+}
+
+
+def task_of(dag_id: str, step: str) -> str:
+    """The task id that runs the declared step ``step`` of the DAG ``dag_id`` (its own name unless fused)."""
+    for task_id, steps in FUSED.get(dag_id, {}).items():
+        if step in steps:
+            return task_id
+    return step
+
+
+def steps_of(dag_id: str, task_id: str) -> tuple[str, ...]:
+    """The declared steps the task ``task_id`` of the DAG ``dag_id`` runs, in order."""
+    return FUSED.get(dag_id, {}).get(task_id, (task_id,))
+
+
+def check_fused(transition) -> None:
+    """A fused task's steps are consecutive steps of one declared stage, none asks a person, only the first may
+    wait, none is per pack (each would be a task of its own); its id is one of them. Else the parse fails."""
+    from nexus_cutover.transition import Kind
+
+    for task_id, steps in FUSED.get(transition.name, {}).items():
+        stage = next((st for st in transition.stages if steps[0] in [s.name for s in st.steps]), None)
+        names = [s.name for s in stage.steps] if stage is not None else []
+        at = names.index(steps[0]) if steps[0] in names else 0
+        declared = [transition[s] for s in steps if s in transition.names]
+        if (task_id not in steps or names[at:at + len(steps)] != list(steps)
+                or any(s.kind is Kind.ASKS or s.per_pack_of is not None for s in declared)
+                or any(s.kind is Kind.WAITS for s in declared[1:])):
+            raise ValueError(f"{transition.name}: fused task {task_id} {list(steps)} is not consecutive steps of one "
+                             "stage led by at most one wait, with no person's question and no per-pack step")
 
 
 @dataclass(frozen=True)
@@ -53,7 +104,9 @@ def build(transition, specs: dict[str, TaskSpec], *, armed_by: str | None = None
     those before it :data:`PRIORITY_BEFORE_ARMING` (None: Airflow's default priorities)."""
     from airflow.sdk import TaskGroup, chain
 
-    unknown, missing = set(specs) - set(transition.names), set(transition.names) - set(specs)
+    check_fused(transition)
+    task_ids = list(dict.fromkeys(task_of(transition.name, name) for name in transition.names))
+    unknown, missing = set(specs) - set(task_ids), set(task_ids) - set(specs)
     if default is not None:
         specs = {**{name: task(default, declared_doc(transition[name])) for name in missing}, **specs}
         missing = set()
@@ -64,11 +117,11 @@ def build(transition, specs: dict[str, TaskSpec], *, armed_by: str | None = None
     weights = priorities(transition, armed_by)
     for stage in transition.stages:
         if stage.group_id is None:
-            _add(stage.steps, specs, tasks, weights)
+            _add(transition, stage.steps, specs, tasks, weights)
             continue
         with TaskGroup(stage.group_id, prefix_group_id=False, tooltip=f"{stage.number}. {stage.title}"):
-            _add(stage.steps, specs, tasks, weights)
-    chain(*(tasks[name] for name in transition.names))
+            _add(transition, stage.steps, specs, tasks, weights)
+    chain(*(tasks[name] for name in task_ids))
     return tasks
 
 
@@ -77,17 +130,25 @@ def priorities(transition, armed_by: str | None) -> dict[str, dict[str, Any]]:
     if armed_by is None:
         return {}
     fenced_from = transition.names.index(armed_by) + 1
-    return {name: {"priority_weight": PRIORITY_ARMED if i >= fenced_from else PRIORITY_BEFORE_ARMING,
-                   "weight_rule": "absolute"} for i, name in enumerate(transition.names)}
+    weights = {name: {"priority_weight": PRIORITY_ARMED if i >= fenced_from else PRIORITY_BEFORE_ARMING,
+                      "weight_rule": "absolute"} for i, name in enumerate(transition.names)}
+    by_task: dict[str, dict[str, Any]] = {}
+    for name, weight in weights.items():  # a fused task: as its first step
+        by_task.setdefault(task_of(transition.name, name), weight)
+    return by_task
 
 
-def _add(steps, specs: dict[str, TaskSpec], tasks: dict[str, Any], weights: dict[str, dict[str, Any]]) -> None:
+def _add(transition, steps, specs: dict[str, TaskSpec], tasks: dict[str, Any], weights: dict[str, dict[str, Any]]) -> None:
     for step in steps:
-        spec = specs[step.name]
-        kwargs = {**weights.get(step.name, {}), **spec.kwargs}
-        doc = spec.doc_md if "**Dry run**" in spec.doc_md else f"{spec.doc_md}\n\n**Dry run**: {step.dry_run}."
+        task_id = task_of(transition.name, step.name)
+        if task_id in tasks:  # a fused task's later step: the task exists
+            continue
+        spec, fused = specs[task_id], steps_of(transition.name, task_id)
+        kwargs = {**weights.get(task_id, {}), **spec.kwargs, **({"steps": fused} if len(fused) > 1 else {})}
+        dry = "; ".join(f"{name}: {transition[name].dry_run}" for name in fused) if len(fused) > 1 else step.dry_run
+        doc = spec.doc_md if "**Dry run**" in spec.doc_md else f"{spec.doc_md}\n\n**Dry run**: {dry}."
         if step.per_pack_of is None:
-            tasks[step.name] = spec.operator(task_id=step.name, doc_md=doc, **kwargs)
+            tasks[task_id] = spec.operator(task_id=task_id, doc_md=doc, **kwargs)
         else:
             # the UI names each mapped instance by its pack, not by map index 0, 1, ...
             tasks[step.name] = spec.operator.partial(task_id=step.name, doc_md=doc,

@@ -67,7 +67,7 @@ def run_body(op: BaseOperator, context, step: str, *, pack: str | None = None,
     for key, value in result.keyed.items():
         context["ti"].xcom_push(key=key, value=value)
     if result.verdict.outcome == "stop":
-        stop(context, op.log, result.stop_message, result.stop_report)
+        stop(context, op.log, result.stop_message, result.stop_report, step=step if step != op.task_id else None)
     if p.dry_run:
         for line in result.planned or ["(no write)"]:
             op.log.info("PLAN: %s", line)
@@ -75,20 +75,56 @@ def run_body(op: BaseOperator, context, step: str, *, pack: str | None = None,
 
 
 class CutoverStepOperator(BaseOperator):
-    """The declared step its task id names (a per-pack step: mapped over ``pack_install_id``)."""
+    """The declared step its task id names (a per-pack step: mapped over ``pack_install_id``), or a fused task's
+    ``steps`` in order (:func:`run_fused`)."""
 
     template_fields = ("pack_install_id",)
 
-    def __init__(self, *, pack_install_id: str | None = None, **kwargs) -> None:
+    def __init__(self, *, pack_install_id: str | None = None, steps: tuple[str, ...] = (), **kwargs) -> None:
         super().__init__(**kwargs)
         self.pack_install_id = pack_install_id
+        self.steps = tuple(steps) or (self.task_id,)
+        if len(self.steps) > 1:  # a fused task: its metrics and stops are its steps' (nexus_airflow.base)
+            self.current_step = self.steps[0]
 
     def execute(self, context) -> Any:
-        before, after = BEFORE.get(self.task_id), AFTER.get(self.task_id)
-        if before is not None:
-            before(self, context)
-        value = run_body(self, context, self.task_id, pack=self.pack_install_id)
-        return after(self, context, value) if after is not None else value
+        if len(self.steps) == 1:
+            return run_declared(self, context, self.task_id, pack=self.pack_install_id)
+        self.log.info("::group::%s", self.steps[0])
+        return run_fused(self, context, self.steps, run_declared(self, context, self.steps[0]))
+
+
+def run_declared(op: BaseOperator, context, step: str, *, pack: str | None = None) -> Any:
+    """The step ``step`` as its task runs it: what Airflow adds before and after it (:data:`BEFORE`,
+    :data:`AFTER`) around its body (:func:`run_body`)."""
+    before, after = BEFORE.get(step), AFTER.get(step)
+    if before is not None:
+        before(op, context)
+    value = run_body(op, context, step, pack=pack)
+    return after(op, context, value) if after is not None else value
+
+
+def run_fused(op: BaseOperator, context, steps: tuple[str, ...], first: Any) -> Any:
+    """A fused task's later ``steps[1:]``, once its first step passed with the value ``first``: each step its own
+    record -- its value in XCom under its name, its log section, its metric -- and a stop fails the task naming
+    the step (:func:`~nexus_airflow.base.stop`). The task's value is the last step's. Cleared, the task runs them
+    all again: each converges (an already released fence is a no-op)."""
+    from nexus_airflow.base import step_record_ended, step_record_started
+
+    ti = context["ti"]
+    ti.xcom_push(key=steps[0], value=first)
+    step_record_ended(op, context, steps[0], first)
+    op.log.info("::endgroup::")
+    value = first
+    for step in steps[1:]:
+        op.log.info("::group::%s", step)
+        step_record_started(op, step)
+        value = run_declared(op, context, step)
+        ti.xcom_push(key=step, value=value)
+        step_record_ended(op, context, step, value)
+        op.log.info("::endgroup::")
+    op.metric_sent = True  # each step sent its own
+    return value
 
 
 def _check_the_form(op: BaseOperator, context) -> None:

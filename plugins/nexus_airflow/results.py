@@ -36,22 +36,38 @@ def transition_of(dag_id: str):
 
 
 def task_id(step: str, dag_id: str | None = None) -> str:
-    """The task id of the declared step ``step`` of the DAG ``dag_id`` (the cutover's when None)."""
+    """The task id that runs the declared step ``step`` of the DAG ``dag_id`` (the cutover's when None)."""
+    return location(step, dag_id=dag_id)[0]
+
+
+def location(step: str, key: str = RETURN_KEY, *, dag_id: str | None = None) -> tuple[str, str]:
+    """Where the XCom ``key`` of the declared step ``step`` is: ``(task id, XCom key)``. A step of a fused task
+    (:data:`nexus_airflow.declared.FUSED`) keeps its value under its own name; its other keys are the task's."""
+    from nexus_airflow.declared import steps_of, task_of
     from nexus_cutover.projection.transition import CUTOVER
 
-    return (CUTOVER if dag_id is None else transition_of(dag_id))[step].name
+    dag = CUTOVER.name if dag_id is None else dag_id
+    name = transition_of(dag)[step].name
+    task = task_of(dag, name)
+    return task, (name if key == RETURN_KEY and len(steps_of(dag, task)) > 1 else key)
 
 
 def task_ids(steps: dict[str, tuple[str, ...]]) -> list[str]:
     """The task ids of ``steps`` (DAG id -> declared step names), for a query over several DAGs' XComs."""
-    return [task_id(step, dag_id) for dag_id, names in steps.items() for step in names]
+    return list(dict.fromkeys(task_id(step, dag_id) for dag_id, names in steps.items() for step in names))
+
+
+def keys_of(steps: dict[str, tuple[str, ...]], keys: tuple[str, ...] = (RETURN_KEY, REPORT_KEY)) -> list[str]:
+    """The XCom keys the ``keys`` of ``steps`` (DAG id -> declared step names) are stored under, for that query."""
+    return sorted({location(step, key, dag_id=dag_id)[1] for dag_id, names in steps.items() for step in names
+                   for key in keys})
 
 
 def stored(xcoms: dict[tuple[str, str, str], Any], run_id: str, step: str, *, dag_id: str | None = None,
            key: str = RETURN_KEY) -> Any:
     """The XCom ``key`` of the declared step ``step`` in the run ``run_id`` of ``dag_id`` (the cutover's when
     None), from XComs read in bulk (``(run_id, task_id, key) -> value``); None when absent."""
-    return xcoms.get((run_id, task_id(step, dag_id), key))
+    return xcoms.get((run_id, *location(step, key, dag_id=dag_id)))
 
 
 def pulled(ti, step: str, *, key: str = RETURN_KEY, dag_id: str | None = None, run_id: str | None = None,
@@ -59,11 +75,11 @@ def pulled(ti, step: str, *, key: str = RETURN_KEY, dag_id: str | None = None, r
     """The XCom ``key`` of the declared step ``step`` (of this run, or of the cutover run ``run_id``)."""
     from nexus_cutover.projection.transition import CUTOVER
 
-    name = CUTOVER[step].name
+    task, xcom_key = location(step, key)
     where: dict[str, Any] = {} if run_id is None else {"dag_id": dag_id or CUTOVER.name, "run_id": run_id}
     if map_indexes is not None:
         where["map_indexes"] = map_indexes
-    return ti.xcom_pull(task_ids=name, key=key, **where)
+    return ti.xcom_pull(task_ids=task, key=xcom_key, **where)
 
 
 def each(raw: Any) -> list[dict[str, Any]]:

@@ -93,6 +93,10 @@ class StatusPollSensor(BaseSensorOperator):
         kwargs.setdefault("poke_interval", 30)
         super().__init__(**kwargs)
         self.deferrable = deferrable
+        #: The declared step this sensor waits for (its task id, unless it leads a fused task), and the steps the
+        #: task runs (a fused task's: :class:`TenantWaitSensor`).
+        self.step = self.task_id
+        self.steps: tuple[str, ...] = (self.task_id,)
         self._deadline: dt.datetime | None = None
         #: The step's metric was sent by its trigger (see :meth:`execute_complete`): the step hook sends none.
         self.metric_sent = False
@@ -128,6 +132,8 @@ class StatusPollSensor(BaseSensorOperator):
     # -- Airflow's sensor API ------------------------------------------------
 
     def execute(self, context) -> Any:
+        if len(self.steps) > 1:
+            self.log.info("::group::%s", self.step)
         self._start(context)
         try:
             if self.deferrable:
@@ -142,7 +148,7 @@ class StatusPollSensor(BaseSensorOperator):
     def poke(self, context) -> bool | PokeReturnValue:
         """One poll: not done while the poller says ``waiting``; a final state is :meth:`finish`'s."""
         result = self._poll(context)
-        fault_point(f"{self.task_id}.poll")
+        fault_point(f"{self.step}.poll")
         if result.get("state") == WAITING and not self.poll_only_once(context):
             return False
         return PokeReturnValue(is_done=True, xcom_value=self.finish(context, result))
@@ -153,7 +159,8 @@ class StatusPollSensor(BaseSensorOperator):
             self.metric_sent = True  # by the trigger, which ended the step
             return self._poke_then_defer(context)
         if event.get("state") == "error":
-            stop(context, self.log, f"{self.task_id}: polling the tenant database failed: {event.get('message')}")
+            stop(context, self.log, f"{self.step}: polling the tenant database failed: {event.get('message')}",
+                 step=self.step)
         return self.finish(context, event)
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context) -> Any:
@@ -208,7 +215,7 @@ class StatusPollSensor(BaseSensorOperator):
         """Airflow's timeout fired before the poller's verdict: one more look past the deadline, then finish.
 
         A look that fails (the database still down at the deadline) stops as the trigger's error event does."""
-        self.log.warning("%s: its timeout (%s s) ran out; looking once more for the report", self.task_id,
+        self.log.warning("%s: its timeout (%s s) ran out; looking once more for the report", self.step,
                          self.wait_seconds(context))
         self._close()
         self._deadline = min(self._deadline or _utcnow(), _utcnow())
@@ -216,8 +223,8 @@ class StatusPollSensor(BaseSensorOperator):
             result = self._poll(context)
         except Exception as exc:  # noqa: BLE001 - reported as a stop, like the trigger's error event
             first_line = str(exc).splitlines()[0][:300] if str(exc) else ""
-            stop(context, self.log, f"{self.task_id}: {self.timeout_param} ran out and polling the tenant database "
-                 f"failed: {type(exc).__name__}: {first_line}")
+            stop(context, self.log, f"{self.step}: {self.timeout_param} ran out and polling the tenant database "
+                 f"failed: {type(exc).__name__}: {first_line}", step=self.step)
         finally:
             self._close()
         if result.get("state") == WAITING:
@@ -268,31 +275,37 @@ WAITS = {
     "verify_readiness": TenantWait(
         "nexus_airflow.pollers.ReadinessPoller", "ready",
         "the new host did not become ready within readiness_timeout; admission stays fenced. "
-        "Check the host's logs, fix, then clear verify_readiness",
+        "Check the host's logs, fix, then clear resume_admission (it waits for readiness, then releases)",
         "wait for the new host to be ready",
     ),
 }
 
 
 class TenantWaitSensor(StatusPollSensor):
-    """The waiting step of the cutover its task id names (wait_for_short_drain, wait_for_drain, check_old_writers,
-    verify_readiness).
+    """The waiting step of the cutover its task id names (wait_for_short_drain, wait_for_drain, check_old_writers),
+    or that leads the fused task's ``steps`` (verify_readiness, then resume_admission: :data:`nexus_airflow.declared.FUSED`).
 
     Passes on the wait's ``done_state``; a dry run looks once and logs the PLAN
     when the real run would wait; any other final state stops the run with the
-    poller's report (on a dry run too: the real run would stop there).
+    poller's report (on a dry run too: the real run would stop there). Once it
+    passes, a fused task runs its later steps' bodies here, each its own record
+    (:func:`nexus_airflow.operators.run_fused`), and its value is the last one's.
     """
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, *, steps: tuple[str, ...] = (), **kwargs) -> None:
         from nexus_cutover.projection.transition import CUTOVER
 
         super().__init__(**kwargs)
-        self.poller_path = WAITS[self.task_id].poller_path
-        self.timeout_param = CUTOVER[self.task_id].bound
+        self.steps = tuple(steps) or (self.task_id,)
+        self.step = self.steps[0]
+        if len(self.steps) > 1:  # a fused task: its metrics and stops are its steps' (nexus_airflow.base)
+            self.current_step = self.step
+        self.poller_path = WAITS[self.step].poller_path
+        self.timeout_param = CUTOVER[self.step].bound
 
     @property
     def spec(self) -> TenantWait:
-        return WAITS[self.task_id]
+        return WAITS[self.step]
 
     def wait_seconds(self, context) -> float:
         return float(getattr(params_of(context), self.timeout_param))
@@ -306,16 +319,25 @@ class TenantWaitSensor(StatusPollSensor):
 
     def end_task(self, context) -> dict[str, Any] | None:
         """Passing, the wait ends in its trigger with what :meth:`finish` would push: the report as the task's
-        value, the human report under its key, the step's duration metric (never on a dry run: it looks once)."""
+        value, the human report under its key, the step's duration metric (never on a dry run: it looks once;
+        never for a fused task: its later steps run on a worker)."""
         p, spec = params_of(context), self.spec
-        if p.dry_run:
+        if p.dry_run or len(self.steps) > 1:
             return None
         started = getattr(context.get("ti"), "start_date", None)
-        return {"state": spec.done_state, "tenant": p.tenant, "step": self.task_id,
+        return {"state": spec.done_state, "tenant": p.tenant, "step": self.step,
                 "started_at": started.astimezone(dt.UTC).isoformat() if started else None,
                 "xcoms": {"return_value": "report", **({spec.text_key: "report_text"} if spec.text_key else {})}}
 
     def finish(self, context, result: dict[str, Any]) -> Any:
+        report = self._finish_wait(context, result)
+        if len(self.steps) == 1:
+            return report
+        from nexus_airflow.operators import run_fused
+
+        return run_fused(self, context, self.steps, report)
+
+    def _finish_wait(self, context, result: dict[str, Any]) -> Any:
         spec = self.spec
         if spec.text_key:
             context["ti"].xcom_push(key=spec.text_key, value=result.get("report_text"))
@@ -326,14 +348,14 @@ class TenantWaitSensor(StatusPollSensor):
         if result["state"] == WAITING:  # a dry run's one look: the real run would wait here
             self.log.info("PLAN: %s; now: %s", spec.plan, result.get("message"))
             return report
-        stop(context, self.log, self.stop_message(report), report)
+        stop(context, self.log, self.stop_message(report), report, step=self.step)
 
     def stop_message(self, report: dict[str, Any]) -> str:
         """The wait's stop with its cause: the declared step's verdict on the report (the stuck drain's causes with
         their counts, the live old writers by id, the host's reasons)."""
         from nexus_cutover.projection.transition import CUTOVER
 
-        step = CUTOVER.get(self.task_id)
+        step = CUTOVER.get(self.step)
         try:
             cause = step.verdict(report).reason if step is not None and report else None
         except (KeyError, TypeError, ValueError):  # a report without the verdict's fields: the message alone

@@ -110,7 +110,7 @@ def _xcoms(session, runs: dict[tuple[str, str], str]) -> dict[tuple[str, str, st
     rows = session.execute(
         select(XComModel.run_id, XComModel.task_id, XComModel.key, XComModel.value).where(
             XComModel.dag_id.in_(list(TASKS)), XComModel.run_id.in_(list(set(runs.values()))),
-            XComModel.task_id.in_(results.task_ids(TASKS)), XComModel.key.in_([results.RETURN_KEY, results.REPORT_KEY]),
+            XComModel.task_id.in_(results.task_ids(TASKS)), XComModel.key.in_(results.keys_of(TASKS)),
         )
     ).all()
     return {(run_id, task_id, key): _value(value) for run_id, task_id, key, value in rows}

@@ -9,7 +9,9 @@ index), in chunks of ``CHUNK`` runs: never one query per tenant.
 Invariants:
 
 * the step shown is the failed task if one failed, else the task that is
-  running, deferred, waiting for a person (``awaiting_input``) or queued;
+  running, deferred, waiting for a person (``awaiting_input``) or queued; of a
+  fused task (``nexus_airflow.declared.FUSED``), the step in it that stopped
+  (its report names it) or, while the task waits, the wait that leads it;
 * the reason of a failed task is what it pushed as XCom ``report`` (its
   ``message``, which ``nexus_airflow.base.stop`` ends with the next action),
   redacted (:mod:`nexus_status.redact`); without one: "read the task log";
@@ -112,11 +114,25 @@ def _step(tasks: list[tuple[str, str]]) -> tuple[str | None, str | None]:
     return None, None
 
 
+def step_shown(dag_id: str, task: str | None, task_state: str | None, report: Any) -> str | None:
+    """The declared step a run is at, for its task ``task`` in ``task_state`` (see the module invariants)."""
+    from nexus_airflow.declared import steps_of
+
+    steps = steps_of(dag_id, task) if task else ()
+    if len(steps) < 2:
+        return task
+    if task_state == "failed":
+        named = report.get("step") if isinstance(report, dict) else None
+        return named if named in steps else task
+    return steps[0] if task_state in ("deferred", "up_for_reschedule") else task
+
+
 def summarize(dag_id: str, run_id: str, run_state: str, tasks: list[tuple[str, str]], report: Any) -> dict[str, Any]:
     """One run as the pages show it (see the module invariants)."""
     from nexus_cutover.projection.next_actions import next_action
 
     task, task_state = _step(tasks)
+    task = step_shown(dag_id, task, task_state, report)
     out: dict[str, Any] = {"dag_id": dag_id, "run_id": run_id, "state": run_state, "task": task,
                            "task_state": task_state, "reason": None, "next_action": None,
                            "link": run_link(dag_id, run_id)}

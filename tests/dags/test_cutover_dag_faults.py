@@ -39,7 +39,7 @@ FAULTS = [
     ("history_digest.mid_way", "history_digest"),
     ("audit_and_checkpoint.after_write", "audit_and_checkpoint[0]"),
     ("start_new_host.after_write", "start_new_host"),
-    ("verify_readiness.poll", "verify_readiness"),
+    ("verify_readiness.poll", "resume_admission"),  # the task that runs the step
     ("resume_admission.after_write", "resume_admission"),
     ("final_old_writer_check.before_emit", "final_old_writer_check"),
 ]

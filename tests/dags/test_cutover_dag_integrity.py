@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+from nexus_airflow.declared import FUSED
 from nexus_cutover.field_history.transition import FIELD_HISTORY
 from nexus_cutover.projection.transition import CUTOVER
 from tests.dags.airflow_harness import DAGS_FOLDER, PLUGINS_FOLDER, load_dag
@@ -28,25 +29,33 @@ def dag(airflow_db):
 
 
 def declared_order_holds(dag, transition) -> None:
-    """The DAG's tasks are exactly the declared steps, each the only upstream of the next, in the declared stage's
-    TaskGroup (when it names one): the DAG cannot run them in another order than the declaration's."""
-    order = transition.names
+    """The DAG's tasks are exactly the declared steps (a fused task its consecutive steps, in order), each task the
+    only upstream of the next, in the declared stage's TaskGroup (when it names one): the DAG cannot run them in
+    another order than the declaration's."""
+    from nexus_airflow.declared import steps_of, task_of
+
+    order = list(dict.fromkeys(task_of(transition.name, name) for name in transition.names))
     assert set(dag.task_ids) == set(order)
+    assert [s for task in order for s in steps_of(transition.name, task)] == transition.names
     for upstream, downstream in zip(order, order[1:], strict=False):
-        mapped_over = {transition[downstream].per_pack_of} - {None}  # a per-pack step also reads its packs' step
+        first = steps_of(transition.name, downstream)[0]
+        mapped_over = {transition[first].per_pack_of} - {None}  # a per-pack step also reads its packs' step
         assert dag.get_task(downstream).upstream_task_ids - mapped_over == {upstream}, (upstream, downstream)
     assert not dag.get_task(order[0]).upstream_task_ids and not dag.get_task(order[-1]).downstream_task_ids
     for step in transition:
-        group = dag.get_task(step.name).task_group
+        group = dag.get_task(task_of(transition.name, step.name)).task_group
         assert (group.group_id if group and group.group_id else None) == transition.stage_of(step.name).group_id
 
 
 def test_tasks_in_order_with_docs(dag):
     declared_order_holds(dag, CUTOVER)
     assert dag.doc_md and "dry_run" in dag.doc_md
+    from nexus_airflow.declared import steps_of
+
     for task in dag.tasks:
         assert task.doc_md and len(task.doc_md) > 60, task.task_id
-        assert f"**Dry run**: {CUTOVER[task.task_id].dry_run}" in task.doc_md, task.task_id  # the declaration's
+        for step in steps_of(DAG_ID, task.task_id):  # the declaration's, each step's of a fused task
+            assert CUTOVER[step].dry_run in task.doc_md.partition("**Dry run**:")[2], (task.task_id, step)
     assert dag.get_task("wait_for_drain").soft_fail is False
     assert dag.get_task("wait_for_drain").deferrable is True
     assert dag.get_task("confirm_writers_stopped").defaults is None
@@ -61,7 +70,9 @@ def test_an_armed_tenants_tasks_outrank_a_new_tenants_first_ones(dag):
 
     names = CUTOVER.names
     fenced_from = names.index("arm_fence") + 1
-    weight = {t.task_id: t.priority_weight for t in dag.tasks}  # absolute: the weight is the priority
+    from nexus_airflow.declared import task_of
+
+    weight = {name: dag.get_task(task_of(DAG_ID, name)).priority_weight for name in names}  # absolute: the priority
     assert all(t.weight_rule == "absolute" for t in dag.tasks)
     before, armed = [weight[n] for n in names[:fenced_from]], [weight[n] for n in names[fenced_from:]]
     assert max(before) < min(armed) and set(armed) == {PRIORITY_ARMED}, weight
@@ -97,7 +108,7 @@ def test_parse_does_no_database_work_and_imports_no_domain_code():
 
     result = json.loads(out.stdout.strip().splitlines()[-1])
     print(f"DAG file parse time beyond airflow.sdk: {result['elapsed'] * 1000:.0f} ms")
-    assert result["tasks"] == len(ORDER)
+    assert result["tasks"] == len(ORDER) - sum(len(s) - 1 for s in FUSED.get(DAG_ID, {}).values())
     assert result["domain"] == sorted(DECLARATIONS), "the DAG file may import only the declarations at parse time"
     assert result["pymysql"] is False, "no database driver may be loaded at parse time"
     assert result["sqlalchemy_by_dag"] == [], "the DAG file (its declarations) must not load SQLAlchemy"
@@ -203,14 +214,14 @@ def test_a_step_added_to_the_declaration_becomes_a_task_in_its_place(airflow_db)
     declaration's (``plan`` and ``run`` run it too: tests/projection/test_declared_once.py)."""
     from airflow.sdk import DAG
 
-    from nexus_airflow.declared import build
+    from nexus_airflow.declared import build, task_of
     from nexus_airflow.operators import CutoverStepOperator
     from tests.declared_copy import ADDED, with_added_step
 
     copy = with_added_step()
     with DAG("declared_copy", schedule=None):
         tasks = build(copy, {}, default=CutoverStepOperator)
-    assert list(tasks) == copy.names
+    assert list(tasks) == list(dict.fromkeys(task_of(copy.name, name) for name in copy.names))
     added = tasks[ADDED.name]
     assert isinstance(added, CutoverStepOperator) and ADDED.dry_run in added.doc_md
     assert added.upstream_task_ids == {"history_digest"} and added.downstream_task_ids == {"audit_and_checkpoint"}

@@ -95,6 +95,11 @@ def test_end_to_end_on_the_production_tenant_with_live_traffic_and_the_reference
         assert built_s < 30, f"building the production tenant took {built_s:.1f}s"
         assert not hitl.errors, hitl.errors
         assert result.state == "success", result.task_states
+        # issue 36, item 4: the readiness wait and the release are one task inside the pause, each step its record
+        assert "verify_readiness" not in result.task_states and result.state_of("resume_admission") == "success"
+        assert result.xcom("resume_admission", key="verify_readiness")["ready"] is True
+        assert result.xcom("resume_admission", key="resume_admission") == result.xcom("resume_admission")
+        assert result.xcom("resume_admission")["outcome"] == "released"
         assert [code for code, _ in hitl.responses] == [200]
         body = hitl.seen[0]["body"]
         assert "old-rt/projection_worker" in body and "**stopped**" in body  # the evidence the person saw
@@ -200,7 +205,7 @@ def test_rejected_confirmation_fails_the_run_and_keeps_the_fence(dag, tenant):
     assert result.state == "failed"
     assert result.state_of("confirm_writers_stopped") == "failed"
     assert all(state == "upstream_failed" for task, state in result.task_states.items()
-               if task.startswith(("audit_and_checkpoint", "start_new_host", "verify_readiness", "resume_admission",
+               if task.startswith(("audit_and_checkpoint", "start_new_host", "resume_admission",
                                    "final_old_writer_check"))), result.task_states
     assert "skipped" not in result.task_states.values()
     snap = snapshot(engine)

@@ -19,6 +19,7 @@ import time
 
 from sqlalchemy import select
 
+from nexus_airflow.declared import steps_of
 from nexus_cutover import catalog
 from nexus_cutover.projection.cutover_fence import cutover_fence_in_force
 from nexus_sim.old_runtime import OldRuntimeSimulator, SimulatorConfig, StepReport
@@ -105,8 +106,11 @@ def fenced_slow_old_runtime(engine):
         runner.join(timeout=30)
 
 
-def test_a_statsd_listener_receives_every_figure_of_a_cutover_run(airflow_db, tenant, tenant_connection):
+def test_a_statsd_listener_receives_every_figure_of_a_cutover_run(airflow_db, tenant, tenant_connection, tmp_path,
+                                                                   monkeypatch):
     engine, conn_id = tenant
+    run_log = tmp_path / "run.log"
+    monkeypatch.setenv("NEXUS_METRICS_RUN_LOG", str(run_log))
     sc = drained_tenant(old_writers_stopped=True)
     _live_old_work(sc)  # old work drains while the run waits: the drain gauges move
     sc.write(engine)
@@ -122,13 +126,18 @@ def test_a_statsd_listener_receives_every_figure_of_a_cutover_run(airflow_db, te
     assert result.state == "success", result.task_states
     got = statsd.values(PREFIX)
 
-    # every step that ran: its duration, tagged (fleet-wide in plain StatsD) and per tenant in the name
+    # every step that ran: its duration, tagged (fleet-wide in plain StatsD) and per tenant in the name; a fused
+    # task's steps (the readiness wait and the release: issue 36, item 4) each their own
     ran = [t for t, s in result.task_states.items() if s == "success"]
-    steps = {t.split("[")[0] for t in ran}
+    ran_steps = [step for t in ran for step in steps_of(DAG_ID, t.split("[")[0])]
+    steps = set(ran_steps)
+    assert {"verify_readiness", "resume_admission"} <= steps and "verify_readiness" not in result.task_states
     durations = {step: got.get((f"nexus.step.duration.{NS}.{step}.success", "ms")) for step in steps}
     assert all(durations.values()), ({s: v for s, v in durations.items() if not v}, sorted(got)[:80])
-    assert sum(len(v) for v in durations.values()) == len(ran)  # one per task instance (two mapped checkpoints)
-    assert len(got[("nexus.step.duration", "ms")]) == len(ran)
+    assert sum(len(v) for v in durations.values()) == len(ran_steps)  # one per step run (two mapped checkpoints)
+    assert len(got[("nexus.step.duration", "ms")]) == len(ran_steps), sorted(k for k in got if "step.duration" in k[0])
+    sections = [line.split("::group::", 1)[1].split()[0] for line in run_log.read_text().splitlines() if "::group::" in line]
+    assert {"verify_readiness", "resume_admission"} <= set(sections), sections  # each its own log section
     assert all(0 < v <= run_s * 1000 for vs in durations.values() for v in vs), durations
 
     # the admission pause: once, as the fence row records it, the release step's XCom says the same

@@ -245,7 +245,7 @@ def _resume_timed_out(dag, conn_id: str):
     """``verify_readiness`` resumed as the scheduler resumes a deferral past its trigger timeout."""
     from airflow.models.trigger import TriggerFailureReason
 
-    sensor = dag.task_dict["verify_readiness"]
+    sensor = dag.task_dict["resume_admission"]  # its first step is verify_readiness
     context = {"params": base_conf(conn_id, readiness_timeout=60)}
     return sensor.resume_execution("__fail__", {"error": TriggerFailureReason.TRIGGER_TIMEOUT.value}, context)
 

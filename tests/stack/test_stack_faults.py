@@ -53,7 +53,7 @@ WAITING_TENANTS = 16
 POLL_INTERVAL_S = 10  # cutover_conf's
 FIRED = "Trigger fired event"
 POLLED = "old projection WorkItems remaining"  # every drain poll logs its counts here (NEXUS_TRIGGER_QUIET_LOG_S=0)
-AFTER_DRAIN = ("history_digest", "audit_and_checkpoint", "start_new_host", "verify_readiness", "resume_admission",
+AFTER_DRAIN = ("history_digest", "audit_and_checkpoint", "start_new_host", "resume_admission",
                "final_old_writer_check")
 
 

@@ -202,8 +202,8 @@ CUTOVER = Transition("connector_projection_cutover", (
         Step("resume_admission", Kind.WRITES, f"{STEPS}:resume_admission",
              key="release", planned=False,
              dry_run="the fence it would release once ready",
-             next_action="check the new host's log, then clear `verify_readiness`; a fence held by another run is "
-             "that run's to release"),
+             next_action="check the new host's log, then clear `resume_admission` (in the DAG it waits for readiness "
+             "again, then releases); a fence held by another run is that run's to release"),
         Step("final_old_writer_check", Kind.READS, f"{STEPS}:final_old_writer_check",
              key="final", planned=False, verdict=final_verdict,
              dry_run="the run's verdict (proceed, wait for what, or stop and why) from every step's dry run",
