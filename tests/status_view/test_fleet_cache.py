@@ -244,6 +244,28 @@ def test_run_step_reason_and_next_action_from_the_one_source():
     assert nothing["reason"] == "no reason recorded: read the task log"
 
 
+def test_a_fused_task_shows_the_step_it_is_at(tmp_path, monkeypatch):
+    """Issue 36, item 4: the task resume_admission runs verify_readiness then resume_admission. Deferred, the view
+    shows the readiness wait (explained from the tenant: no new host yet); failed, the step its stop names."""
+    from nexus_status.runs import summarize, with_tenant_state
+
+    from nexus_cutover.projection.next_actions import next_action
+
+    dag = "connector_projection_cutover"
+    waiting = summarize(dag, "r1", "running", [("resume_admission", "deferred")], None)
+    assert waiting["task"] == "verify_readiness"
+    state = _tenant_state(tmp_path, monkeypatch, "nohost", lambda sc: None)
+    explained = with_tenant_state({"cutover": waiting}, state)["cutover"]
+    assert explained["reason"].startswith("waiting for the new host (") and explained["next_action"].startswith("start or fix")
+    stopped = summarize(dag, "r2", "failed", [("resume_admission", "failed")],
+                        {"message": "the new host did not become ready. Next: check it.", "step": "verify_readiness"})
+    assert stopped["task"] == "verify_readiness" and stopped["next_action"] == "check it."
+    released = summarize(dag, "r3", "failed", [("resume_admission", "failed")], {"message": "held by another run"})
+    assert released["task"] == "resume_admission" and released["next_action"] == next_action("resume_admission")
+    running = summarize(dag, "r4", "running", [("resume_admission", "running")], None)
+    assert running["task"] == "resume_admission"
+
+
 def test_chart_points_thin_evenly_and_keep_both_ends():
     from nexus_status.fleet import chart_points
 
