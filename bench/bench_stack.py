@@ -178,6 +178,10 @@ def main() -> int:
     parser.add_argument("--rollout-tenants", type=int,
                         help="rollout tenants (default 11: the canary and one wave of 10, what fits ~15 minutes on "
                              "2 cores; issue 13 asks 100: --rollout-tenants 100 --rollout-limit 7200; quick 2)")
+    parser.add_argument("--rollout-lanes", type=int, nargs="+",
+                        help="part rollout: also the same drained rollout once per max_parallel given (e.g. 4 16: issue "
+                        "36's 16 lanes on 4 slots vs 4), the first the baseline")
+    parser.add_argument("--lanes-tenants", type=int, default=17, help="tenants of each --rollout-lanes rollout")
     parser.add_argument("--fault-tenants", type=int,
                         help="tenants of the rollout with three faults (--only faults; default 300, quick 8)")
     parser.add_argument("--levers", nargs="+", help="part levers' configurations (bench/stack_levers.py "
@@ -187,6 +191,9 @@ def main() -> int:
                         "quick 1)")
     parser.add_argument("--fleet-limit", type=float, default=2400.0,
                         help="part fleet: give its rollout up after, s (also its tenants' pre_arm_timeout)")
+    parser.add_argument("--fleet-calm", action="store_true",
+                        help="part fleet: also the fleet's drained tenants' rollout without the slow ones (issue 36: a "
+                        "drained tenant's pause within 10%% of the same wave without its slow wave-mates)")
     parser.add_argument("--keep", type=Path, help="copy the stack's process and task logs here before the cleanup")
     parser.add_argument("--rollout-limit", type=float, default=900.0, help="give the Airflow rollout up after, s")
     args = parser.parse_args()

@@ -217,16 +217,43 @@ def measure_fleet(stack: ProductionStack, args) -> dict[str, Any]:
                          "pause_vs_own": round(pause / own, 2) if pause and own else None,
                          "old_runtime_errors": runtimes[name].errors if name in runtimes else []}
     ratios = [t["pause_vs_own"] for t in tenants.values() if t["pause_vs_own"]]
+    over_own = sorted(t["pause_s"] - t["own_pause_s"] for t in tenants.values() if t["pause_s"] and t["own_pause_s"])
     out = {"tenants": len(order), "kinds": counts, "backlogs": backlogs, "pre_arm_timeout_s": PRE_ARM_TIMEOUT_S[size],
            "old_items_per_s": {k: shape[2] for k, shape in KINDS.items()}, "cli_pause_s": cli_pause,
            "wall_s": round(time.monotonic() - started, 1), "airflow": run, "per_tenant": tenants,
            "pause_vs_own_median": round(statistics.median(ratios), 2) if ratios else None,
+           # the goal: pause <= own residual drain + answer wait + 10 s, p95 over the fleet
+           "pause_over_own_p95_s": round(over_own[min(len(over_own) - 1, int(0.95 * len(over_own)))], 1)
+           if over_own else None,
            "questions": waits}
+    if getattr(args, "fleet_calm", False):  # the same wave without its slow tenants: is a drained tenant's pause the same?
+        drained_wave = [t["pause_s"] for n, t in tenants.items() if t["kind"] == "drained" and n != order[0]
+                        and t["pause_s"]]
+        out["calm"] = calm_wave(stack, server, tag, counts["drained"], args.fleet_limit)
+        calm_median = out["calm"].get("wave_pause_median_s")
+        out["drained_wave_pause_median_s"] = round(statistics.median(drained_wave), 1) if drained_wave else None
+        out["drained_pause_vs_calm_wave"] = (round(out["drained_wave_pause_median_s"] / calm_median, 2)
+                                             if drained_wave and calm_median else None)
     say(f"fleet: {sum(t['state'] == 'success' for t in tenants.values())}/{len(order)} succeeded; pause vs own "
         f"median {out['pause_vs_own_median']}; per tenant: "
         + "; ".join(f"{n} {t['kind']} {t['state']} pause {t['pause_s']} own {t['own_pause_s']}"
                     for n, t in tenants.items()))
     return out
+
+
+def calm_wave(stack: ProductionStack, server: str, tag: str, drained: int, limit_s: float) -> dict[str, Any]:
+    """The fleet's drained tenants' rollout without the slow ones: ``drained`` fresh drained production-shaped tenants,
+    a canary and one ``per_wave`` wave, answered as the fleet's; the wave tenants' median pause."""
+    names = [f"cw{tag}{i:02d}" for i in range(drained)]
+    builders = {name: _builder("drained", 110 + i, {}) for i, name in enumerate(names)}
+    rollout_tenants(stack, server, names, connections=True, builders=builders)
+    run = airflow_rollout(stack, names, limit_s, len(names) - 1, answerer=FleetAnswerer(stack),
+                          extra={"approval": "per_wave", "max_parallel": min(16, len(names) - 1), "max_failed": 1})
+    tenants = (run.get("rollout_summary") or {}).get("tenants") or {}
+    wave = [t["admission_pause_s"] for n, t in tenants.items() if n != names[0] and t.get("admission_pause_s")]
+    say(f"fleet: the calm wave ({drained} drained tenants): {run['state']}, wave pauses {sorted(wave)}")
+    return {"tenants": drained, "state": run["state"], "succeeded": run["succeeded"], "wave_pauses_s": sorted(wave),
+            "wave_pause_median_s": round(statistics.median(wave), 1) if wave else None}
 
 
 def _cli_copies(stack: ProductionStack, server: str, tag: str) -> dict[str, str]:

@@ -126,6 +126,31 @@ def measure_rollout(stack: ProductionStack, args) -> dict[str, Any]:
     out["airflow"] = airflow_rollout(stack, names, args.rollout_limit, wave_size)
     out.update(against_cli_floor(stack, server, out["airflow"], [f"cl{tag}{i:03d}" for i in range(args.rollout_tenants)],
                                  out["airflow"]["wall_s_per_tenant"]))
+    if getattr(args, "rollout_lanes", None):
+        out["lanes"] = compare_lanes(stack, server, args.rollout_lanes, args.lanes_tenants, args.rollout_limit)
+    return out
+
+
+def compare_lanes(stack: ProductionStack, server: str, lanes: list[int], tenants: int, limit_s: float) -> dict[str, Any]:
+    """Issue 36's "16 lanes on 4 slots": the same rollout (``tenants`` fresh drained tenants, one wave as wide as the
+    widest ``lanes``) once per ``max_parallel`` in ``lanes``, alternating; the admission pause's median (and less the
+    answer's wait) of each, and its ratio to the first's."""
+    wave = max(rollout_wave_size(tenants), max(lanes))
+    out: dict[str, Any] = {"tenants": tenants, "wave_size": wave, "runs": {}}
+    for n in lanes:
+        tag = uuid.uuid4().hex[:4]
+        names = [f"ln{tag}{i:03d}" for i in range(tenants)]
+        rollout_tenants(stack, server, names, connections=True)
+        got = airflow_rollout(stack, names, limit_s, wave, extra={"max_parallel": n})
+        pause = (got.get("rollout_summary") or {}).get("admission_pause") or {}
+        less = got.get("admission_pause_less_answer_wait") or {}
+        out["runs"][str(n)] = {"state": got["state"], "succeeded": got["succeeded"], "pause_median_s": pause.get("median_s"),
+                               "pause_p95_s": pause.get("p95_s"), "less_answer_wait_median_s": less.get("median_s"),
+                               "wall_s": got["wall_s"], "pause_breakdown_median": got.get("pause_breakdown_median")}
+        say(f"lanes: max_parallel {n}: {got['state']}, pause median {pause.get('median_s')} s")
+    base = out["runs"][str(lanes[0])]["pause_median_s"]
+    out["pause_median_vs_first"] = {k: round(r["pause_median_s"] / base, 2) if base and r["pause_median_s"] else None
+                                    for k, r in out["runs"].items()}
     return out
 
 
