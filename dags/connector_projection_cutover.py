@@ -43,7 +43,8 @@ names (usually with the old runtime, or a separately reviewed decision) and
 clear that task. The fence stays armed until resume_admission.
 """
 
-#: Per declared step (its name is the task id): the operator and the task doc shown in the UI.
+#: Per declared step: the operator and the task doc shown in the UI (its name is the task id; steps the DAG runs as one
+#: fused task, nexus_airflow.declared.FUSED, are one task of their first step's operator, their docs in order).
 TASKS = {
     "resolve_packs": task(
         CutoverStepOperator,
@@ -117,14 +118,15 @@ TASKS = {
         "to the deployer connection. Skips when a new host already runs. **Abort** fails the run; the fence "
         "stays armed.",
     ),
-    "resume_admission": task(
+    "verify_readiness": task(
         TenantWaitSensor,
-        doc_md="Two declared steps in one task (no handoff inside the admission pause), each its own record (XCom "
-        "under its name, log section, metric): **verify_readiness**, deferrable: waits for a registered "
-        "ProjectionProtocol=1 integration_host with ActivatedAt and a fresh heartbeat, and no live old writer "
-        "(**stops** at `readiness_timeout`: check the host log, clear); then **resume_admission**: re-checks "
-        "readiness under the lock, then releases the fence this run holds (sets ReleasedAt): admission resumes "
-        "through L2 and the new host. Already released: no-op success; held by another run: stops.",
+        doc_md="Deferrable: waits for a registered ProjectionProtocol=1 integration_host with ActivatedAt and a "
+        "fresh heartbeat, and no live old writer. **Stops** at `readiness_timeout`: check the host log, clear.",
+    ),
+    "resume_admission": task(
+        CutoverStepOperator,
+        doc_md="Re-checks readiness, then releases the fence this run holds (sets ReleasedAt): admission "
+        "resumes through L2 and the new host. Already released: no-op success; held by another run: stops.",
     ),
     "final_old_writer_check": task(
         CutoverStepOperator,

@@ -106,7 +106,7 @@ def build(transition, specs: dict[str, TaskSpec], *, armed_by: str | None = None
 
     check_fused(transition)
     task_ids = list(dict.fromkeys(task_of(transition.name, name) for name in transition.names))
-    unknown, missing = set(specs) - set(task_ids), set(task_ids) - set(specs)
+    unknown, missing = set(specs) - set(transition.names), set(transition.names) - set(specs)
     if default is not None:
         specs = {**{name: task(default, declared_doc(transition[name])) for name in missing}, **specs}
         missing = set()
@@ -143,17 +143,33 @@ def _add(transition, steps, specs: dict[str, TaskSpec], tasks: dict[str, Any], w
         task_id = task_of(transition.name, step.name)
         if task_id in tasks:  # a fused task's later step: the task exists
             continue
-        spec, fused = specs[task_id], steps_of(transition.name, task_id)
+        spec, fused = _spec_of(transition, task_id, specs), steps_of(transition.name, task_id)
         kwargs = {**weights.get(task_id, {}), **spec.kwargs, **({"steps": fused} if len(fused) > 1 else {})}
-        dry = "; ".join(f"{name}: {transition[name].dry_run}" for name in fused) if len(fused) > 1 else step.dry_run
-        doc = spec.doc_md if "**Dry run**" in spec.doc_md else f"{spec.doc_md}\n\n**Dry run**: {dry}."
+        doc = spec.doc_md if "**Dry run**" in spec.doc_md else f"{spec.doc_md}\n\n**Dry run**: {step.dry_run}."
         if step.per_pack_of is None:
             tasks[task_id] = spec.operator(task_id=task_id, doc_md=doc, **kwargs)
         else:
             # the UI names each mapped instance by its pack, not by map index 0, 1, ...
-            tasks[step.name] = spec.operator.partial(task_id=step.name, doc_md=doc,
-                                                     map_index_template="{{ task.pack_install_id }}",
-                                                     **kwargs).expand(pack_install_id=tasks[step.per_pack_of].output)
+            tasks[task_id] = spec.operator.partial(task_id=task_id, doc_md=doc,
+                                                   map_index_template="{{ task.pack_install_id }}",
+                                                   **kwargs).expand(pack_install_id=tasks[step.per_pack_of].output)
+
+
+def _spec_of(transition, task_id: str, specs: dict[str, TaskSpec]) -> TaskSpec:
+    """A task's spec: its step's; a fused task's, its first step's operator, every step's arguments and its doc
+    (each step's, under its name, with its dry run) in order."""
+    fused = steps_of(transition.name, task_id)
+    if len(fused) == 1:
+        return specs[task_id]
+    kwargs: dict[str, Any] = {}
+    for name in fused:
+        kwargs.update(specs[name].kwargs)
+    doc = "Steps run as one task (no handoff between them), each its own record: its XCom value under its name, " \
+          "its log section, its metric.\n\n" + "\n\n".join(
+              f"**{name}**: {specs[name].doc_md}" + ("" if "**Dry run**" in specs[name].doc_md
+                                                     else f" **Dry run**: {transition[name].dry_run}.")
+              for name in fused)
+    return TaskSpec(specs[fused[0]].operator, doc + "\n\n**Dry run**: see each step above.", kwargs)
 
 
 def declared_doc(step) -> str:

@@ -114,6 +114,27 @@ def test_parse_does_no_database_work_and_imports_no_domain_code():
     assert result["sqlalchemy_by_dag"] == [], "the DAG file (its declarations) must not load SQLAlchemy"
 
 
+def test_the_lever_switch_gives_one_task_per_step():
+    """``NEXUS_FUSED_TASKS=0`` (the switch bench-stack measures the fused tasks by) parses the same DAG file into one
+    task per declared step, each of its own operator (the readiness wait a sensor, the release the step operator)."""
+    code = textwrap.dedent(
+        f"""
+        import json, runpy, sys
+        sys.path[:0] = [{str(PLUGINS_FOLDER)!r}]
+        dag = runpy.run_path({str(DAGS_FOLDER / "connector_projection_cutover.py")!r})["dag"]
+        print(json.dumps({{t.task_id: type(t).__name__ for t in dag.tasks}}))
+        """
+    )
+    import json
+    import os
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
+                         env={**os.environ, "NEXUS_FUSED_TASKS": "0"})
+    operators = json.loads(out.stdout.strip().splitlines()[-1])
+    assert sorted(operators) == sorted(ORDER)
+    assert operators["verify_readiness"] == "TenantWaitSensor" and operators["resume_admission"] == "CutoverStepOperator"
+
+
 @pytest.mark.parametrize(
     "tenant",
     ["", "Acme", "acme;drop table x", "a" * 65, "-acme", "acme/../x", "acme tenant", 42, None],
