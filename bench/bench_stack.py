@@ -187,6 +187,8 @@ def main() -> int:
     parser.add_argument("--levers", nargs="+", help="part levers' configurations (bench/stack_levers.py "
                         "CONFIGURATIONS), the first the baseline of the ratios (default: every one, neither first)")
     parser.add_argument("--lever-tenants", type=int, help="tenants per rollout of part levers (default 4, quick 2)")
+    parser.add_argument("--lever-parallel", type=int, help="part levers: the rollouts' max_parallel, their wave as wide "
+                        "(default: the form's 4); e.g. 16 with --lever-tenants 17: lanes queueing for the 4 task slots")
     parser.add_argument("--lever-rounds", type=int, help="rounds of part levers' four configurations (default 2, "
                         "quick 1)")
     parser.add_argument("--fleet-limit", type=float, default=2400.0,

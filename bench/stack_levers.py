@@ -84,7 +84,7 @@ def wait_for_shape(stack: ProductionStack, *, fused: bool, timeout_s: float = 18
 BACKLOG, RATE = 6, 2.0
 
 
-def one_rollout(stack: ProductionStack, server: str, tenants: int, limit_s: float) -> dict[str, Any]:
+def one_rollout(stack: ProductionStack, server: str, tenants: int, limit_s: float, parallel: int | None = None) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:4]
     names = [f"lv{tag}{i:02d}" for i in range(tenants)]
     builders = {name: _builder("draining", 40 + i, {}, BACKLOG) for i, name in enumerate(names)}
@@ -93,7 +93,9 @@ def one_rollout(stack: ProductionStack, server: str, tenants: int, limit_s: floa
     for r in runtimes:
         r.start()
     try:
-        got = airflow_rollout(stack, names, limit_s, rollout_wave_size(len(names)), cutover={"arm_when_drain_below": 0})
+        wave = max(rollout_wave_size(len(names)), parallel or 0)  # --lever-parallel lanes in one wave
+        got = airflow_rollout(stack, names, limit_s, wave, extra={"max_parallel": parallel} if parallel else None,
+                              cutover={"arm_when_drain_below": 0})
     finally:
         for r in runtimes:
             r.halt.set()
@@ -117,7 +119,7 @@ def measure_levers(stack: ProductionStack, args) -> dict[str, Any]:
         for name in names[r % len(names):] + names[:r % len(names)]:
             switch_workers(stack, CONFIGURATIONS[name])
             t0 = time.monotonic()
-            got = one_rollout(stack, server, args.lever_tenants, args.rollout_limit)
+            got = one_rollout(stack, server, args.lever_tenants, args.rollout_limit, getattr(args, "lever_parallel", None))
             runs[name].append(got)
             say(f"levers: round {r + 1}, {name}: {got['state']} in {time.monotonic() - t0:.0f}s, pause less answer "
                 f"wait {got['pause_less_answer_wait_s']} s (in tasks {got['in_tasks_s']}, between {got['between_s']})")

@@ -257,8 +257,6 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
     def _await_wave(self, context, ev) -> dict[str, Any]:
         """Wait for the wave's answer in the rollout run (rescheduled each poll), then re-check this tenant; a tenant
         the wave's question did not show (it was late) asks its own question instead."""
-        from airflow.sdk.exceptions import AirflowRescheduleException
-
         from nexus_airflow import rollout as ro
 
         p = params_of(context)
@@ -278,13 +276,13 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
             return None
         answer = ro.wave_answer(ti, wave, rollout_run_id=run_id)
         if not answer:
-            state = str(ti.get_dagrun_state(dag_id=ro.ROLLOUT_DAG, run_id=run_id)).rsplit(".", 1)[-1].lower()
-            if state in ("success", "failed"):
+            state = ro.state_word(ti.get_dagrun_state(dag_id=ro.ROLLOUT_DAG, run_id=run_id))
+            if ro.wave_wait_state(answer, shown, state, p.tenant) == "rollout_ended":
                 stop(context, self.log, f"{NOT_PERFORMED}: rollout run {run_id} ended ({state}) without answering "
                      f"wave {wave}'s writer-stop question. {self.on_reject}")
             self.log.info("evidence published (taken %sZ); waiting for the answer to wave %d of rollout %s",
                           ev.checked_at.isoformat(), wave, run_id)
-            raise AirflowRescheduleException(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=p.poll_interval))
+            self._defer_to_the_wave(context, run_id, wave)
         who = str(answer.get("by") or "someone")
         if answer.get("answer") != "approved":
             stop(context, self.log, f"{NOT_PERFORMED}: wave {wave} of rollout {run_id}: {answer.get('answer')} "
@@ -297,6 +295,32 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
         self.log.info("wave %d confirmed by %s", wave, who)
         return self.recheck(context, {"chosen_options": [self.approve_option], "responded_by": who,
                                       "responded_at": answer.get("at"), "wave": wave}, shown_at=shown_at)
+
+    #: Seconds between the triggerer's looks at the wave's answer (one XCom read each; a wave has at most 16
+    #: tenants waiting): an answer reaches every tenant of the wave within about this long.
+    WAVE_LOOK_S = 2.0
+
+    def _defer_to_the_wave(self, context, rollout_run_id: str, wave: int) -> None:
+        """Wait for the wave's answer in the triggerer, holding no worker slot, and look again here
+        (:meth:`wave_looked`) once it is answered, the rollout ended or the question was asked without this tenant.
+        Before issue 36 this task rescheduled itself every ``poll_interval``: a wide wave's tenants took the task
+        slots in turns and each saw the answer up to a poll late (docs/performance.md)."""
+        from nexus_airflow.pollers import deadline_in
+        from nexus_airflow.triggers import StatusPollTrigger
+
+        p = params_of(context)
+        kwargs = {"rollout_run_id": rollout_run_id, "wave": wave, "tenant": p.tenant,
+                  "deadline": deadline_in(2 * p.confirm_timeout + 3600)}
+        self.defer(trigger=StatusPollTrigger("nexus_airflow.pollers.WaveAnswerPoller", kwargs, self.WAVE_LOOK_S),
+                   method_name="wave_looked")
+
+    def wave_looked(self, context, event: dict[str, Any] | None = None) -> Any:
+        """The triggerer saw the wave's wait end (or fail): the whole step again, as a reschedule ran it -- the
+        cancel check, the evidence, then the wave's answer, which decides here."""
+        if isinstance(event, dict) and event.get("state") == "error":
+            self.log.warning("looking for the wave's answer failed in the triggerer (%s); looking here",
+                             event.get("message"))
+        return self.execute(context)
 
     def recheck(self, context, answer: dict[str, Any], shown_at: str | None = None) -> dict[str, Any]:
         """The answer confirms the evidence only if the registry, read now, still agrees with it."""

@@ -226,3 +226,38 @@ class ReadinessPoller(_EnginePoller):
             message = "not ready: " + "; ".join(r.reasons)
         return {"state": state, "verdict": verdict_json(looked.verdict), "message": message, "report": looked.value,
                 "report_text": message}
+
+
+class WaveAnswerPoller:
+    """``per_wave``: a tenant's confirmation waiting, in the triggerer, for its wave's question to be answered
+    (:func:`nexus_airflow.rollout.wave_wait_state`), reading the rollout run's XComs and state through the Task
+    SDK as a task would; a final state resumes the confirmation on a worker, which decides there (the answer's
+    checks and the re-read of the registry are the task's, never the trigger's). ``deadline``: how long a failing
+    read is retried."""
+
+    def __init__(self, rollout_run_id: str, wave: int, tenant: str, deadline: str):
+        self.rollout_run_id, self.wave, self.tenant = rollout_run_id, int(wave), tenant
+        self.deadline = _parse(deadline)
+
+    def poll(self) -> dict[str, Any]:
+        from airflow.sdk.bases.xcom import BaseXCom
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+        from nexus_airflow import rollout as ro
+
+        def xcom(key: str) -> Any:
+            return BaseXCom.get_one(key=key, dag_id=ro.ROLLOUT_DAG, task_id=ro.wave_task(self.wave, ro.CONFIRM_TASK),
+                                    run_id=self.rollout_run_id, map_index=-1)
+
+        answer = xcom(ro.ANSWER_KEY)
+        state = ro.wave_wait_state(answer, xcom(ro.SHOWN_KEY) if not answer else None,
+                                   RuntimeTaskInstance.get_dagrun_state(ro.ROLLOUT_DAG, self.rollout_run_id) if not answer
+                                   else "running", self.tenant)
+        return {"state": WAITING if state == "waiting" else state,
+                "message": f"wave {self.wave} of rollout {self.rollout_run_id}: {state.replace('_', ' ')}"}
+
+    def expired(self) -> bool:
+        return _utcnow() >= self.deadline
+
+    def close(self) -> None:
+        return None

@@ -133,6 +133,19 @@ def wave_shown(ti, wave: int, *, rollout_run_id: str | None = None) -> dict | No
                         key=SHOWN_KEY, map_indexes=-1)
 
 
+def wave_wait_state(answer: dict | None, shown: dict | None, rollout_state: str, tenant: str) -> str:
+    """Where a tenant waiting for its wave's answer stands (the one rule its confirmation and its trigger share):
+    ``answered``; ``rollout_ended`` (the rollout run ended with no answer); ``not_shown`` (the wave's question was
+    asked without this tenant: it asks its own); else ``waiting``."""
+    if answer:
+        return "answered"
+    if state_word(rollout_state) in ("success", "failed"):
+        return "rollout_ended"
+    if shown is not None and tenant not in shown:
+        return "not_shown"
+    return "waiting"
+
+
 def wave_outcome(ti, wave: int) -> dict | None:
     """Wave ``wave``'s ``close``: the wave's outcome (XCom ``wave``); None before it closed."""
     return ti.xcom_pull(task_ids=close_task(wave), key=WAVE_KEY)

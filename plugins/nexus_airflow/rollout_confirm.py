@@ -43,10 +43,10 @@ CONFIRM_STEP = "confirm_writers_stopped"
 LOOKED_AT = (*LATE_WAITS, CONFIRM_STEP)
 
 #: A tenant's ``confirm_writers_stopped`` waiting for its wave's answer, once it has published its evidence: it
-#: reschedules itself every poll, so between two looks it is also scheduled, queued or running. Only
-#: ``up_for_reschedule`` counted before, and a wave's tenants were seldom all in it at the same look (a 3-tenant
-#: wave waited 7 minutes for its question in a loaded test run).
-WAITING_FOR_THE_WAVE = ("up_for_reschedule", "scheduled", "queued", "running")
+#: waits deferred (the triggerer looks at the wave's answer: ``ConfirmWritersStoppedOperator._defer_to_the_wave``),
+#: and between its first look and its deferral, or after a look, it is also scheduled, queued or running.
+#: (``up_for_reschedule``: a run started before the deferral, when the wait rescheduled itself every poll.)
+WAITING_FOR_THE_WAVE = ("deferred", "up_for_reschedule", "scheduled", "queued", "running")
 
 
 class WaveConfirmOperator(HITLOperator):

@@ -22,12 +22,13 @@ from nexus_airflow.rollout_confirm import (
 )
 
 AT_CONFIRMATION = {"wait_for_short_drain": "success", "wait_for_drain": "success", "check_old_writers": "success",
-                   "confirm_writers_stopped": "up_for_reschedule"}
+                   "confirm_writers_stopped": "deferred"}  # the triggerer looks at its wave's answer
 
 
 @pytest.mark.parametrize("steps, evidence, kind", [
     (AT_CONFIRMATION, True, READY),
-    ({**AT_CONFIRMATION, "confirm_writers_stopped": "running"}, True, READY),  # between two of its polls
+    ({**AT_CONFIRMATION, "confirm_writers_stopped": "running"}, True, READY),  # its first look, or a look after one
+    ({**AT_CONFIRMATION, "confirm_writers_stopped": "up_for_reschedule"}, True, READY),  # a wait begun rescheduling
     (AT_CONFIRMATION, False, ON_ITS_WAY),  # parked there, its evidence not yet published
     ({**AT_CONFIRMATION, "confirm_writers_stopped": "awaiting_input"}, True, OWN_QUESTION),
     ({"wait_for_short_drain": "deferred"}, False, LATE),  # its backlog is not short yet: not fenced, not waited for
@@ -72,3 +73,19 @@ def test_with_only_late_tenants_left_the_question_waits_for_the_first_to_be_read
 def test_a_wave_whose_tenants_ended_or_ask_their_own_has_nothing_to_ask():
     assert question_decision(rows(ENDED, OWN_QUESTION)) == "nothing"
     assert question_decision(rows()) == "nothing"
+
+
+@pytest.mark.parametrize("answer, shown, rollout, state", [
+    ({"answer": "approved"}, {"t": "x"}, "running", "answered"),
+    ({"answer": "rejected"}, None, "failed", "answered"),  # an answer, whatever it is, is the task's to judge
+    (None, None, "failed", "rollout_ended"),
+    (None, None, "DagRunState.SUCCESS", "rollout_ended"),
+    (None, {"other": "x"}, "running", "not_shown"),  # asked without it: it asks its own follow-up
+    (None, {"t": "x"}, "running", "waiting"),
+    (None, None, "running", "waiting"),  # not asked yet
+])
+def test_a_tenant_waiting_for_its_waves_answer_resumes_on_one_rule(answer, shown, rollout, state):
+    """The confirmation's look and its trigger's (``WaveAnswerPoller``) read the wave by the one rule."""
+    from nexus_airflow.rollout import wave_wait_state
+
+    assert wave_wait_state(answer, shown, rollout, "t") == state
