@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: deps test test-tidb test-stack demo airflow demo-tenant stack stack-down lock lint bench bench-stack
+.PHONY: deps test test-tidb test-stack demo airflow demo-tenant stack stack-down lock dist lint bench bench-stack
 
 deps:
 	@VENV=$(VENV) bash scripts/bootstrap.sh
@@ -59,9 +59,16 @@ stack: deps
 stack-down:
 	$(BIN)/python scripts/stack.py down
 
-# Pin every installed version into constraints.txt (bootstrap installs with it): run after a passing `make test`.
+# Pin every installed version (every extra) into constraints.txt (bootstrap installs with it): run after a passing `make test`.
 lock: deps
 	$(BIN)/python scripts/lock.py
+
+# What a release hands a team (README, "Install into your Airflow"): dist/nexus_cutover-<version>-py3-none-any.whl (the
+# product, its plugin, provider and DAGs; no nexus_sim) and dist/constraints-<version>.txt (constraints.txt as locked).
+dist: deps
+	rm -rf dist build && $(BIN)/python -m pip wheel -q --no-deps -w dist .
+	version=$$($(BIN)/python -c 'import importlib.metadata as m; print(m.version("nexus-cutover"))') && \
+		cp constraints.txt dist/constraints-$$version.txt && ls dist
 
 lint: deps
 	$(BIN)/ruff check .

@@ -1,14 +1,16 @@
-"""Airflow's local settings for nexus-cutover (imported by every Airflow process from the plugins folder on
-``sys.path``):
+"""Airflow's local settings for nexus-cutover, shipped in the wheel as ``nexus_cutover_airflow.airflow_local_settings``.
+A deployment's own ``$AIRFLOW_HOME/config/airflow_local_settings.py`` (which every Airflow process imports) adds it with
+``from nexus_cutover_airflow.airflow_local_settings import *`` (README, "Install into your Airflow"); a plugins folder
+that is this repository's ``plugins/`` still finds it on ``sys.path`` as before:
 
 * the cluster policy that runs a tenant's heavy reads in its database cluster's pool
   (:mod:`nexus_airflow.policies`);
 * in a Celery worker, the nexus modules imported once before the worker forks its tasks
   (:mod:`nexus_airflow.preload`, on Celery's ``import_modules`` signal, beside Airflow's own preload).
 
-A deployment with an ``airflow_local_settings`` of its own (in ``$AIRFLOW_HOME/config``, which comes first on
-``sys.path``) adds both to it (docs/runbook.md). The policy is imported when first called, so no Airflow
-process's start depends on the nexus packages; connecting the preload costs an import of ``celery.signals``."""
+A deployment whose settings file has a ``task_instance_mutation_hook`` of its own calls this one from it. The policy
+is imported when first called, so no Airflow process's start depends on the nexus packages; connecting the preload
+costs an import of ``celery.signals``."""
 
 
 def task_instance_mutation_hook(task_instance, dag_run=None):

@@ -19,7 +19,8 @@ import subprocess
 import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "plugins"), str(REPO / "include")]
+# the repository root, for scripts.*; the nexus packages are the installed (editable) distributions (make deps)
+sys.path[:0] = [str(REPO)]
 
 from nexus_airflow.params import TENANT_PATTERN  # noqa: E402 - the trigger form's rule for a tenant name
 from scripts.demo import Child  # noqa: E402
@@ -55,7 +56,7 @@ def add_tenant(state: pathlib.Path, tenant: str, *, reseed: bool = False, old_ru
         raise SystemExit(f"add_demo_tenant: airflow connections add failed: {added.stderr.strip()[-500:]}")
     done = {"tenant": tenant, "database": str(db), "connection": conn_id, "live_old_work": seeded["live_old_work"]}
     if old_runtime:
-        env = {**os.environ, "NEXUS_TENANT_DSN": f"sqlite:///{db}", "PYTHONPATH": os.pathsep.join(sys.path[:3])}
+        env = {**os.environ, "NEXUS_TENANT_DSN": f"sqlite:///{db}", "PYTHONPATH": str(REPO)}
         child = Child(f"old runtime of {tenant}", [sys.executable, str(REPO / "scripts" / "demo_old_runtime.py"),
                                                    "--namespace", tenant, "--stop-after-fenced-drain"],
                       env, state / f"old-runtime-{tenant}.log")

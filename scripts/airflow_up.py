@@ -26,7 +26,8 @@ import threading
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "plugins")]
+# the repository root, for scripts.*; the nexus packages are the installed (editable) distributions (make deps)
+sys.path[:0] = [str(REPO)]
 
 from scripts.demo import CONN_ID, CUTOVER_DAG, TENANT, Child, say, stop_pid_if_ours  # noqa: E402
 from scripts.demo_airflow import AirflowStack, free_port  # noqa: E402

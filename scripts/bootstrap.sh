@@ -23,11 +23,14 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 # Pinned: constraints.txt (`make lock` after a passing `make test`) holds every version the extras install.
-stamp="$VENV/.installed-$(cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)"
+# The product (nexus-cutover: nexus_cutover, nexus_airflow, nexus_status, the DAGs; Airflow finds its plugin through
+# the entry point) and the simulators (nexus-sim, sim/pyproject.toml) are installed editable: the demo, the stack and
+# the tests import the installed packages, and an edit of a file under include/, plugins/ or dags/ is live.
+stamp="$VENV/.installed-$(cat pyproject.toml sim/pyproject.toml constraints.txt | sha1sum | cut -c1-12)"
 if [ ! -f "$stamp" ]; then
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q -c constraints.txt -e '.[airflow,test,stack]'
+  "$VENV/bin/pip" install -q -c constraints.txt -e '.[airflow,test,stack]' -e ./sim
   rm -f "$VENV"/.installed-*
   touch "$stamp"
 fi

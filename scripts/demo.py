@@ -43,7 +43,8 @@ from collections.abc import Callable
 from typing import Any
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "plugins")]
+# the repository root, for scripts.*; the nexus packages are the installed (editable) distributions (make deps)
+sys.path[:0] = [str(REPO)]
 
 from scripts.demo_airflow import AirflowStack  # noqa: E402
 from scripts.demo_seed import NEW_PRODUCER_VERSION, STAGE1_RELEASE, seed  # noqa: E402

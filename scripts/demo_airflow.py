@@ -7,7 +7,7 @@ talks to the public REST API (the same one the UI uses). :meth:`AirflowStack.sto
 sends SIGINT, waits, then terminates whatever is left of *its own* process group.
 
 Settings for a 2-core machine: LocalExecutor with low parallelism, DAGs unpaused
-at creation, no examples, the repository's ``dags/`` and ``plugins/``. Nothing
+at creation, no examples, the repository's ``dags/`` and the installed package's plugin and local settings. Nothing
 here holds a tenant password: tenant connections are created by the caller.
 """
 
@@ -37,13 +37,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: A deployment's own ``$AIRFLOW_HOME/config/airflow_local_settings.py`` adds the product's (the cluster policy, the
+#: Celery preload) with this line (README, "Install into your Airflow"); the local stacks write it as a team would.
+LOCAL_SETTINGS_IMPORT = "from nexus_cutover_airflow.airflow_local_settings import *  # noqa: F403\n"
+
+
+def deploy_like_a_team(home: pathlib.Path) -> pathlib.Path:
+    """``home``'s ``config/airflow_local_settings.py`` (the product's settings, imported) and an empty plugins folder:
+    the plugin comes from the installed package's entry point, as in a team's Airflow. Returns the plugins folder."""
+    (home / "config").mkdir(parents=True, exist_ok=True)
+    (home / "config" / "airflow_local_settings.py").write_text(LOCAL_SETTINGS_IMPORT, encoding="utf-8")
+    plugins = home / "plugins"
+    plugins.mkdir(exist_ok=True)
+    return plugins
+
+
 def airflow_env(home: pathlib.Path, port: int, *, parallelism: int = 4) -> dict[str, str]:
-    """The configuration of one local stack; every port is its own, so several stacks can run side by side."""
+    """The configuration of one local stack; every port is its own, so several stacks can run side by side. The
+    repository's DAG files, the installed nexus-cutover (plugin by entry point, settings by import: ``deploy_like_a_team``)."""
     base = f"http://127.0.0.1:{port}"
     return {
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(deploy_like_a_team(home)),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__CORE__PARALLELISM": str(parallelism),
@@ -221,12 +237,19 @@ class AirflowStack(AirflowApi):
     """``airflow standalone`` under ``home``, its REST API at ``base_url``."""
 
     def __init__(self, home: pathlib.Path, *, port: int | None = None, parallelism: int = 4,
-                 extra_env: dict[str, str] | None = None):
+                 extra_env: dict[str, str] | None = None, bin_dir: pathlib.Path = BIN):
+        """``bin_dir``: the venv whose ``airflow`` runs (default: this interpreter's); another venv (a wheel installed
+        as a team would, tests/test_wheel_install.py) gets its own ``bin`` first on ``PATH``, no ``PYTHONPATH``, and
+        ``home`` as its working directory, so nothing of the checkout is on its ``sys.path``."""
         self.home = pathlib.Path(home).resolve()
+        self.bin_dir = pathlib.Path(bin_dir)
         self.port = port or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         inherited = {k: v for k, v in os.environ.items() if not _foreign_airflow_setting(k)}
         self.env = {**inherited, **airflow_env(self.home, self.port, parallelism=parallelism), **(extra_env or {})}
+        if self.bin_dir != BIN:
+            self.env.pop("PYTHONPATH", None)
+            self.env["PATH"] = f"{self.bin_dir}{os.pathsep}{self.env['PATH']}"
         self.proc: subprocess.Popen | None = None
         self.token: str | None = None
         self.log_path = self.home / "standalone.log"
@@ -240,8 +263,9 @@ class AirflowStack(AirflowApi):
         self.home.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
-                [str(BIN / "airflow"), "standalone"], env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_restore_sigint,
+                [str(self.bin_dir / "airflow"), "standalone"], env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, cwd=None if self.bin_dir == BIN else self.home, start_new_session=True,
+                preexec_fn=_restore_sigint,
             )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

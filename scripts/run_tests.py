@@ -49,6 +49,7 @@ AIRFLOW_PATHS = [
     "tests/demo/test_make_demo.py",
     "tests/status_view/test_status_view.py",
     "tests/status_view/test_fleet_scale.py",
+    "tests/test_wheel_install.py",  # the wheel in a fresh venv, its own `airflow standalone`
 ]
 DAGS_PATHS = ["tests/dags"]
 BENCH_PATHS = ["tests/bench/test_bench_smoke.py"]  # make bench QUICK=1: minutes of computing on its own server

@@ -9,8 +9,8 @@ One separate process per component, each with its own log file under one log fol
   a 0600 config file, not on the command line);
 * Airflow with **CeleryExecutor**: ``scheduler``, ``dag-processor``, ``api-server``,
   **two** ``triggerer`` and **two** ``celery worker`` processes, on the repository's
-  ``dags/`` and ``plugins/`` unchanged (the plugins folder is on ``sys.path`` as in the
-  demo; ``include/`` is the installed package);
+  ``dags/`` unchanged and the installed nexus-cutover (its plugin through the entry point, its
+  local settings imported by ``$AIRFLOW_HOME/config/airflow_local_settings.py``, as a team installs it);
 * tenant databases on the MySQL-protocol server of ``NEXUS_TEST_MYSQL_URL`` (``make stack``
   runs under ``scripts/with-mariadb.sh``, which starts a throwaway MariaDB).
 
@@ -49,7 +49,7 @@ import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
-    sys.path[:0] = [str(REPO), str(REPO / "plugins")]
+    sys.path[:0] = [str(REPO)]  # scripts.*; the nexus packages are the installed ones (make deps)
 
 from scripts.demo_airflow import free_port  # noqa: E402
 from scripts.stack_processes import alive, descendants, pids_with_env, signal_all, sweep, wait_for, wait_gone  # noqa: E402

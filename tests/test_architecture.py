@@ -6,7 +6,8 @@
 * the DAG files import only ``airflow``, ``nexus_airflow``, ``pendulum`` and the
   standard library: never ``nexus_cutover`` directly, never ``nexus_sim``;
 * ``nexus_sim`` (simulators and builders) is imported only from ``tests/``,
-  ``scripts/`` (the demo) and ``bench/``;
+  ``scripts/`` (the demo) and ``bench/``, and is no package of the product's wheel: pyproject.toml maps
+  exactly the folders checked here (its own distribution is ``sim/pyproject.toml``);
 * no import circle among the modules of the product, the plugins, ``scripts/`` and
   ``bench/``: a module that imports one that imports it back (directly or through
   others) means a rule without one home. Importing a package is importing its
@@ -211,6 +212,23 @@ def test_dags_import_only_airflow_nexus_airflow_pendulum_and_the_standard_librar
     )
     found += sim_strings(python_files(DAGS))
     assert not found, report("dags/ may import only airflow, nexus_airflow, pendulum and the standard library", found)
+
+
+def test_the_product_wheel_is_made_of_the_checked_folders_and_has_no_simulator():
+    import tomllib
+
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    mapped = {package: (REPO / folder).resolve() for package, folder in setuptools["package-dir"].items()}
+    assert mapped == {"nexus_cutover": PRODUCT, "nexus_airflow": PLUGINS / "nexus_airflow", "nexus_status": PLUGINS / "nexus_status",
+                      "nexus_cutover_airflow": PLUGINS, "nexus_cutover_dags": DAGS}, mapped
+    assert not [p for p in setuptools["packages"] if top(p) == "nexus_sim" or top(p) not in mapped], setuptools["packages"]
+    subpackages = {".".join((package, *init.parent.relative_to(folder).parts))
+                   for package, folder in mapped.items() if package != "nexus_cutover_airflow"
+                   for init in folder.rglob("__init__.py") if "__pycache__" not in init.parts}
+    missing = sorted(subpackages - set(setuptools["packages"]))
+    assert not missing, f"add to [tool.setuptools] packages in pyproject.toml (the wheel would lack them): {missing}"
+    loader = REPO / "deploy" / "dags_folder" / "load_nexus_cutover_dags.py"
+    assert {top(mod) for _, mod in imports(loader)} == {"nexus_cutover_dags"}  # the loader brings in the DAGs only
 
 
 def test_nexus_sim_is_imported_only_from_tests_scripts_and_bench():

@@ -45,5 +45,30 @@ def test_the_venv_is_what_the_constraints_pin():
 
 def test_bootstrap_installs_with_the_constraints_and_reinstalls_when_they_change():
     script = (REPO / "scripts" / "bootstrap.sh").read_text(encoding="utf-8")
-    assert "pip\" install -q -c constraints.txt -e '.[airflow,test,stack]'" in script
-    assert "cat pyproject.toml constraints.txt | sha1sum" in script  # a new pin re-runs the install
+    assert "pip\" install -q -c constraints.txt -e '.[airflow,test,stack]' -e ./sim" in script
+    assert "cat pyproject.toml sim/pyproject.toml constraints.txt | sha1sum" in script  # a new pin re-runs the install
+
+
+def test_lock_against_names_every_pin_another_constraints_file_sets_differently(tmp_path):
+    """How our pins combine with Airflow's own constraints (README): ``scripts/lock.py --against`` lists the conflicts."""
+    import subprocess
+    import sys
+
+    ours = pins()
+    airflow_pin, sqlalchemy_pin = ours["apache-airflow"], ours["sqlalchemy"]
+    theirs = tmp_path / "constraints-3.11.txt"
+    theirs.write_text(f"# Airflow's\napache-airflow=={airflow_pin}\nSQLAlchemy==0.0.1 ; python_version >= '3.10'\n"
+                      "not-in-ours==1.0\n", encoding="utf-8")
+    run = subprocess.run([sys.executable, str(REPO / "scripts" / "lock.py"), "--against", str(theirs)],
+                         capture_output=True, text=True)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert run.stdout.strip().splitlines() == [f"sqlalchemy: ours {sqlalchemy_pin}, theirs 0.0.1"]
+    theirs.write_text(f"apache-airflow=={airflow_pin}\n", encoding="utf-8")
+    agreeing = subprocess.run([sys.executable, str(REPO / "scripts" / "lock.py"), "--against", str(theirs)],
+                              capture_output=True, text=True)
+    assert agreeing.returncode == 0 and "no pin of constraints.txt differs" in agreeing.stdout, agreeing.stdout
+
+
+def test_make_dist_ships_the_constraints_beside_the_wheel_under_the_version():
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    assert "cp constraints.txt dist/constraints-$$version.txt" in makefile

@@ -5,4 +5,7 @@ Pure Python + SQLAlchemy; nothing here imports Airflow. Layers, top to bottom:
 ``identity``, ``schema`` -> ``catalog``.
 """
 
-__version__ = "0.1.0"
+import importlib.metadata
+
+#: The installed distribution's version: one source, pyproject.toml's ``version`` (the wheel's metadata says it).
+__version__ = importlib.metadata.version("nexus-cutover")
