@@ -20,14 +20,11 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import logging
 import textwrap
 from collections.abc import Iterator
 from typing import Any
 
 from nexus_airflow.params import RunParams
-
-_log = logging.getLogger(__name__)
 
 
 def params_of(context) -> RunParams:
@@ -251,22 +248,22 @@ def pin_the_code(context) -> None:
         recorded = results.versions_before(ti)
     except KeyError:  # not a per-tenant DAG's declared step
         return
-    stop_on_another_version(context, recorded)
+    stop_on_another_version(context, context["task"], recorded)
     ti.xcom_push(key=results.VERSION_KEY, value=code_version.RUNNING)
 
 
-def stop_on_another_version(context, recorded, *, where: str = "this step's worker", running: str | None = None) -> None:
-    """Stop the task (:func:`stop`, with the versions in its report) when a version in ``recorded`` (``(recorded
-    by, version)`` pairs) is not ``running`` (default: this process's)."""
+def stop_on_another_version(context, op, recorded, *, where: str = "this step's worker",
+                            running: str | None = None) -> None:
+    """Stop the task ``op`` (:func:`stop`, with both versions in its report) when a version in ``recorded``
+    (``(recorded by, version)`` pairs) is not ``running`` (default: the version this process loaded)."""
     from nexus_cutover import code_version
 
-    ti, task = context["ti"], context.get("task")
-    go_on = GO_ON_WITH_THE_NEW_VERSION.get(ti.dag_id, "trigger a new run for the tenant on it")
+    go_on = GO_ON_WITH_THE_NEW_VERSION.get(op.dag_id, "trigger a new run for the tenant on it")
     try:
-        code_version.check(ti.task_id, recorded, where=where, go_on=go_on,
+        code_version.check(op.task_id, recorded, where=where, go_on=go_on,
                            **({"running": running} if running is not None else {}))
     except code_version.VersionChanged as exc:
-        stop(context, getattr(task, "log", None) or _log, str(exc), exc.report, next_action=None)
+        stop(context, op.log, str(exc), exc.report)
 
 
 def step_ended(context, result: Any = None) -> None:

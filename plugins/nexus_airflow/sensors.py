@@ -155,7 +155,7 @@ class StatusPollSensor(BaseSensorOperator):
         if event.get("state") == "error":
             stop(context, self.log, f"{self.task_id}: polling the tenant database failed: {event.get('message')}")
         if event.get("state") == VERSION_CHANGED:  # the triggerer runs another release than the run (its check)
-            stop_on_another_version(context, [(f"{self.task_id} when it deferred", event.get("started_on"))],
+            stop_on_another_version(context, self, [(f"{self.task_id} when it deferred", event.get("started_on"))],
                                     where="the triggerer that ran its wait", running=str(event.get("running")))
         return self.finish(context, event)
 
