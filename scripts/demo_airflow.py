@@ -37,8 +37,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def airflow_env(home: pathlib.Path, port: int, *, parallelism: int = 4) -> dict[str, str]:
-    """The configuration of one local stack; every port is its own, so several stacks can run side by side."""
+def airflow_env(home: pathlib.Path, port: int, *, parallelism: int = 4, bin_dir: pathlib.Path = BIN) -> dict[str, str]:
+    """The configuration of one local stack; every port is its own, so several stacks can run side by side.
+    ``bin_dir``: the ``bin/`` of the venv Airflow runs from (default: this interpreter's)."""
     base = f"http://127.0.0.1:{port}"
     return {
         "AIRFLOW_HOME": str(home),
@@ -67,7 +68,7 @@ def airflow_env(home: pathlib.Path, port: int, *, parallelism: int = 4) -> dict[
         "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
     }
 
 
@@ -221,12 +222,15 @@ class AirflowStack(AirflowApi):
     """``airflow standalone`` under ``home``, its REST API at ``base_url``."""
 
     def __init__(self, home: pathlib.Path, *, port: int | None = None, parallelism: int = 4,
-                 extra_env: dict[str, str] | None = None):
+                 extra_env: dict[str, str] | None = None, bin_dir: pathlib.Path | None = None):
         self.home = pathlib.Path(home).resolve()
+        #: The venv Airflow runs from: this interpreter's, or another one (a team's install of the wheel).
+        self.bin_dir = pathlib.Path(bin_dir) if bin_dir is not None else BIN
         self.port = port or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         inherited = {k: v for k, v in os.environ.items() if not _foreign_airflow_setting(k)}
-        self.env = {**inherited, **airflow_env(self.home, self.port, parallelism=parallelism), **(extra_env or {})}
+        self.env = {**inherited, **airflow_env(self.home, self.port, parallelism=parallelism, bin_dir=self.bin_dir),
+                    **(extra_env or {})}
         self.proc: subprocess.Popen | None = None
         self.token: str | None = None
         self.log_path = self.home / "standalone.log"
@@ -240,7 +244,7 @@ class AirflowStack(AirflowApi):
         self.home.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
-                [str(BIN / "airflow"), "standalone"], env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                [str(self.bin_dir / "airflow"), "standalone"], env=self.env, stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_restore_sigint,
             )
         deadline = time.monotonic() + timeout_s

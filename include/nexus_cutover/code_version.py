@@ -67,8 +67,8 @@ class VersionChanged(Refused):
             f"{step} stopped before touching the tenant: this run's steps ran on nexus-cutover {started} (recorded by "
             f"{recorded_by}) and {where} runs nexus-cutover {running}; a step written for one version does not resume "
             f"on another, and nothing was read or written. Next: either finish this run on {started}: redeploy "
-            f"nexus-cutover {started} (or pin the run's DAG bundle version; runbook, \"Upgrading while cutovers are "
-            f"in flight\"), then clear {step}; or go on with {running}: leave this run failed and {go_on}"
+            f"nexus-cutover {started} on the workers and triggerers (runbook, \"Upgrading while cutovers are in "
+            f"flight\"), then clear {step}; or go on with {running}: leave this run failed and {go_on}."
         )
 
 

@@ -18,6 +18,7 @@ import nexus_cutover
 from nexus_cutover import catalog, code_version
 from nexus_cutover.holders import holder_of_airflow_run
 from nexus_cutover.projection import cutover_fence
+from nexus_cutover.tenant_status import read_tenant_state
 from nexus_sim.scenario import TenantScenario
 from tests.support import history_checksum
 
@@ -91,6 +92,8 @@ def test_a_stopped_run_is_taken_over_by_a_new_run_adopting_its_fence_with_the_ne
                                     reason=code_version.fence_reason(cutover_fence.FENCE_REASON, OLD))
     assert armed.outcome == "armed"
     assert code_version.version_in_reason(_fence(engine)["Reason"]) == OLD
+    fence_state = read_tenant_state(engine, NS)["fence"]
+    assert fence_state["holder_version"] == OLD and f"by {run_a} on nexus-cutover {OLD})" in fence_state["text"]
 
     before = (history_checksum(engine), _fence(engine))
     with pytest.raises(code_version.VersionChanged, match=f"{OLD}.*{code_version.RUNNING}"):
