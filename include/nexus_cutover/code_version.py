@@ -24,6 +24,9 @@ Invariants:
   through a new run, which takes over what the stopped run left exactly as any
   failed run's leftovers are taken over (the cutover: its fence is adopted). No
   switch, field or flag lets a run go on across versions.
+* A holder reuses its cutover fence only on the version that armed it (:func:`check_reuse`, inside the locked
+  transaction that would reuse it): a run cleared from its first step on a new release, or a command given
+  ``-holder`` after an upgrade, stops there, writing nothing, and goes on through adoption by a new holder.
 """
 
 from __future__ import annotations
@@ -59,14 +62,15 @@ class VersionChanged(Refused):
     """A step of a run that started on one product version would run on another: stopped before it touched
     the tenant (nothing read, nothing written)."""
 
-    def __init__(self, step: str, started: str, running: str, *, recorded_by: str, where: str, go_on: str):
+    def __init__(self, step: str, started: str, running: str, *, recorded_by: str, where: str, go_on: str,
+                 what: str = "this run's steps ran on", touched: str = "nothing was read or written"):
         self.started, self.running = started, running
         self.report = {"version_changed": True, "started_on": started, "running": running, "recorded_by": recorded_by,
                        "step": step}
         super().__init__(
-            f"{step} stopped before touching the tenant: this run's steps ran on nexus-cutover {started} (recorded by "
-            f"{recorded_by}) and {where} runs nexus-cutover {running}; a step written for one version does not resume "
-            f"on another, and nothing was read or written. Next: either finish this run on {started}: redeploy "
+            f"{step} stopped before touching the tenant: {what} nexus-cutover {started} (recorded by {recorded_by}) "
+            f"and {where} runs nexus-cutover {running}; a step written for one version does not resume on another, "
+            f"and {touched}. Next: either finish this run on {started}: redeploy "
             f"nexus-cutover {started} on the workers and triggerers (runbook, \"Upgrading while cutovers are in "
             f"flight\"), then clear {step}; or go on with {running}: leave this run failed and {go_on}."
         )
@@ -82,3 +86,14 @@ def check(step: str, recorded: Iterable[tuple[str, str | None]], *, where: str =
     for by, version in recorded:
         if version is not None and str(version) != running:
             raise VersionChanged(step, str(version), running, recorded_by=by, where=where, go_on=go_on)
+
+
+def check_reuse(step: str, fence: dict, reason: str, *, go_on: str) -> None:
+    """Raise :class:`VersionChanged` when the cutover fence ``fence`` (its row) was armed (or adopted) by the
+    caller on another product version than the one ``reason`` (what it would record now) says; a fence whose
+    ``Reason`` records none (armed before versions were recorded, or by hand) is not checked."""
+    armed_on, now_on = version_in_reason(fence.get("Reason")), version_in_reason(reason)
+    if armed_on is not None and now_on is not None and armed_on != now_on:
+        raise VersionChanged(step, armed_on, now_on, recorded_by=f"the Reason of cutover fence {fence['FenceId']}",
+                             where="this step", go_on=go_on, what="this holder armed the fence on",
+                             touched="nothing was written")

@@ -13,6 +13,9 @@ Invariants:
   *before* the task fails.
 * Engines are created per task execution and disposed of afterwards; only the
   masked DSN is ever logged, with the TLS mode the connection uses.
+* Every step of the per-tenant DAGs passes :func:`pin_the_code` (their ``pre_execute``) before it touches the
+  tenant: a step of a run that started on another product version stops there, naming both
+  (:mod:`nexus_cutover.code_version`).
 """
 
 from __future__ import annotations

@@ -124,3 +124,30 @@ def test_a_fence_still_held_by_an_unfinished_run_on_the_old_version_is_not_adopt
         cutover_fence.arm_fence(engine, NS, armed_by=holder_of_airflow_run("connector_projection_cutover", "manual__b"),
                                 timeout_s=30, packs=[PACK], holder_state=lambda _h: cutover_fence.HOLDER_ACTIVE)
     assert _fence(engine)["ArmedBy"] == run_a
+
+
+def test_the_same_holder_on_another_version_does_not_reuse_its_fence(engine):
+    """A run cleared from its first step on a new release (or a command given -holder after an upgrade) stops at
+    arming, under the lock, writing nothing; a new holder then adopts the fence as any other takes one over."""
+    sc = TenantScenario(namespace=NS)
+    sc.pack(PACK).lane("a").generation(2)
+    sc.write(engine)
+    run_a = holder_of_airflow_run("connector_projection_cutover", "manual__a")
+    cutover_fence.arm_fence(engine, NS, armed_by=run_a, timeout_s=30, packs=[PACK],
+                            reason=code_version.fence_reason(cutover_fence.FENCE_REASON, OLD))
+    before = _fence(engine)
+    again = cutover_fence.arm_fence(engine, NS, armed_by=run_a, timeout_s=30, packs=[PACK],
+                                    reason=code_version.fence_reason(cutover_fence.FENCE_REASON, OLD))
+    assert again.outcome == "reused"  # the same holder on the same version: reused as ever
+    for dry_run in (True, False):
+        with pytest.raises(code_version.VersionChanged) as stopped:
+            cutover_fence.arm_fence(engine, NS, armed_by=run_a, timeout_s=30, packs=[PACK], dry_run=dry_run)
+        message = str(stopped.value)
+        assert f"this holder armed the fence on nexus-cutover {OLD}" in message
+        assert f"this step runs nexus-cutover {code_version.RUNNING}" in message and "nothing was written" in message
+        assert f"go on as a new holder: if {run_a} is finished" in message
+        assert _fence(engine) == before
+    unversioned = holder_of_airflow_run("connector_projection_cutover", "manual__hand")
+    with engine.begin() as conn:  # a fence armed by hand (or before versions were recorded) records none
+        conn.execute(catalog.AdmissionFence.update().values(ArmedBy=unversioned, Reason="by hand"))
+    assert cutover_fence.arm_fence(engine, NS, armed_by=unversioned, timeout_s=30, packs=[PACK]).outcome == "reused"

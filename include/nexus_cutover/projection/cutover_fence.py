@@ -24,7 +24,8 @@ at a time"):
   and how.
 * ``Reason`` records the product version of the code that armed the fence, or adopted it
   (:func:`~nexus_cutover.code_version.fence_reason`): a run on another version takes the tenant over only by
-  adopting the fence, and the fence then says so.
+  adopting the fence, and the fence then says so; the same holder on another version does not reuse it
+  (:func:`~nexus_cutover.code_version.check_reuse`, under the lock: nothing written).
 * A rerun after the cutover completed does not fence the tenant again: when the
   tenant is cut over (:mod:`nexus_cutover.standing`: every pack of the run has
   its protocol row, no cutover fence is in force, no old work above a cutoff),
@@ -72,7 +73,7 @@ from ..above_cutoff import namespace_above_cutoff
 from ..admission_fences import cutover_fences, fences_in_force, is_cutover_fence, override_active, row_as_json
 from ..catalog import AdmissionFence, AdmissionFenceOverride, ConnectorProjectionProtocol
 from ..clock import utc_text, utcnow
-from ..code_version import fence_reason
+from ..code_version import check_reuse, fence_reason
 from ..db import Deadline
 from ..errors import BadInput, Refused
 from ..holders import airflow_run_link, airflow_run_named, same_holder, stored_holder
@@ -485,6 +486,7 @@ def _arm(
         fence_id = existing["FenceId"]
         how = decide(namespace, existing)
         if how is None:
+            check_reuse("arm_fence", existing, reason, go_on=f"go on as a new holder: {decide.take_over.format(holder=decide.me)}")
             return FenceResult(namespace, "would_reuse" if dry_run else "reused", fence_id, others, holder=decide.me)
         previous = existing["ArmedBy"]
         if dry_run:
