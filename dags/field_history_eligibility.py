@@ -89,6 +89,9 @@ with DAG(
     schedule=None,
     catchup=False,
     max_active_runs=16,
+    # A cleared or rerun task keeps the DAG bundle version its run started with (a versioned bundle, e.g. Git):
+    # runbook, "Upgrading while cutovers are in flight"; the product version a run started on is checked by every step.
+    rerun_with_latest_version=False,
     params=field_history_params(),
     doc_md=DAG_DOC,
     default_args={"retries": 0, "retry_policy": never_retry_stops(), **STEP_HOOKS,

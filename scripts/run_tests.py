@@ -13,7 +13,7 @@ Lanes (:func:`lanes`; three queues run at once, each runs its lanes in order):
 * ``dags``: ``tests/dags``, the DAGs run in process (``dag.test()``), then ``tidb``: the TiDB-semantics pass
   (``NEXUS_TIDB_SEMANTICS=1``) over its suites;
 * ``airflow``: the other suites that start an ``airflow standalone`` each (the browser tests, ``make demo``,
-  the status view's API-server tests), one after another, then ``main``: every other test under ``tests/``
+  the status view's API-server tests, the upgrade under a parked run), one after another, then ``main``: every other test under ``tests/``
   (anything not named by another lane lands here, so a new test file is never left out), then ``bench``: the
   ``make bench QUICK=1`` smoke test.
 
@@ -50,6 +50,7 @@ AIRFLOW_PATHS = [
     "tests/status_view/test_status_view.py",
     "tests/status_view/test_fleet_scale.py",
     "tests/test_wheel_install.py",  # the wheel in a fresh venv, its own `airflow standalone`
+    "tests/pinning",  # two builds of the wheel, a venv of its own, an `airflow standalone` restarted on an upgrade
 ]
 DAGS_PATHS = ["tests/dags"]
 BENCH_PATHS = ["tests/bench/test_bench_smoke.py"]  # make bench QUICK=1: minutes of computing on its own server

@@ -3,9 +3,15 @@
 Pure Python + SQLAlchemy; nothing here imports Airflow. Layers, top to bottom:
 ``cli`` -> ``projection`` / ``runtime`` / ``field_history`` -> ``locks``, ``db``,
 ``identity``, ``schema`` -> ``catalog``.
+
+``__version__`` is the installed distribution's version, read once, when this package is first imported: the
+version of the code this process loaded (:mod:`nexus_cutover.code_version`), not of whatever is on disk later.
 """
 
-import importlib.metadata
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _installed_version
 
-#: The installed distribution's version: one source, pyproject.toml's ``version`` (the wheel's metadata says it).
-__version__ = importlib.metadata.version("nexus-cutover")
+try:
+    __version__ = _installed_version("nexus-cutover")
+except PackageNotFoundError:  # a source tree on sys.path that was never installed: no release to pin
+    __version__ = "0+unknown"

@@ -48,6 +48,7 @@ def _reachable(engine: Engine) -> None:
 def _fence(engine: Engine, ns: str) -> dict[str, Any]:
     """The fence section; ``holder`` is who holds the cutover fence in force, ``last_holder`` who released the
     last one (the run a person wants to read about: the one that holds the tenant or last changed it)."""
+    from .code_version import version_in_reason
     from .projection.cutover_fence import admission_pause_s, last_released_cutover_fence
 
     with tx.reading(engine, "reading the admission fences") as conn:
@@ -60,7 +61,9 @@ def _fence(engine: Engine, ns: str) -> dict[str, Any]:
                 + "): every step refuses until L2 releases all but one")
     elif cutover:
         f = cutover[0]
-        text = f"armed (fence {f['FenceId']} '*' since {utc_text(f['ArmedAt'])}, by {f['ArmedBy']})"
+        release = version_in_reason(f["Reason"])
+        text = (f"armed (fence {f['FenceId']} '*' since {utc_text(f['ArmedAt'])}, by {f['ArmedBy']}"
+                + (f" on nexus-cutover {release})" if release else ")"))
     elif fences:
         text = f"{len(fences)} other fence(s) in force"
     else:
@@ -70,6 +73,8 @@ def _fence(engine: Engine, ns: str) -> dict[str, Any]:
         text += f"; last admission pause {pause:.1f} s (fence {last['FenceId']})"
     return {"armed": bool(cutover), "in_force": len(fences), "cutover_fences": len(cutover), "text": text,
             "held_by": [f["ArmedBy"] for f in cutover], "holder": cutover[0]["ArmedBy"] if len(cutover) == 1 else None,
+            # the product version that armed or adopted the fence in force (None: not recorded)
+            "holder_version": version_in_reason(cutover[0]["Reason"]) if len(cutover) == 1 else None,
             "last_holder": last["ArmedBy"] if last else None, "admission_pause_s": pause,
             "last_fence": {k: last[k] for k in ("FenceId", "ArmedAt", "ReleasedAt")} if last else None}
 

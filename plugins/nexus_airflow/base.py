@@ -13,6 +13,9 @@ Invariants:
   *before* the task fails.
 * Engines are created per task execution and disposed of afterwards; only the
   masked DSN is ever logged, with the TLS mode the connection uses.
+* Every step of the per-tenant DAGs passes :func:`pin_the_code` (their ``pre_execute``) before it touches the
+  tenant: a step of a run that started on another product version stops there, naming both
+  (:mod:`nexus_cutover.code_version`).
 """
 
 from __future__ import annotations
@@ -209,13 +212,63 @@ def plan(log, lines: list[str]) -> list[str]:
     return lines
 
 
-# --- step metrics: the one choke point of every task of the per-tenant DAGs (their default_args) ---------------
+# --- the one choke point of every task of the per-tenant DAGs (their default_args): the code pin, step metrics ---
 
 def step_started(context) -> None:
-    """``pre_execute`` of every step: start measuring this step's lock waits (:func:`nexus_cutover.locks.metering`)."""
+    """``pre_execute`` of every step: the run's code pin first (:func:`pin_the_code`: a step of a run that started on
+    another product version stops here, before it touches the tenant), then start measuring this step's lock waits
+    (:func:`nexus_cutover.locks.metering`)."""
     from nexus_cutover.locks import metering
 
+    pin_the_code(context)
     metering()
+
+
+#: Per DAG, how a tenant goes on with a new product version when a run stopped on the old one's pin: a new run,
+#: which takes over what the stopped run left the way any failed run's leftovers are taken over.
+GO_ON_WITH_THE_NEW_VERSION = {
+    "connector_projection_cutover": "trigger a new run for the tenant on it: it adopts the fence this failed run "
+                                    "left (the fence's Reason then records the new version) and checks every step "
+                                    "again",
+    "field_history_eligibility": "trigger a new run for the tenant on it with the same form: it re-verifies the "
+                                 "stages already passed, then goes on",
+}
+
+
+def pin_the_code(context) -> None:
+    """Stop this step (never retried) unless the steps of its run before it ran on the product version this
+    process loaded (:func:`nexus_cutover.code_version.check`); then record the version it runs on (XCom
+    ``product_version``: the run's first step's is the run's pin).
+
+    The one place every step of the per-tenant DAGs passes before it touches the tenant: Airflow's task runner
+    calls ``pre_execute`` before ``execute`` and before every resumption (a sensor's ``execute_complete`` after its
+    trigger, a question's after its answer, a rescheduled poke), a dry run's too. A wait's trigger checks the
+    triggerer's version itself (:mod:`nexus_airflow.triggers`). A DAG without a declared transition is not pinned.
+    """
+    from nexus_airflow import results
+    from nexus_cutover import code_version
+
+    ti = context["ti"]
+    try:
+        recorded = results.versions_before(ti)
+    except KeyError:  # not a per-tenant DAG's declared step
+        return
+    stop_on_another_version(context, context["task"], recorded)
+    ti.xcom_push(key=results.VERSION_KEY, value=code_version.RUNNING)
+
+
+def stop_on_another_version(context, op, recorded, *, where: str = "this step's worker",
+                            running: str | None = None) -> None:
+    """Stop the task ``op`` (:func:`stop`, with both versions in its report) when a version in ``recorded``
+    (``(recorded by, version)`` pairs) is not ``running`` (default: the version this process loaded)."""
+    from nexus_cutover import code_version
+
+    go_on = GO_ON_WITH_THE_NEW_VERSION.get(op.dag_id, "trigger a new run for the tenant on it")
+    try:
+        code_version.check(op.task_id, recorded, where=where, go_on=go_on,
+                           **({"running": running} if running is not None else {}))
+    except code_version.VersionChanged as exc:
+        stop(context, op.log, str(exc), exc.report)
 
 
 def step_ended(context, result: Any = None) -> None:

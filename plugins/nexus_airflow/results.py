@@ -25,6 +25,9 @@ RECHECK_KEY = "recheck"
 FINDINGS_KEY = "findings"
 REPORT_KEY = "report"
 RETURN_KEY = "return_value"
+#: The product version a step of the cutover or Field History ran on (:mod:`nexus_cutover.code_version`): the run's
+#: first step's is the version the run started with.
+VERSION_KEY = "product_version"
 
 
 def transition_of(dag_id: str):
@@ -80,6 +83,28 @@ def pulled(ti, step: str, *, key: str = RETURN_KEY, dag_id: str | None = None, r
     if map_indexes is not None:
         where["map_indexes"] = map_indexes
     return ti.xcom_pull(task_ids=task, key=xcom_key, **where)
+
+
+def versions_before(ti) -> list[tuple[str, str | None]]:
+    """The product versions the code pin of this task compares with (:func:`nexus_airflow.base.pin_the_code`), as
+    ``(recorded by, version)``: the run's first declared step's (the run's pin) and the declared step's just before
+    this one (every map index of a mapped one; its own pin saw the ones before it, so a run cannot be re-pinned by
+    clearing its first step alone). Empty for the first step: it records the pin. KeyError: not a declared step of
+    the cutover or Field History."""
+    from nexus_airflow.declared import steps_of, task_of
+
+    transition = transition_of(ti.dag_id)
+    names = transition.names
+    first_step = steps_of(ti.dag_id, ti.task_id)[0]  # a fused task's first step: the one before it is another task's
+    position = names.index(first_step) if first_step in names else -1
+    if position < 0:
+        raise KeyError(ti.task_id)
+    compared = list(dict.fromkeys([names[0], names[position - 1]])) if position > 0 else []
+    found: list[tuple[str, str | None]] = []
+    for step in compared:
+        values = ti.xcom_pull(task_ids=[task_of(ti.dag_id, transition[step].name)], key=VERSION_KEY)
+        found += [(step, value) for value in (values or []) if value is not None]
+    return found
 
 
 def each(raw: Any) -> list[dict[str, Any]]:

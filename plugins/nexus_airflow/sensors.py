@@ -51,9 +51,9 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowSensorTimeout
 
-from nexus_airflow.base import params_of, stop
+from nexus_airflow.base import params_of, stop, stop_on_another_version
 from nexus_airflow.faults import fault_point
-from nexus_airflow.triggers import WAITING, StatusPollTrigger, import_poller
+from nexus_airflow.triggers import VERSION_CHANGED, WAITING, StatusPollTrigger, import_poller
 
 #: The state a wait's result carries when Airflow's timeout ended it and the poller had no final word.
 TIMED_OUT = "timed_out"
@@ -161,6 +161,9 @@ class StatusPollSensor(BaseSensorOperator):
         if event.get("state") == "error":
             stop(context, self.log, f"{self.step}: polling the tenant database failed: {event.get('message')}",
                  step=self.step)
+        if event.get("state") == VERSION_CHANGED:  # the triggerer runs another release than the run (its check)
+            stop_on_another_version(context, self, [(f"{self.step} when it deferred", event.get("started_on"))],
+                                    where="the triggerer that ran its wait", running=str(event.get("running")))
         return self.finish(context, event)
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context) -> Any:
@@ -203,8 +206,10 @@ class StatusPollSensor(BaseSensorOperator):
             kwargs["initial_remaining"] = self._last["remaining"]
         self._close()
         end = self.end_task(context) if waits_end_in_triggerer() else None
-        self.defer(
-            trigger=StatusPollTrigger(self.poller_path, kwargs, self.poke_interval, end_task=end),
+        from nexus_cutover.code_version import RUNNING
+
+        self.defer(  # the trigger checks that the triggerer runs this (the run's, checked) product version
+            trigger=StatusPollTrigger(self.poller_path, kwargs, self.poke_interval, end_task=end, pinned_version=RUNNING),
             method_name="execute_complete",
             # What is left of the wait, plus two polls: the trigger's own verdict past the deadline (with the
             # drain's rate and ETA) comes at most one poll after it; the resumed worker's last look is the backup.

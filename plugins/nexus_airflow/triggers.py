@@ -27,6 +27,10 @@ Invariants:
   a handoff inside the admission pause). Any other final state resumes the task on a worker as before (a stop
   is the sensor's, with its report). The sensors pass ``end_task`` only with ``NEXUS_WAITS_END_IN_TRIGGERER=1``
   in the workers' environment (off by default: measured, it did not shorten the pause).
+* A wait deferred with the product version its task runs on (``pinned_version``) checks, before its first
+  poll, that the triggerer loaded that version (:func:`nexus_cutover.code_version.check`): else its one event
+  is ``version_changed`` (both versions), and it never opens the tenant database: the triggerer is code too,
+  and a release deployed while a tenant waits does not poll it with other code than the run started on.
 * A poll that fails on the database (a restarted server, a dropped connection)
   is logged and retried every ``poll_interval`` until the poller's own deadline
   (``expired()``); only then, or at once for bad input or a refusal (which no
@@ -45,6 +49,8 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 WAITING = "waiting"
+#: The event of a wait whose triggerer runs another product version than the task that deferred (module invariants).
+VERSION_CHANGED = "version_changed"
 
 
 def import_poller(path: str):
@@ -114,18 +120,35 @@ class StatusPollTrigger(BaseTrigger):
     quiet_log_s: float | None = None
 
     def __init__(self, poller: str, poller_kwargs: dict[str, Any], poll_interval: float = 30.0,
-                 end_task: dict[str, Any] | None = None):
+                 end_task: dict[str, Any] | None = None, pinned_version: str | None = None):
         super().__init__()
         self.poller = poller
         self.poller_kwargs = dict(poller_kwargs)
         self.poll_interval = float(poll_interval)
         self.end_task = dict(end_task) if end_task else None
+        self.pinned_version = pinned_version
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         kwargs = {"poller": self.poller, "poller_kwargs": self.poller_kwargs, "poll_interval": self.poll_interval}
         if self.end_task:
             kwargs["end_task"] = self.end_task
+        if self.pinned_version is not None:
+            kwargs["pinned_version"] = self.pinned_version
         return f"{type(self).__module__}.{type(self).__qualname__}", kwargs
+
+    def version_changed(self) -> dict[str, Any] | None:
+        """The ``version_changed`` event's payload when this triggerer loaded another product version than
+        ``pinned_version`` (None: the same, or no pin given)."""
+        if self.pinned_version is None:
+            return None
+        from nexus_cutover import code_version
+
+        try:
+            code_version.check("the wait", [("the task that deferred", self.pinned_version)], where="the triggerer",
+                               go_on="trigger a new run for the tenant on it")
+        except code_version.VersionChanged as exc:
+            return {"state": VERSION_CHANGED, "message": str(exc), "started_on": exc.started, "running": exc.running}
+        return None
 
     def event(self, result: dict[str, Any]) -> TriggerEvent:
         """The one event of a final ``result``: the task's end when ``end_task`` says this state passes, else the
@@ -142,6 +165,11 @@ class StatusPollTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from nexus_cutover.polling import gaps
 
+        changed = self.version_changed()
+        if changed is not None:  # before the poller is made: it would open the tenant database
+            self.log.error("%s", changed["message"])
+            yield TriggerEvent(changed)
+            return
         cls = import_poller(self.poller)
         instance = await asyncio.to_thread(cls, **self.poller_kwargs)
         failures, next_gap, progress_log = 0, gaps(self.poll_interval), ProgressLog(

@@ -22,6 +22,10 @@ at a time"):
   :class:`FenceHeld`, naming the holder and how to take over, and nothing is
   written. An adoption rewrites ``ArmedBy`` and records in ``Reason`` from whom
   and how.
+* ``Reason`` records the product version of the code that armed the fence, or adopted it
+  (:func:`~nexus_cutover.code_version.fence_reason`): a run on another version takes the tenant over only by
+  adopting the fence, and the fence then says so; the same holder on another version does not reuse it
+  (:func:`~nexus_cutover.code_version.check_reuse`, under the lock: nothing written).
 * A rerun after the cutover completed does not fence the tenant again: when the
   tenant is cut over (:mod:`nexus_cutover.standing`: every pack of the run has
   its protocol row, no cutover fence is in force, no old work above a cutoff),
@@ -69,6 +73,7 @@ from ..above_cutoff import namespace_above_cutoff
 from ..admission_fences import cutover_fences, fences_in_force, is_cutover_fence, override_active, row_as_json
 from ..catalog import AdmissionFence, AdmissionFenceOverride, ConnectorProjectionProtocol
 from ..clock import utc_text, utcnow
+from ..code_version import check_reuse, fence_reason
 from ..db import Deadline
 from ..errors import BadInput, Refused
 from ..holders import airflow_run_link, airflow_run_named, same_holder, stored_holder
@@ -312,7 +317,7 @@ def arm_fence(
     armed_by: str,
     timeout_s: float,
     dry_run: bool = False,
-    reason: str = FENCE_REASON,
+    reason: str | None = None,
     packs: Iterable[str] = (),
     holder_state: HolderState = unknown_holders,
     adopt: str | None = None,
@@ -325,8 +330,11 @@ def arm_fence(
     one cutover fence is in force, and :class:`FenceHeld` if another holder holds the fence and may not be adopted
     (``holder_state`` / ``adopt``; ``take_over`` says how, ``{holder}`` filled in). ``packs``: the run's packs;
     when all are already checkpointed and no cutover fence is in force, nothing is armed (``not_needed``).
+    ``reason``: the fence's ``Reason``, armed or adopted (default: :data:`FENCE_REASON` and the version of the code
+    running, :func:`~nexus_cutover.code_version.fence_reason`).
     """
     packs = sorted(set(packs))
+    reason = fence_reason(FENCE_REASON) if reason is None else reason
     deadline = Deadline(timeout_s)
     me = stored_holder(armed_by)
     for look in range(1, LOOKS + 1):
@@ -478,13 +486,14 @@ def _arm(
         fence_id = existing["FenceId"]
         how = decide(namespace, existing)
         if how is None:
+            check_reuse("arm_fence", existing, reason, go_on=f"go on as a new holder: {decide.take_over.format(holder=decide.me)}")
             return FenceResult(namespace, "would_reuse" if dry_run else "reused", fence_id, others, holder=decide.me)
         previous = existing["ArmedBy"]
         if dry_run:
             return FenceResult(namespace, "would_adopt", fence_id, others, previous_holder=previous, holder=decide.me)
         if seam is not None:
             seam(conn)
-        record = f"{FENCE_REASON}; adopted from {previous} ({how})"[:255]
+        record = f"{reason}; adopted from {previous} ({how})"[:255]
         _one_row(conn, update(AdmissionFence)
                  .where(AdmissionFence.c.FenceId == fence_id, AdmissionFence.c.ArmedBy == previous,
                         AdmissionFence.c.ReleasedAt.is_(None))
