@@ -22,7 +22,6 @@ import pathlib
 import signal
 import socket
 import sys
-import threading
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -32,6 +31,7 @@ sys.path[:0] = [str(REPO)]
 from scripts.demo import CONN_ID, CUTOVER_DAG, TENANT, Child, say, stop_pid_if_ours  # noqa: E402
 from scripts.demo_airflow import AirflowStack, free_port  # noqa: E402
 from scripts.demo_seed import NEW_PRODUCER_VERSION, seed  # noqa: E402
+from scripts.metrics_log import MetricsLog  # noqa: E402
 
 
 def _port_free(port: int) -> bool:
@@ -41,40 +41,6 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-class MetricsLog(threading.Thread):
-    """``make airflow``'s stand-in for a StatsD server: a UDP socket on 127.0.0.1 whose ``nexus.*`` lines (the
-    product's metrics, as Airflow's own client sends them) are appended to a file a person can ``tail -f``. Airflow's
-    own metrics arrive too and are dropped. A deployment points ``[metrics] statsd_host`` at its StatsD or exporter
-    instead (runbook, "Watching a fleet")."""
-
-    def __init__(self, path: pathlib.Path) -> None:
-        super().__init__(daemon=True, name="metrics-log")
-        self.path = path
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.5)
-        self.port = self.sock.getsockname()[1]
-        self._halt = threading.Event()
-
-    def run(self) -> None:
-        with open(self.path, "a", encoding="utf-8") as out:
-            while not self._halt.is_set():
-                try:
-                    data = self.sock.recv(65535)
-                except TimeoutError:
-                    continue
-                kept = [line for line in data.decode(errors="replace").splitlines() if ".nexus." in f".{line}"]
-                if kept:
-                    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-                    out.writelines(f"{stamp} {line}\n" for line in kept)
-                    out.flush()
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join(5)
-        self.sock.close()
 
 
 def started_hosts(stack: AirflowStack) -> list[int]:

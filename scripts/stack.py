@@ -21,8 +21,10 @@ is armed), prints the UI URL and login, and waits; Ctrl-C or ``python scripts/st
 the stack carries ``NEXUS_STACK_ID`` in its environment (so do the task processes and any new
 host a cutover run starts); the stop ends with a sweep of whatever still carries it.
 
-Settings: :data:`scripts.stack_topology.SETTINGS` (chosen for 2 cores; the runbook's "distributed Airflow"
-section quotes them).
+Settings: ``deploy/airflow-settings.toml`` (:data:`scripts.stack_topology.DEPLOY_SETTINGS`), the file the deployment
+recipe (``deploy/Dockerfile``, ``deploy/helm-values.yaml``) agrees with; chosen for 2 cores; the runbook's
+"distributed Airflow" section quotes them. The demo tenant's connection names the file's first pool as its
+heavy-reads pool (extra ``nexus_read_pool``), as a deployment's tenants name their cluster's.
 
 The code, each module importing only those listed before it:
 
@@ -54,7 +56,7 @@ if str(REPO) not in sys.path:
 from scripts.demo_airflow import free_port  # noqa: E402
 from scripts.stack_processes import alive, descendants, pids_with_env, signal_all, sweep, wait_for, wait_gone  # noqa: E402
 from scripts.stack_services import Postgres, StackError, build_demo_tenant, mariadb_tenant, pg_bindir  # noqa: E402
-from scripts.stack_topology import COMPONENTS, SETTINGS, ProductionStack  # noqa: E402
+from scripts.stack_topology import COMPONENTS, DEPLOY_SETTINGS, SETTINGS, ProductionStack  # noqa: E402
 
 __all__ = [
     "COMPONENTS",
@@ -114,7 +116,9 @@ def up(state_dir: pathlib.Path, port: int) -> int:
         say(f"   up in {time.monotonic() - started:.0f}s")
         stack.wait_for_dag("connector_projection_cutover")
         tenant = mariadb_tenant(server_url, "nexus_demo", build_demo_tenant("demo"))
-        stack.put_connection("nexus_tenant_demo", description="demo tenant (MariaDB)", **tenant["conn"])
+        read_pool = next(iter(DEPLOY_SETTINGS["pools"]), None)
+        stack.put_connection("nexus_tenant_demo", description="demo tenant (MariaDB)", **tenant["conn"],
+                             **({"extra": json.dumps({"nexus_read_pool": read_pool})} if read_pool else {}))
         env = {**stack.env, "NEXUS_TENANT_DSN": tenant["dsn"]}
         old_runtime = Child("old runtime", [sys.executable, old_runtime_py, "--namespace", "demo",
                                             "--stop-after-fenced-drain"], env, stack.logs / "old-runtime.log")
@@ -125,7 +129,8 @@ The production topology is up ({time.monotonic() - started:.0f}s): {stack.base_u
   metadata DB:  PostgreSQL on 127.0.0.1:{stack.postgres.port}; broker: Redis on 127.0.0.1:{stack.redis.port}
   processes:    {', '.join(f'{n} (pid {stack.components[n].pid})' for n in COMPONENTS)}
   logs:         {stack.logs}/<process>.log
-  settings:     {json.dumps(SETTINGS)}
+  settings:     deploy/airflow-settings.toml: {json.dumps(SETTINGS)}
+  metrics:      the nexus.* StatsD lines in {stack.logs}/metrics.log
   tenant:       demo (connection nexus_tenant_demo, MariaDB {c['host']}:{c['port']}/{c['schema']}); the old runtime
                 (pid {old_runtime.proc.pid}) drains it and stops by itself once the fence is armed
   cutover:      trigger connector_projection_cutover with {{"tenant": "demo", "host_controller": "command"}}

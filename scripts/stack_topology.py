@@ -9,19 +9,20 @@ CeleryExecutor (the components of :data:`COMPONENTS`, each a separate process), 
   then the sweep of every process carrying the stack's marker, then Redis, then PostgreSQL; afterwards
   :meth:`ProductionStack.leftovers` is empty.
 * Every Airflow process gets the same environment: the stack's marker, one set of secrets (Fernet key, JWT secret,
-  API secret key: each process would otherwise make its own), :data:`SETTINGS`; none of the caller's own Airflow
-  configuration (``AIRFLOW_HOME``, ``AIRFLOW__*``, ``AIRFLOW_CONFIG``) leaks in, its connections and variables may;
-  ``extra_env`` goes last (a test's or the bench's own settings).
+  API secret key: each process would otherwise make its own), the settings of ``deploy/airflow-settings.toml``; none
+  of the caller's own Airflow configuration (``AIRFLOW_HOME``, ``AIRFLOW__*``, ``AIRFLOW_CONFIG``) leaks in, its
+  connections and variables may; ``extra_env`` goes last (a test's or the bench's own settings).
 
-Settings (:data:`SETTINGS`, chosen for 2 cores; the runbook's "distributed Airflow" section
-quotes them): parallelism 4; each worker runs 2 task slots (``worker_concurrency=2``,
-prefetch 1); each triggerer takes up to 2,000 triggers (``[triggerer] capacity``: either one
-alone must carry every waiting tenant, and the rollouts' own waits, when the other dies);
-a task whose worker died is failed after 30 s without a heartbeat
-(``task_instance_heartbeat_timeout``; the DAGs have ``retries=0``, so it ends failed and an
-engineer clears it).
+Settings: ``deploy/airflow-settings.toml`` (:data:`DEPLOY_SETTINGS`, read by :mod:`scripts.deploy_settings`), the one
+source of truth the deployment recipe (``deploy/Dockerfile``, ``deploy/helm-values.yaml``) agrees with
+(``tests/deploy``): its Airflow configuration and the product's switches in every process's environment, its
+triggerers and workers (:data:`COMPONENTS`), each worker's ``--concurrency`` and each triggerer's ``--capacity``, its
+pools (created once the API answers), and ``[metrics]`` (the StatsD lines go to a listener of the stack's own, whose
+``nexus.*`` lines are appended to ``logs/metrics.log``). :data:`SETTINGS` is the short form ``make stack`` prints. The
+values are chosen for 2 cores; the runbook's "distributed Airflow" section quotes them and says why.
 
-Of the stack's modules this one imports ``scripts/stack_processes.py`` and ``scripts/stack_services.py``;
+Of the stack's modules this one imports ``scripts/stack_processes.py`` and ``scripts/stack_services.py`` (and
+``scripts/deploy_settings.py``, ``scripts/metrics_log.py``);
 ``scripts/stack.py`` (the command) imports it.
 """
 
@@ -44,25 +45,32 @@ from scripts.demo_airflow import (
     airflow_env,
     free_port,
 )
+from scripts.deploy_settings import config_env, pools, product_env
+from scripts.deploy_settings import load as load_deploy_settings
 from scripts.stack_processes import STACK_ID_ENV, Component, _ready_lines, _tail, alive, parent_of, pids_with_env, sweep
 from scripts.stack_services import Postgres, Redis, StackError, require_python_packages
 
-#: The settings of the reference topology (documented in docs/runbook.md, "distributed Airflow").
+#: ``deploy/airflow-settings.toml``: what the stack runs with, and what the deployment recipe ships.
+DEPLOY_SETTINGS: dict[str, Any] = load_deploy_settings()
+
+#: The short form of :data:`DEPLOY_SETTINGS` that ``make stack`` prints (and that ``scripts.stack`` exports).
 SETTINGS: dict[str, Any] = {
-    "parallelism": 4,  # [core] parallelism: task slots the scheduler hands out at once, all workers together
-    "worker_concurrency": 2,  # [celery] worker_concurrency, per worker (2 workers: 4 slots)
-    "worker_prefetch_multiplier": 1,  # a worker takes one message per free slot: a slow task does not hold others
-    # [triggerer] capacity, per triggerer: one alone takes over every trigger (1,000 waiting tenants filled a
-    # 1,000 survivor and left a rollout's own wait unassigned: bench-stack)
-    "triggerer_capacity": 2000,
-    "task_instance_heartbeat_timeout": 30,  # [scheduler]: a task of a dead worker is failed after this
-    "dag_processor_refresh_interval": 30,
-    # [scheduler]: an idle loop sleeps this long; a tenant's next task waits for the loop after its last one ended
-    "scheduler_idle_sleep_time": 0.25,
+    "parallelism": DEPLOY_SETTINGS["config"]["core"]["parallelism"],
+    "worker_concurrency": DEPLOY_SETTINGS["config"]["celery"]["worker_concurrency"],
+    "worker_prefetch_multiplier": DEPLOY_SETTINGS["config"]["celery"]["worker_prefetch_multiplier"],
+    "triggerer_capacity": DEPLOY_SETTINGS["config"]["triggerer"]["capacity"],
+    "task_instance_heartbeat_timeout": DEPLOY_SETTINGS["config"]["scheduler"]["task_instance_heartbeat_timeout"],
+    "dag_processor_refresh_interval": DEPLOY_SETTINGS["config"]["dag_processor"]["refresh_interval"],
+    "scheduler_idle_sleep_time": DEPLOY_SETTINGS["config"]["scheduler"]["scheduler_idle_sleep_time"],
+    "min_heartbeat_interval": DEPLOY_SETTINGS["config"]["workers"]["min_heartbeat_interval"],
+    "triggerers": DEPLOY_SETTINGS["topology"]["triggerers"],
+    "workers": DEPLOY_SETTINGS["topology"]["workers"],
 }
 
 #: The Airflow components, started in this order (stopped in the reverse order).
-COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer-1", "triggerer-2", "worker-1", "worker-2")
+COMPONENTS = ("api-server", "scheduler", "dag-processor",
+              *(f"triggerer-{i}" for i in range(1, SETTINGS["triggerers"] + 1)),
+              *(f"worker-{i}" for i in range(1, SETTINGS["workers"] + 1)))
 
 
 class ProductionStack(AirflowApi):
@@ -85,34 +93,38 @@ class ProductionStack(AirflowApi):
         self.components: dict[str, Component] = {}
         self.token = None
         self.env: dict[str, str] = {}
+        self.metrics = None  # the StatsD listener (scripts.metrics_log.MetricsLog) while the stack runs, when statsd_on
 
     # -- environment ----------------------------------------------------------
 
     def _env(self) -> dict[str, str]:
+        assert self.postgres and self.redis
+        return self.environment(self.postgres.url, self.redis.url)
+
+    def environment(self, metadata_url: str, broker_url: str) -> dict[str, str]:
+        """Every Airflow process's environment (see the module docstring), on the metadata database and broker of
+        these URLs; the settings file's values over the local stack's defaults, ``extra_env`` over everything."""
         from cryptography.fernet import Fernet
 
-        assert self.postgres and self.redis
         inherited = {k: v for k, v in os.environ.items()
                      if not _foreign_airflow_setting(k) and k not in ("NEXUS_MIN_POLL_INTERVAL_S", "NEXUS_TEST_MYSQL_URL")}
         env = {**inherited, **airflow_env(self.home, self.port, parallelism=SETTINGS["parallelism"])}
         env.update({
             STACK_ID_ENV: self.stack_id,
-            "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.postgres.url,
-            "AIRFLOW__CELERY__BROKER_URL": self.redis.url,
-            "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + self.postgres.url,  # psycopg2: SQLAlchemy 2.1 means psycopg 3
-            "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(SETTINGS["worker_concurrency"]),
-            "AIRFLOW__CELERY__WORKER_PREFETCH_MULTIPLIER": str(SETTINGS["worker_prefetch_multiplier"]),
-            "AIRFLOW__TRIGGERER__CAPACITY": str(SETTINGS["triggerer_capacity"]),
-            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": str(SETTINGS["task_instance_heartbeat_timeout"]),
-            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": str(SETTINGS["dag_processor_refresh_interval"]),
-            "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": str(SETTINGS["scheduler_idle_sleep_time"]),
+            "AIRFLOW__CORE__EXECUTOR": DEPLOY_SETTINGS["airflow"]["executor"],
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": metadata_url,
+            "AIRFLOW__CELERY__BROKER_URL": broker_url,
+            "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + metadata_url,  # psycopg2: SQLAlchemy 2.1 means psycopg 3
             # one set of secrets for every process (each would otherwise generate its own)
             "AIRFLOW__CORE__FERNET_KEY": Fernet.generate_key().decode(),
             "AIRFLOW__API_AUTH__JWT_SECRET": base64.urlsafe_b64encode(os.urandom(32)).decode(),
             "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.home / "logs"),
         })
+        env.update(config_env(DEPLOY_SETTINGS))
+        env.update(product_env(DEPLOY_SETTINGS))
+        if self.metrics is not None:  # [metrics] statsd_on: to the stack's own listener
+            env.update({"AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1", "AIRFLOW__METRICS__STATSD_PORT": str(self.metrics.port)})
         env.update(self.extra_env)
         return env
 
@@ -139,6 +151,11 @@ class ProductionStack(AirflowApi):
             self.postgres.start()
             self.redis = Redis(self.root, self.logs / "redis.log", free_port())
             self.redis.start()
+            if DEPLOY_SETTINGS["config"].get("metrics", {}).get("statsd_on"):
+                from scripts.metrics_log import MetricsLog
+
+                self.metrics = MetricsLog(self.logs / "metrics.log")
+                self.metrics.start()
             self.env = self._env()
             self._migrate(timeout_s=max(30.0, deadline - time.monotonic()))
             for name in COMPONENTS:
@@ -147,9 +164,22 @@ class ProductionStack(AirflowApi):
                 self.components[name].start()
             self.wait_healthy(max(30.0, deadline - time.monotonic()))
             self.login()
+            self.create_pools()
         except BaseException:
             self.stop()
             raise
+
+    def create_pools(self) -> None:
+        """The settings file's pools, created (or set to its slots) through the REST API, as a deployment's
+        ``airflow pools import`` does."""
+        for name, pool in pools(DEPLOY_SETTINGS).items():
+            body = {"name": name, **pool}
+            try:
+                self.request("POST", "/api/v2/pools", body)
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+                self.request("PATCH", f"/api/v2/pools/{name}", body)
 
     def _migrate(self, timeout_s: float) -> None:
         log = self.logs / "db-migrate.log"
@@ -169,8 +199,8 @@ class ProductionStack(AirflowApi):
         for name, c in self.components.items():
             if name.startswith("worker-") and f"{name}@" not in _ready_lines(c.log, c.starts):
                 out.append(f"{name} not ready")
-        if not out and self.live_triggerers() < 2:
-            out.append("fewer than 2 triggerers heartbeating")
+        if not out and self.live_triggerers() < SETTINGS["triggerers"]:
+            out.append(f"fewer than {SETTINGS['triggerers']} triggerers heartbeating")
         return out
 
     def wait_healthy(self, timeout_s: float = 120.0) -> None:
@@ -258,6 +288,9 @@ class ProductionStack(AirflowApi):
             self.redis.stop()
         if self.postgres:
             self.postgres.stop()
+        if self.metrics is not None:
+            self.metrics.stop()
+            self.metrics = None
 
     def leftovers(self) -> list[int]:
         """Processes of this stack still alive (the marker, Redis, the postmaster)."""

@@ -122,3 +122,19 @@ def test_a_wrong_query_string_password_is_refused_without_echoing_it(mysql_url):
     assert proc.returncode == 2 and "refused the credentials" in proc.stderr, proc.stderr
     assert_no_secret(proc)
     assert u.password not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(("name", "kept"), [
+    ("PATH", True), ("NEXUS_STACK_ID", True), ("PYTHONPATH", True), ("KUBECONFIG", True),
+    ("AIRFLOW__CORE__FERNET_KEY", False), ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", False),
+    ("AIRFLOW_CONN_NEXUS_TENANT_OTHER", False), ("AIRFLOW_HOME", False), ("CONNECTOR_CUTOVER_DSN", False),
+    ("AWS_SECRET_ACCESS_KEY", False), ("VAULT_TOKEN", False), ("DB_PASSWORD", False), ("GCP_CREDENTIALS", False),
+])
+def test_a_new_host_gets_its_tenant_dsn_and_none_of_its_starters_secrets(name, kept):
+    """``host_environment``: what ``start_new_host`` (command) and ``nexus-cutover run -host-command`` give the host."""
+    from nexus_cutover.db import DSN_ENV_TENANT, host_environment
+
+    dsn = "mysql+pymysql://nexus:pw@tidb:4000/t?ssl_mode=REQUIRED"
+    env = host_environment({name: "value", DSN_ENV_TENANT: "mysql://old"}, dsn)
+    assert env[DSN_ENV_TENANT] == dsn
+    assert (name in env) is kept

@@ -36,7 +36,7 @@ import re
 import ssl
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote_plus
@@ -173,6 +173,24 @@ def dsn_secrets(dsn: str) -> list[str]:
     return sorted((s for s in found if len(s) >= MIN_SECRET_SEARCHED), key=len, reverse=True)
 
 
+def host_environment(environ: Mapping[str, str], dsn: str) -> dict[str, str]:
+    """The environment a new host is started with: ``environ`` (its starter's) without what the host must not hold,
+    and ``dsn`` as ``NEXUS_TENANT_DSN``, the one secret it needs (with its TLS parameters, so it connects as the run
+    does). Withheld (:func:`withheld_from_host`): Airflow's configuration and connections (``AIRFLOW*``: the metadata
+    database's URL, the Fernet key, the broker's password, every other tenant's connection), the other DSN variable,
+    and every variable whose name says it holds a secret (as :func:`mask_dsn` reads a parameter's name)."""
+    env = {name: value for name, value in environ.items() if not withheld_from_host(name)}
+    if dsn:
+        env[DSN_ENV_TENANT] = dsn
+    return env
+
+
+def withheld_from_host(name: str) -> bool:
+    """Whether :func:`host_environment` leaves the variable ``name`` out."""
+    key = name.strip().upper()
+    return key.startswith("AIRFLOW") or key in (DSN_ENV_TENANT, DSN_ENV_CUTOVER) or is_secret_parameter(name)
+
+
 #: Secrets shorter than this are not searched for in free text by :func:`hide_dsn_secrets`: they would hide ordinary
 #: words and protect nothing (a password that short is no secret).
 MIN_SECRET_SEARCHED = 4
@@ -292,6 +310,13 @@ def tls_report(engine: Engine, conn: Connection | None = None) -> dict[str, Any]
     return report
 
 
+def tls_line(report: dict[str, Any] | None) -> str:
+    """The line a run says of its tenant connection's TLS (``report`` of :func:`connection_tls`)."""
+    if report is None:
+        return "tenant database: no TLS (SQLite file)"
+    return f"tenant database: {report['text']}, " + (f"in use: {report['in_use']}" if report.get("in_use") else "plain (no TLS)")
+
+
 class _TlsConnector:
     """Opens an engine's DBAPI connections with its TLS settings (the ``do_connect`` hook); the settings are judged
     at the first connection and kept."""
@@ -339,7 +364,15 @@ class _TlsConnector:
 @functools.cache
 def _pymysql_connection_class():
     """PyMySQL's connection, refusing before it authenticates a server that offers no TLS when the mode requires
-    TLS (PyMySQL given a context goes on in plain text then: the MySQL client's PREFERRED)."""
+    TLS (PyMySQL given a context goes on in plain text then: the MySQL client's PREFERRED).
+
+    Why a subclass of a private method: PyMySQL's public TLS arguments cannot refuse. Its connect (1.1.3,
+    ``Connection._request_authentication``) starts TLS only ``if self.ssl and self.server_capabilities &
+    CLIENT.SSL`` and otherwise authenticates in plain text, whatever it was given: ``ssl=<context>``, ``ssl={"ca":
+    ...}``, ``ssl_ca`` with ``ssl_verify_cert`` and ``ssl_verify_identity`` all connected in plain text to a server
+    without TLS (tests/tls/test_tls_modes.py keeps that observation as a test: when it fails, PyMySQL refuses by
+    itself and this class can go). The server's capabilities are known only inside the handshake, so the refusal
+    lives at that point, before any credential is sent."""
     import pymysql
     from pymysql.constants import CLIENT
 

@@ -49,7 +49,7 @@ import random
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
@@ -58,12 +58,14 @@ from .db import (
     Deadline,
     bounded_session,
     classify,
+    engine_tls,
     is_deadlock,
     is_duplicate_key,
     is_lock_wait_timeout,
     is_mysql,
     is_primary_key_duplicate,
     is_sqlite,
+    tls_report,
 )
 from .errors import LockTimeout
 from .locks import acquire, insert_lock_row_if_absent
@@ -296,3 +298,13 @@ def reading(bind: Engine | Connection, what: str, *, deadline: Deadline | None =
                 raise classify(exc, what) from exc
     finally:
         conn.close()
+
+
+def connection_tls(engine: Engine) -> dict[str, Any] | None:
+    """What a run's report says of its tenant connection (:func:`nexus_cutover.db.tls_report` with ``in_use``, the
+    TLS version negotiated), from one read-path connection and one status read: cheap enough for every run's first
+    step; None for SQLite."""
+    if engine_tls(engine) is None:
+        return None
+    with reading(engine, "reading the tenant connection's TLS") as conn:
+        return tls_report(engine, conn)

@@ -211,6 +211,8 @@ class GateOperator(BaseOperator):
                 p.require_producer_release()
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
             result = run_step(self.task_id, field_history_run(context, engine, self.log))
+        for key, value in result.keyed.items():  # stage_1's ``tls``: the TLS the run reached the tenant with
+            context["ti"].xcom_push(key=key, value=value)
         if not result.verdict.proceeds:
             stop(context, self.log, result.stop_message, result.value, next_action=producer_upgrade_next(result.value))
         self.log.info("%s", result.domain.render())

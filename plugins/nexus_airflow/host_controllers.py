@@ -8,7 +8,9 @@ Invariants:
   reaches the child only through its environment (``NEXUS_TENANT_DSN``, with its
   TLS query parameters, so the host connects as the run does); each secret it
   carries is given to Airflow's ``mask_secret`` first; the logged and returned
-  argv never contain it. The child is detached (its own
+  argv never contain it. The child gets no other secret of the worker's
+  environment (:func:`nexus_cutover.db.host_environment`: no ``AIRFLOW*``
+  configuration or connection, no variable named like a password, token or key). The child is detached (its own
   session) and keeps running after the task; an exit within the grace period is
   a failure reported with the tail of its log. The grace ends early once the
   host is ready (registered, activated, heartbeating): that wait is admission
@@ -60,13 +62,13 @@ def start_command(tenant: str, dsn: str, log, ready: Callable[[], bool] | None =
     admission pause, and a host that is ready has passed it."""
     from airflow.sdk.log import mask_secret
 
-    from nexus_cutover.db import dsn_secrets
+    from nexus_cutover.db import dsn_secrets, host_environment
 
     for secret in dsn_secrets(dsn):  # the child's environment holds the DSN: no log line may show it
         mask_secret(secret)
     argv = host_argv(tenant)
     log_path = os.path.join(tempfile.gettempdir(), f"nexus-host-{tenant}-{int(time.time())}.log")
-    env = dict(os.environ, NEXUS_TENANT_DSN=dsn)
+    env = host_environment(os.environ, dsn)  # the worker's, less Airflow's secrets and every other secret
     log.info("starting the new host: %s (log %s)", " ".join(argv), log_path)
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -4,7 +4,7 @@ Tenants are the Airflow connections whose id starts with ``nexus_tenant_``:
 those in the metadata database and those defined as ``AIRFLOW_CONN_NEXUS_TENANT_*``
 environment variables, all of them (no silent limit). Each is opened with
 :class:`nexus_airflow.hooks.NexusTenantHook` (a connect timeout of
-``CONNECT_TIMEOUT_S``); only the database kind leaves this module, never a DSN.
+``CONNECT_TIMEOUT_S``); only the database kind and the TLS mode it was read with leave this module, never a DSN.
 
 Invariants of :class:`StateCache` (the one every request of this API server shares):
 
@@ -89,6 +89,8 @@ def read_tenant(conn_id: str) -> dict[str, Any]:
         engine.dispose()
     state["conn_id"] = conn_id
     state["database"] = hook.masked_dsn.split("://", 1)[0]
+    if hook.tls_settings is not None:  # the mode the view connected with (``TLS VERIFY_IDENTITY``); never a path or a key
+        state["tls"] = hook.tls_text
     errors = [state[k]["error"] for k in SECTIONS if "error" in state.get(k, {})]
     if len(errors) == len(SECTIONS):  # opened, but nothing in it can be read: the database is gone or closed to us
         return {**unreadable(conn_id, errors[0]), "database": state["database"]}

@@ -137,16 +137,15 @@ def cli_env():
 
 
 @pytest.fixture
-def tls_tenant(tls_server):
-    """``(database name, admin engine)``: a fresh database on the TLS server with the Part A schema and one pack of
-    'acme' (pk-1), written over TLS; dropped afterwards."""
+def tls_database(tls_server):
+    """``(database name, engine)``: a fresh database on the TLS server with the Part A schema, reached over TLS
+    (``VERIFY_IDENTITY``); dropped afterwards."""
     import uuid
 
     from sqlalchemy import text
 
     from nexus_cutover.db import make_engine
     from nexus_cutover.schema import create_legacy_schema
-    from nexus_sim.scenario import TenantScenario
 
     name = f"nx_tls_{uuid.uuid4().hex[:10]}"
     admin = make_engine(tls_server.dsn("mysql", ssl_mode="VERIFY_IDENTITY", ssl_ca=tls_server.ca))
@@ -155,15 +154,23 @@ def tls_tenant(tls_server):
     engine = make_engine(tls_server.dsn(name, ssl_mode="VERIFY_IDENTITY", ssl_ca=tls_server.ca))
     try:
         create_legacy_schema(engine)
-        scenario = TenantScenario(namespace="acme")
-        scenario.pack("pk-1")
-        scenario.write(engine)
         yield name, engine
     finally:
         engine.dispose()
         with admin.begin() as conn:
             conn.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
         admin.dispose()
+
+
+@pytest.fixture
+def tls_tenant(tls_database):
+    """``(database name, engine)``: :func:`tls_database` with one pack of 'acme' (pk-1), written over TLS."""
+    from nexus_sim.scenario import TenantScenario
+
+    scenario = TenantScenario(namespace="acme")
+    scenario.pack("pk-1")
+    scenario.write(tls_database[1])
+    return tls_database
 
 
 @pytest.fixture(scope="session")

@@ -152,6 +152,83 @@ def test_a_dry_run_of_the_cutover_dag_over_tls_reports_the_mode(tls_server, tls_
     assert result.state_of("apply_schema") == "success", result.task_states
     reported = result.xcom("apply_schema")["tls"]
     assert reported["mode"] == "VERIFY_IDENTITY" and reported["in_use"].startswith("TLSv"), reported
+    first = result.xcom("resolve_packs", "tls")  # the run's first step reports it: every run's report says it
+    assert (first["mode"], first["ca"], first["cert"], first["client_key"]) == (
+        "VERIFY_IDENTITY", tls_server.ca, tls_server.client_cert, True), first
+    assert first["in_use"].startswith("TLSv")
     assert f"(connection {conn_id}, TLS VERIFY_IDENTITY)" in logs
-    assert TLS_PASSWORD not in logs and tls_server.client_key not in logs
-    assert TLS_PASSWORD not in json.dumps(reported) and tls_server.client_key not in json.dumps(reported)
+    assert f"tenant database: TLS VERIFY_IDENTITY, in use: {first['in_use']}" in logs
+    every_xcom = json.dumps(list(result.xcoms.values()), default=str)
+    for secret in (TLS_PASSWORD, tls_server.client_key):
+        assert secret not in logs and secret not in every_xcom
+
+
+def test_a_field_history_run_over_tls_reports_the_mode(tls_server, tls_database, airflow_db, airflow_connection, capfd):
+    """A Field History DAG run through the connection's extras (the user REQUIRE SSL): its first step, stage_1,
+    reports the mode and the TLS version in use (XCom ``tls``, a log line); no password, no key path anywhere."""
+    from tests.dags.airflow_harness import load_dag, run_dag
+    from tests.dags.test_field_history_dag import DAG_ID as FH_DAG
+    from tests.dags.test_field_history_dag import conf, legacy
+
+    name, engine = tls_database
+    legacy(engine)
+    airflow_connection("nexus_tenant_acme", {
+        "conn_type": "mysql", "host": "localhost", "port": tls_server.port, "login": "tls_user", "password": TLS_PASSWORD,
+        "schema": name, "extra": {"ssl_mode": "VERIFY_IDENTITY", "ssl_ca": tls_server.ca, "ssl_cert": tls_server.client_cert,
+                                  "ssl_key": tls_server.client_key}})
+    result = run_dag(load_dag(FH_DAG), conf(target_stage=1, producer_release=""))
+    out = capfd.readouterr()
+    logs = out.out + out.err
+    assert result.state_of("stage_1") == "success", result.task_states
+    reported = result.xcom("stage_1", "tls")
+    assert reported["mode"] == "VERIFY_IDENTITY" and reported["in_use"].startswith("TLSv"), reported
+    assert f"tenant database: TLS VERIFY_IDENTITY, in use: {reported['in_use']}" in logs
+    every_xcom = json.dumps(list(result.xcoms.values()), default=str)
+    for secret in (TLS_PASSWORD, tls_server.client_key):
+        assert secret not in logs and secret not in every_xcom
+
+
+def test_plan_over_tls_from_the_dsn_reports_the_mode(tls_server, tls_tenant, cli_env):
+    """``nexus-cutover plan -json`` (every step's dry run, the first one reporting the connection) carries the
+    ``tls`` it connected with, and says it."""
+    name, _ = tls_tenant
+    plan = run(["plan", "-namespace", "acme", "-json"], client_dsn(tls_server, name), cli_env)
+    assert plan.returncode == 0, plan.stderr
+    reported = json.loads(plan.stdout)["tls"]
+    assert reported["mode"] == "VERIFY_IDENTITY" and reported["in_use"].startswith("TLSv"), reported
+    text_plan = run(["plan", "-namespace", "acme"], client_dsn(tls_server, name), cli_env)
+    assert text_plan.returncode == 0, text_plan.stderr
+    assert f"tenant database: TLS VERIFY_IDENTITY, in use: {reported['in_use']}" in text_plan.stdout
+    for proc in (plan, text_plan):
+        assert_nothing_secret(proc, tls_server.client_key)
+
+
+def test_a_field_history_stage_over_tls_from_the_dsn_reports_the_mode(tls_server, tls_database, cli_env):
+    """``field-history-eligibility stage1 -json`` (and every stage command) carries the ``tls`` it connected with."""
+    from tests.dags.test_field_history_dag import STAGE1, legacy
+
+    name, engine = tls_database
+    legacy(engine)
+    stage1 = run(["stage1", "-stage1-release", STAGE1, "-json"], client_dsn(tls_server, name), cli_env, module="field_history")
+    assert stage1.returncode == 0, stage1.stderr
+    reported = json.loads(stage1.stdout)["tls"]
+    assert reported["mode"] == "VERIFY_IDENTITY" and reported["in_use"].startswith("TLSv"), reported
+    assert f"tenant database: TLS VERIFY_IDENTITY, in use: {reported['in_use']}" in stage1.stderr
+    assert_nothing_secret(stage1, tls_server.client_key)
+
+
+def test_the_status_view_reads_a_tenant_over_tls_from_the_extras(tls_server, tls_tenant, airflow_db, airflow_connection):
+    """The status view's read of a tenant (the API's row) through the connection's extras, over TLS (the user
+    REQUIRE SSL): readable, its row names the TLS mode, and carries no password and no key path."""
+    from nexus_status.tenants import read_tenant
+
+    name, _ = tls_tenant
+    conn_id = airflow_connection("nexus_tenant_acme", {
+        "conn_type": "mysql", "host": "localhost", "port": tls_server.port, "login": "tls_user", "password": TLS_PASSWORD,
+        "schema": name, "extra": {"ssl_mode": "VERIFY_IDENTITY", "ssl_ca": tls_server.ca, "ssl_cert": tls_server.client_cert,
+                                  "ssl_key": tls_server.client_key}})
+    state = read_tenant(conn_id)
+    assert state["phase"] != "unreadable", state
+    assert state["tls"] == "TLS VERIFY_IDENTITY" and state["packs"], state
+    shown = json.dumps(state, default=str)
+    assert TLS_PASSWORD not in shown and tls_server.client_key not in shown

@@ -160,3 +160,28 @@ def test_bad_tls_parameters_are_bad_input_naming_what_to_fix(tls_server, query, 
 def test_the_default_mode_of_a_non_local_host_requires_tls(host, query, mode):
     _, values = tls.split_tls(query)
     assert tls.settings_of(values, local=tls.is_local_host(host, query)).mode == mode
+
+
+def test_pymysql_alone_would_go_on_in_plain_text_so_the_refusal_is_ours(mysql_server_url, tls_server):
+    """Why ``nexus_cutover.db`` refuses in its own handshake step: PyMySQL's public TLS arguments (a context, an
+    ``ssl`` mapping with a CA, ``ssl_verify_cert``/``ssl_verify_identity``) connect in plain text to a server that
+    offers no TLS, where the MySQL client's REQUIRED refuses. When this fails, PyMySQL refuses by itself: drop the
+    subclass (db._pymysql_connection_class) and keep the refusal test above."""
+    import ssl
+
+    import pymysql
+
+    url = make_url(mysql_server_url)
+    context = ssl.create_default_context(cafile=tls_server.ca)
+    for public in ({"ssl": context}, {"ssl": {"ca": tls_server.ca}, "ssl_verify_cert": True},
+                   {"ssl_ca": tls_server.ca, "ssl_verify_cert": True, "ssl_verify_identity": True}):
+        conn = pymysql.connect(host=url.host, port=url.port, user=url.username, password=url.password or "",
+                               connect_timeout=5, **public)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SHOW SESSION STATUS LIKE 'Ssl_version'")
+                assert cur.fetchone()[1] == "", public  # connected, and in plain text
+        finally:
+            conn.close()
+    with pytest.raises(Unreachable, match="requires TLS, but the server"):
+        connect(plain_dsn(mysql_server_url, ssl_mode="REQUIRED"))

@@ -260,7 +260,7 @@ def _has_release(c: Command) -> bool:
 
 
 def cmd_status(c: Command) -> tuple[int, dict[str, Any]]:
-    from ..db import tls_report
+    from ..db import tls_line, tls_report
     from ..namespaces import require_known_namespace
     from ..schema import require_tenant_schema
     from ..tenant_status import read_tenant_state
@@ -275,7 +275,7 @@ def cmd_status(c: Command) -> tuple[int, dict[str, Any]]:
     state = {**read_tenant_state(c.engine, c.args.namespace), "tls": state_tls}
     c.say(f"tenant {state['tenant']}: {state['phase']}")
     if state_tls is not None:
-        c.say(f"  database: {state_tls['text']}, " + (f"in use: {state_tls['in_use']}" if state_tls["in_use"] else "plain (no TLS)"))
+        c.say(f"  {tls_line(state_tls)}")
     c.say(f"  fence: {state['fence'].get('text', state['fence'].get('error'))}")
     c.say(f"  drain: {state['drain'].get('text', state['drain'].get('error'))}")
     for pack in state["packs"]:
@@ -421,10 +421,14 @@ def _start_new_host(c: Command) -> dict[str, Any]:
 
 
 def _start_host(command: str) -> int:
-    """Start the new host detached, with the tenant DSN in its environment only."""
+    """Start the new host detached, with the tenant DSN in its environment only (and no other secret of ours:
+    :func:`nexus_cutover.db.host_environment`)."""
     import shlex
 
-    proc = subprocess.Popen(shlex.split(command), env=dict(os.environ), stdin=subprocess.DEVNULL,
+    from ..db import host_environment
+
+    env = host_environment(os.environ, os.environ.get(DSN_ENV_TENANT, ""))
+    proc = subprocess.Popen(shlex.split(command), env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     log.info("started the new host (pid %d)", proc.pid)
     return proc.pid

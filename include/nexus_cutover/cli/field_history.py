@@ -107,10 +107,14 @@ def field_history_run(args, engine):
 def _run_gate(args, engine) -> tuple[int, dict]:
     """The declared steps of one stage, in order, each step's body as the DAG runs it (the outbox drain looked at
     once, not waited for): (exit code, the report(s)). The first step that does not proceed ends the stage."""
+    from ..db import tls_line
     from ..field_history.steps import run_step
     from ..field_history.transition import steps_of_stage
     from ..transition import Kind, Outcome
+    from ..tx import connection_tls
 
+    fields = {"tls": connection_tls(engine)}  # what the command reached the tenant with (mode, TLS version; no key)
+    log.info("%s", tls_line(fields["tls"]))
     run, reports = field_history_run(args, engine), []
     for step in steps_of_stage(int(args.command.removeprefix("stage"))):
         result = run_step(step.name, run)
@@ -119,13 +123,14 @@ def _run_gate(args, engine) -> tuple[int, dict]:
             if not verdict.proceeds:
                 return (3 if verdict.outcome is Outcome.STOP else 4), {
                     "passed": False, "reports": [r.as_json() for r in reports], "outbox": result.value,
-                    "summary": verdict.reason}
+                    "summary": verdict.reason, **fields}
             continue
         reports.append(result.domain)
         if not verdict.proceeds:
             break
     passed = all(r.passed for r in reports)
     return (0 if passed else 3), {
+        **fields,
         "passed": passed,
         "reports": [r.as_json() for r in reports],
         "summary": "; ".join(r.summary for r in reports),

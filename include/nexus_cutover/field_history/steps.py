@@ -66,8 +66,17 @@ def _gate(name: str, report) -> StepResult:
 
 
 def stage_1(run: FieldHistoryRun) -> StepResult:
-    """The nullable column (added if absent), and every runtime_api / audit_outbox_worker on the stage-1 release."""
-    return _gate("stage_1", gates.stage_1(run.engine, stage1_release=run.stage1_release, namespace=run.namespace))
+    """The nullable column (added if absent), and every runtime_api / audit_outbox_worker on the stage-1 release.
+    As a DAG run's first step it reports the TLS its tenant connection uses (:func:`nexus_cutover.tx.connection_tls`):
+    a line and the result keyed ``tls`` (XCom); the stage commands report it themselves (their ``tls`` field)."""
+    from ..db import tls_line
+    from ..tx import connection_tls
+
+    result = _gate("stage_1", gates.stage_1(run.engine, stage1_release=run.stage1_release, namespace=run.namespace))
+    tenant_tls = connection_tls(run.engine)
+    run.say(tls_line(tenant_tls))
+    result.keyed["tls"] = tenant_tls
+    return result
 
 
 def stage_2_producers(run: FieldHistoryRun) -> StepResult:

@@ -233,28 +233,35 @@ def _judged(name: str, value: Any, **more: Any) -> StepResult:
 def resolve_packs(run: CutoverRun) -> StepResult:
     """The run's packs; and its first, read-only look at who holds the tenant: a holder this run may not adopt
     stops it here, naming the holder, before ``apply_schema`` writes anything (``arm_fence`` decides again under
-    the namespace lock, where it acts)."""
+    the namespace lock, where it acts). As the run's first step it reports the TLS its tenant connection uses
+    (:func:`nexus_cutover.tx.connection_tls`: the mode, the certificate paths, the TLS version negotiated; no key,
+    no password): a line, the result keyed ``tls`` (the DAG's XCom) and the ``tls`` field (``run``/``plan -json``)."""
+    from ..db import tls_line
+    from ..tx import connection_tls
+
     packs = actions.resolve_packs(run.engine, run.namespace, run.requested_packs)
     run.say(f"packs: {', '.join(packs)}")
+    tenant_tls = connection_tls(run.engine)  # the run's report says how it reached the tenant (XCom ``tls``, -json)
+    run.say(tls_line(tenant_tls))
+    said = {"keyed": {"tls": tenant_tls}, "fields": {"tls": tenant_tls}}
     try:
         actions.held_by_another(run.engine, run.namespace, holder=run.holder, holder_state=run.holder_state,
                                 adopt=run.adopt, take_over=run.take_over)
     except (cutover_fence.FenceHeld, cutover_fence.SeveralCutoverFences) as exc:
-        return StepResult(packs, Verdict(Outcome.STOP, str(exc)), report=exc.report)
-    return StepResult(packs)
+        return StepResult(packs, Verdict(Outcome.STOP, str(exc)), report=exc.report, **said)
+    return StepResult(packs, **said)
 
 
 def apply_schema(run: CutoverRun) -> StepResult:
     """The additive schema, each object skipped when present; the TLS the tenant connection uses."""
-    from ..db import tls_report
+    from ..tx import connection_tls
 
     def created(label: str) -> None:
         run.say(f"{label}: created")
         run.seam("apply_schema.after_first_write")
 
     result = actions.apply_schema(run.engine, dry_run=run.dry_run, on_created=created)
-    with run.engine.connect() as conn:
-        tenant_tls = tls_report(run.engine, conn)
+    tenant_tls = connection_tls(run.engine)
     value = {"created": result.created, "present": result.present, "tls": tenant_tls}
     if run.dry_run:
         run.plan(*result.plan)

@@ -1,0 +1,345 @@
+"""``deploy/airflow-settings.toml``, the one source of truth of the Airflow settings nexus-cutover relies on, and the
+check that the deployment recipe beside it says the same.
+
+* :func:`load` reads the file (``tomllib``: no dependency). The production stack (``scripts/stack_topology.py``)
+  takes its Airflow configuration (:func:`config_env`), the product's switches (:func:`product_env`), its number of
+  triggerers and workers and its pools from it: what the stack tests is what the recipe ships.
+* :func:`recipe_disagreements` reads the recipe as a platform team uses it -- ``deploy/Dockerfile`` (the base image,
+  the install line, the local settings), ``deploy/helm-values.yaml`` (the official Helm chart's values) -- and the
+  files they lean on (``constraints.txt``, ``pyproject.toml``'s extras, the runbook's settings table), and returns one
+  line per disagreement with the settings file; :func:`environment_disagreements` does the same for an environment
+  the stack built. Nothing here runs Docker or Helm: the files are parsed.
+* ``python scripts/deploy_settings.py check [--helm-values FILE] [--dockerfile FILE]`` prints the disagreements (exit 1
+  when there are any; a team checks its own copy of the values file the same way); ``env`` prints
+  the settings as ``AIRFLOW__SECTION__KEY=value`` lines, for a deployment that configures Airflow by environment.
+
+Invariant: a value is compared as Airflow reads it (:func:`ini_value`: ``True``/``False``, ``4``, ``0.25``), so
+``'4'`` in YAML and ``4`` in TOML agree.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import pathlib
+import re
+import shlex
+import sys
+import tomllib
+from typing import Any
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SETTINGS_FILE = REPO / "deploy" / "airflow-settings.toml"
+DOCKERFILE = REPO / "deploy" / "Dockerfile"
+HELM_VALUES = REPO / "deploy" / "helm-values.yaml"
+CONSTRAINTS = REPO / "constraints.txt"
+PYPROJECT = REPO / "pyproject.toml"
+RUNBOOK = REPO / "docs" / "runbook.md"
+
+#: The Celery executors: the only ones whose task slots are workers x [celery] worker_concurrency.
+CELERY_EXECUTORS = ("CeleryExecutor", "CeleryKubernetesExecutor")
+
+
+def load(path: pathlib.Path = SETTINGS_FILE) -> dict[str, Any]:
+    """The settings file, checked for the sections every reader relies on (ValueError naming what is missing)."""
+    with open(path, "rb") as f:
+        settings = tomllib.load(f)
+    for section, keys in {"airflow": ("version", "python", "executor", "local_settings_module"),
+                          "topology": ("triggerers", "workers"), "config": (), "env": (), "pools": ()}.items():
+        if not isinstance(settings.get(section), dict):
+            raise ValueError(f"{path}: no [{section}] table")
+        missing = [k for k in keys if k not in settings[section]]
+        if missing:
+            raise ValueError(f"{path}: [{section}] has no {', '.join(missing)}")
+    return settings
+
+
+def ini_value(value: Any) -> str:
+    """``value`` as airflow.cfg (or an ``AIRFLOW__*`` variable) holds it: ``True``/``False`` for booleans, else its text."""
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().capitalize()
+    return str(value)
+
+
+def config_items(settings: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """``(section, key, value as Airflow reads it)`` for every ``[config.<section>] <key>`` of the settings."""
+    return [(section, key, ini_value(value))
+            for section, keys in settings["config"].items() for key, value in keys.items()]
+
+
+def config_env(settings: dict[str, Any]) -> dict[str, str]:
+    """The Airflow configuration of the settings as environment variables (``AIRFLOW__CORE__PARALLELISM=4``)."""
+    return {f"AIRFLOW__{section.upper()}__{key.upper()}": value for section, key, value in config_items(settings)}
+
+
+def product_env(settings: dict[str, Any]) -> dict[str, str]:
+    """The product's switches (``[env]``), for every Airflow component's environment."""
+    return {name: str(value) for name, value in settings["env"].items()}
+
+
+def task_slots(settings: dict[str, Any]) -> int:
+    """The task slots of the topology: workers x ``[celery] worker_concurrency``."""
+    return int(settings["topology"]["workers"]) * int(settings["config"]["celery"]["worker_concurrency"])
+
+
+def pools(settings: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The pools as ``airflow pools import`` reads them: ``{name: {slots, description, include_deferred}}``."""
+    return {name: {"slots": int(p["slots"]), "description": str(p["description"]),
+                   "include_deferred": bool(p.get("include_deferred", False))}
+            for name, p in settings["pools"].items()}
+
+
+# ---------------------------------------------------------------------------
+# the check
+# ---------------------------------------------------------------------------
+
+
+def settings_problems(settings: dict[str, Any], where: str) -> list[str]:
+    """What in the settings file contradicts itself (the rules the runbook's advice rests on)."""
+    out = []
+    topology, config = settings["topology"], settings["config"]
+    if int(topology["triggerers"]) < 2:
+        out.append(f"{where}: [topology] triggerers is {topology['triggerers']}: at least 2, so that one carries every "
+                   "waiting tenant when the other dies")
+    if settings["airflow"]["executor"] in CELERY_EXECUTORS:
+        parallelism = int(config.get("core", {}).get("parallelism", 0))
+        if parallelism != task_slots(settings):
+            out.append(f"{where}: [config.core] parallelism is {parallelism} but the task slots are {task_slots(settings)} "
+                       f"({topology['workers']} workers x worker_concurrency {config['celery']['worker_concurrency']}): "
+                       "make them equal (the runbook's max_parallel advice counts on it)")
+    for name, pool in settings["pools"].items():
+        if int(pool.get("slots", 0)) < 1 or not pool.get("description"):
+            out.append(f"{where}: pool {name!r} needs slots >= 1 and a description")
+    return out
+
+
+def _dockerfile_instructions(text: str) -> list[tuple[str, str]]:
+    """``(INSTRUCTION, arguments)`` of a Dockerfile, continuation lines joined, comments dropped."""
+    lines, current = [], ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not current and (not line or line.startswith("#")):
+            continue
+        if line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            current += line[:-1] + " "
+            continue
+        current += line
+        lines.append(current)
+        current = ""
+    if current:
+        lines.append(current)
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1] if " " in line else "") for line in lines]
+
+
+def dockerfile_facts(text: str) -> dict[str, Any]:
+    """What the check reads from a Dockerfile: the first ``FROM`` image (``ARG`` defaults before it substituted), the
+    ``COPY`` sources and destinations, and the shell words of every ``RUN``."""
+    args: dict[str, str] = {}
+    facts: dict[str, Any] = {"from": None, "copies": [], "runs": []}
+    for instruction, rest in _dockerfile_instructions(text):
+        if instruction == "ARG" and facts["from"] is None and "=" in rest:
+            name, value = rest.split("=", 1)
+            args[name.strip()] = value.strip().strip('"')
+        elif instruction == "FROM" and facts["from"] is None:
+            image = rest.split()[0]
+            facts["from"] = re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), m.group(0)), image)
+        elif instruction == "COPY":
+            words = [w for w in shlex.split(rest) if not w.startswith("--")]
+            facts["copies"].append((words[:-1], words[-1]))
+        elif instruction == "RUN":
+            facts["runs"].append(rest)
+    return facts
+
+
+def _star_import_of(source: str) -> list[str]:
+    """The modules a Python source star-imports (``from X import *``)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    return [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and any(a.name == "*" for a in n.names)]
+
+
+def _dockerfile_problems(settings: dict[str, Any], path: pathlib.Path, extras: set[str]) -> list[str]:
+    where = f"deploy/{path.name}" if path.parent == DOCKERFILE.parent else str(path)
+    facts = dockerfile_facts(path.read_text(encoding="utf-8"))
+    version, python = settings["airflow"]["version"], settings["airflow"]["python"]
+    out = []
+    image = facts["from"] or ""
+    m = re.fullmatch(r"apache/airflow:(?:slim-)?(?P<version>[\w.]+)-python(?P<python>[\d.]+)", image)
+    if not m:
+        out.append(f"{where}: FROM {image or '(none)'} is not apache/airflow:[slim-]<version>-python<python>")
+    else:
+        if m["version"] != version:
+            out.append(f"{where}: FROM {image} is Airflow {m['version']}, deploy/airflow-settings.toml says {version}")
+        if m["python"] != python:
+            out.append(f"{where}: FROM {image} is Python {m['python']}, deploy/airflow-settings.toml says {python}")
+    install = next((r for r in facts["runs"] if "pip install" in r), "")
+    if not install:
+        out.append(f"{where}: no RUN pip install")
+    else:
+        words = shlex.split(install.replace("$(", " ").replace(")", " "))
+        pinned = [w for w in words if w.startswith("apache-airflow==")]
+        if pinned != ["apache-airflow==${AIRFLOW_VERSION}"]:
+            out.append(f"{where}: the pip install does not keep the image's Airflow (give \"apache-airflow==${{AIRFLOW_VERSION}}\" "
+                       f"beside the wheel, as the image's documentation says); it has {pinned or 'none'}")
+        constraint = next((words[i + 1] for i, w in enumerate(words[:-1]) if w in ("-c", "--constraint")), None)
+        if constraint is None or not any(dest.rstrip("/") in (constraint, str(pathlib.PurePosixPath(constraint).parent))
+                                         for (sources, dest) in facts["copies"] if "constraints.txt" in sources):
+            out.append(f"{where}: the pip install does not use the repository's constraints.txt (-c, from its COPY); it has "
+                       f"{constraint!r}")
+        wheel = next((w for w in words if ".whl" in w), None)
+        if wheel is None or not any(any(s.startswith("dist/") for s in sources) for sources, _ in facts["copies"]):
+            out.append(f"{where}: the pip install does not install the product wheel copied from dist/")
+        else:
+            wanted = set(re.findall(r"\[([\w,-]+)\]", wheel)[0].split(",")) if "[" in wheel else set()
+            unknown = sorted(wanted - extras)
+            if "airflow" not in wanted or unknown:
+                out.append(f"{where}: the wheel is installed with the extras {sorted(wanted)}: give [airflow] (and the "
+                           f"executor's), each an extra of pyproject.toml (unknown: {unknown})")
+    local = settings["airflow"]["local_settings_module"]
+    local_copies = [sources for sources, dest in facts["copies"] if dest.endswith("config/airflow_local_settings.py")]
+    if not local_copies:
+        out.append(f"{where}: no COPY of the local settings to $AIRFLOW_HOME/config/airflow_local_settings.py")
+    else:
+        source = REPO / local_copies[0][0]  # COPY sources are relative to the build context, the repository
+        if not source.exists() or local not in _star_import_of(source.read_text(encoding="utf-8")):
+            out.append(f"{where}: the local settings it copies ({local_copies[0][0]}) do not star-import {local}")
+    return out
+
+
+def _helm_problems(settings: dict[str, Any], path: pathlib.Path) -> list[str]:
+    import yaml
+
+    where = f"deploy/{path.name}" if path.parent == HELM_VALUES.parent else str(path)
+    values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    out = []
+    a = settings["airflow"]
+
+    def differs(what: str, got: Any, want: Any) -> None:
+        if ini_value(got) != ini_value(want):
+            out.append(f"{where}: {what} is {got!r}, deploy/airflow-settings.toml says {want!r}")
+
+    differs("airflowVersion", values.get("airflowVersion"), a["version"])
+    differs("executor", values.get("executor"), a["executor"])
+    differs("triggerer.replicas", (values.get("triggerer") or {}).get("replicas"), settings["topology"]["triggerers"])
+    differs("triggerer.enabled", (values.get("triggerer") or {}).get("enabled", True), True)
+    differs("dagProcessor.enabled", (values.get("dagProcessor") or {}).get("enabled"), True)
+    if a["executor"] in CELERY_EXECUTORS:
+        differs("workers.replicas", (values.get("workers") or {}).get("replicas"), settings["topology"]["workers"])
+    config = values.get("config") or {}
+    for section, key, value in config_items(settings):
+        differs(f"config.{section}.{key}", (config.get(section) or {}).get(key), value)
+    capacity = settings["config"].get("triggerer", {}).get("capacity")
+    if capacity is not None and "default_capacity" in (config.get("triggerer") or {}):  # the name before Airflow 3
+        differs("config.triggerer.default_capacity", config["triggerer"]["default_capacity"], capacity)
+    metrics = settings["config"].get("metrics", {})
+    if "statsd_on" in metrics:
+        differs("statsd.enabled (the chart's StatsD exporter)", (values.get("statsd") or {}).get("enabled"), metrics["statsd_on"])
+    prefix = f"{metrics.get('statsd_prefix', 'airflow')}.nexus."
+    for mapping in (values.get("statsd") or {}).get("extraMappings") or []:
+        if not str(mapping.get("match", "")).startswith(prefix):
+            out.append(f"{where}: the StatsD mapping {mapping.get('match')!r} does not start with {prefix!r} "
+                       "([metrics] statsd_prefix)")
+    env = {e.get("name"): e.get("value") for e in values.get("env") or [] if isinstance(e, dict)}
+    for name, value in product_env(settings).items():
+        differs(f"env {name}", env.get(name), value)
+    if a["local_settings_module"] not in _star_import_of(values.get("airflowLocalSettings") or ""):
+        out.append(f"{where}: airflowLocalSettings does not star-import {a['local_settings_module']}")
+    shipped = None
+    for body in (values.get("extraConfigMaps") or {}).values():
+        data = (body or {}).get("data")
+        if isinstance(data, str) and "pools.json" in data:
+            shipped = json.loads(yaml.safe_load(data)["pools.json"])
+    if shipped != pools(settings):
+        out.append(f"{where}: the pools.json of extraConfigMaps is {shipped}, deploy/airflow-settings.toml says {pools(settings)}")
+    migrate = " ".join(str(x) for x in ((values.get("migrateDatabaseJob") or {}).get("args") or []))
+    if pools(settings) and "airflow pools import" not in migrate:
+        out.append(f"{where}: migrateDatabaseJob.args does not run `airflow pools import` (the pools are not created)")
+    return out
+
+
+def _constraints_problems(settings: dict[str, Any], path: pathlib.Path) -> list[str]:
+    text = path.read_text(encoding="utf-8")
+    out = []
+    pin = re.search(r"^apache-airflow==(\S+)$", text, re.MULTILINE)
+    if not pin or pin.group(1) != settings["airflow"]["version"]:
+        out.append(f"{path.name}: apache-airflow=={pin.group(1) if pin else '(not pinned)'}, "
+                   f"deploy/airflow-settings.toml says {settings['airflow']['version']}")
+    made_on = re.search(r"on Python (\d+\.\d+)", text)
+    if made_on and made_on.group(1) != settings["airflow"]["python"]:
+        out.append(f"{path.name}: locked on Python {made_on.group(1)}, deploy/airflow-settings.toml says "
+                   f"{settings['airflow']['python']}")
+    return out
+
+
+#: The runbook's settings table names a setting as ``[section] key``; its value cell starts with the number.
+_RUNBOOK_ROW = re.compile(r"^\| `\[(?P<section>\w+)\] (?P<key>\w+)` \| (?P<value>[^|]+)\|", re.MULTILINE)
+
+
+def _runbook_problems(settings: dict[str, Any], path: pathlib.Path) -> list[str]:
+    out = []
+    wanted = {(s, k): v for s, k, v in config_items(settings)}
+    for row in _RUNBOOK_ROW.finditer(path.read_text(encoding="utf-8")):
+        want = wanted.get((row["section"], row["key"]))
+        number = re.match(r"\s*\**([\d,]+(?:\.\d+)?)", row["value"])
+        if want is None or number is None:
+            continue
+        if float(number.group(1).replace(",", "")) != float(want):
+            out.append(f"docs/runbook.md: the row `[{row['section']}] {row['key']}` says {number.group(1)}, "
+                       f"deploy/airflow-settings.toml says {want}")
+    return out
+
+
+def recipe_disagreements(*, settings_file: pathlib.Path = SETTINGS_FILE, dockerfile: pathlib.Path = DOCKERFILE,
+                         helm_values: pathlib.Path = HELM_VALUES, constraints: pathlib.Path = CONSTRAINTS,
+                         pyproject: pathlib.Path = PYPROJECT, runbook: pathlib.Path = RUNBOOK) -> list[str]:
+    """Every disagreement between the settings file and the recipe (one line each, naming the file, the setting and
+    both values); empty when they agree."""
+    settings = load(settings_file)
+    with open(pyproject, "rb") as f:
+        extras = set(tomllib.load(f)["project"].get("optional-dependencies", {}))
+    return [*settings_problems(settings, f"deploy/{settings_file.name}"),
+            *_constraints_problems(settings, constraints),
+            *_dockerfile_problems(settings, dockerfile, extras),
+            *_helm_problems(settings, helm_values),
+            *_runbook_problems(settings, runbook)]
+
+
+def environment_disagreements(env: dict[str, str], settings: dict[str, Any], where: str) -> list[str]:
+    """Every setting of ``settings`` (Airflow configuration and the product's switches) that ``env`` (a process's
+    environment) sets otherwise, or leaves out."""
+    wanted = {**config_env(settings), **product_env(settings)}
+    return [f"{where}: {name}={env.get(name)!r}, deploy/airflow-settings.toml says {value!r}"
+            for name, value in wanted.items() if env.get(name) != value]
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=("check", "env"))
+    parser.add_argument("--helm-values", type=pathlib.Path, default=HELM_VALUES,
+                        help="check this values file instead of deploy/helm-values.yaml (e.g. your own copy of it)")
+    parser.add_argument("--dockerfile", type=pathlib.Path, default=DOCKERFILE,
+                        help="check this Dockerfile instead of deploy/Dockerfile")
+    args = parser.parse_args(argv)
+    if args.command == "env":
+        settings = load()
+        for name, value in {**config_env(settings), **product_env(settings)}.items():
+            print(f"{name}={value}")
+        return 0
+    problems = recipe_disagreements(helm_values=args.helm_values, dockerfile=args.dockerfile)
+    for line in problems:
+        print(line, file=sys.stderr)
+    print("the deployment recipe agrees with deploy/airflow-settings.toml" if not problems else
+          f"{len(problems)} disagreement(s)", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

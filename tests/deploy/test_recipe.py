@@ -1,0 +1,158 @@
+"""The deployment recipe (deploy/Dockerfile, deploy/helm-values.yaml) and the tested stack say what
+deploy/airflow-settings.toml says: the files are parsed (no Docker, no Helm), and a mutated copy of each shows the check
+fails, naming the file, the setting and both values."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from scripts import deploy_settings
+from scripts.deploy_settings import (
+    CONSTRAINTS,
+    DOCKERFILE,
+    HELM_VALUES,
+    RUNBOOK,
+    SETTINGS_FILE,
+    environment_disagreements,
+    load,
+    recipe_disagreements,
+)
+
+METADATA_URL = "postgresql+psycopg2://airflow:pw-not-used@127.0.0.1:9/airflow"
+BROKER_URL = "redis://:pw-not-used@127.0.0.1:9/0"
+
+
+def test_the_recipe_agrees_with_the_settings_file():
+    assert recipe_disagreements() == []
+
+
+def test_the_check_reads_every_row_of_the_runbooks_settings_table():
+    """The runbook's table quotes each of these settings (a row renamed out of the check's sight would hide a drift)."""
+    rows = {(m["section"], m["key"]) for m in deploy_settings._RUNBOOK_ROW.finditer(RUNBOOK.read_text(encoding="utf-8"))}
+    assert {("core", "parallelism"), ("celery", "worker_concurrency"), ("triggerer", "capacity"),
+            ("scheduler", "scheduler_idle_sleep_time"), ("workers", "min_heartbeat_interval")} <= rows
+
+
+def _stack_environment(tmp_path: pathlib.Path) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """What the stack gives its processes: the environment and each component's command line (nothing started)."""
+    from scripts.stack_topology import COMPONENTS, ProductionStack
+
+    stack = ProductionStack(tmp_path / "stack", port=1)
+    env = stack.environment(METADATA_URL, BROKER_URL)
+    return env, {name: stack._component_args(name)[0] for name in COMPONENTS}
+
+
+def test_the_stack_runs_with_the_settings_file(tmp_path, monkeypatch):
+    """The stack reads the file: every Airflow setting and product switch of it is in every process's environment,
+    a caller's own Airflow configuration does not change them, and the workers' and triggerers' command lines and
+    counts are the file's."""
+    from scripts.stack_topology import DEPLOY_SETTINGS
+
+    monkeypatch.setenv("AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL", "5")  # a caller's own Airflow setting: not leaked
+    settings = load()
+    assert settings == DEPLOY_SETTINGS
+    env, argv = _stack_environment(tmp_path)
+    assert environment_disagreements(env, settings, "the stack") == []
+    workers = [a for name, a in argv.items() if name.startswith("worker-")]
+    triggerers = [a for name, a in argv.items() if name.startswith("triggerer-")]
+    assert len(workers) == settings["topology"]["workers"] and len(triggerers) == settings["topology"]["triggerers"]
+    for args in workers:
+        assert args[args.index("--concurrency") + 1] == str(settings["config"]["celery"]["worker_concurrency"])
+    for args in triggerers:
+        assert args[args.index("--capacity") + 1] == str(settings["config"]["triggerer"]["capacity"])
+    assert env["AIRFLOW__CORE__EXECUTOR"] == settings["airflow"]["executor"]
+
+
+def test_a_stack_environment_that_differs_from_the_settings_is_named(tmp_path):
+    """The stack's check fails on a mutated copy of the settings (and on a process given another value)."""
+    env, _ = _stack_environment(tmp_path)
+    mutated = load()
+    mutated["config"]["workers"]["min_heartbeat_interval"] = 5
+    assert environment_disagreements(env, mutated, "the stack") == [
+        "the stack: AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL='1', deploy/airflow-settings.toml says '5'"]
+    changed = {**env, "NEXUS_FUSED_TASKS": "0"}
+    assert environment_disagreements(changed, load(), "worker-1") == [
+        "worker-1: NEXUS_FUSED_TASKS='0', deploy/airflow-settings.toml says '1'"]
+
+
+#: (the file, the text replaced, its replacement, the disagreements expected: each line's start)
+MUTATIONS = {
+    "helm: parallelism": (HELM_VALUES, 'parallelism: "4"', 'parallelism: "8"',
+                          ["deploy/helm-values.yaml: config.core.parallelism is '8', deploy/airflow-settings.toml says '4'"]),
+    "helm: min_heartbeat_interval": (HELM_VALUES, 'min_heartbeat_interval: "1"', 'min_heartbeat_interval: "5"',
+                                     ["deploy/helm-values.yaml: config.workers.min_heartbeat_interval is '5'"]),
+    "helm: scheduler_idle_sleep_time left out": (HELM_VALUES, '    scheduler_idle_sleep_time: "0.25"\n', "",
+                                                 ["deploy/helm-values.yaml: config.scheduler.scheduler_idle_sleep_time is None"]),
+    "helm: one triggerer": (HELM_VALUES, "  enabled: true\n  replicas: 2\n\n# Two Celery", "  enabled: true\n  replicas: 1\n\n# Two Celery",
+                            ["deploy/helm-values.yaml: triggerer.replicas is 1, deploy/airflow-settings.toml says 2"]),
+    "helm: fused tasks off": (HELM_VALUES, '- name: NEXUS_FUSED_TASKS\n    value: "1"', '- name: NEXUS_FUSED_TASKS\n    value: "0"',
+                              ["deploy/helm-values.yaml: env NEXUS_FUSED_TASKS is '0', deploy/airflow-settings.toml says '1'"]),
+    "helm: metrics off": (HELM_VALUES, 'statsd_on: "True"', 'statsd_on: "False"',
+                          ["deploy/helm-values.yaml: config.metrics.statsd_on is 'False'"]),
+    "helm: pre-Airflow-3 capacity": (HELM_VALUES, 'default_capacity: "2000"', 'default_capacity: "1000"',
+                                     ["deploy/helm-values.yaml: config.triggerer.default_capacity is '1000'"]),
+    "helm: local settings not imported": (HELM_VALUES, "  from nexus_cutover_airflow.airflow_local_settings import *",
+                                          "  from my_settings import *",
+                                          ["deploy/helm-values.yaml: airflowLocalSettings does not star-import"]),
+    "helm: pool slots": (HELM_VALUES, '{"tidb_reads": {"slots": 2,', '{"tidb_reads": {"slots": 3,',
+                         ["deploy/helm-values.yaml: the pools.json of extraConfigMaps is"]),
+    "helm: statsd prefix": (HELM_VALUES, 'match: "airflow.nexus.lock.wait.*.*"', 'match: "af.nexus.lock.wait.*.*"',
+                            ["deploy/helm-values.yaml: the StatsD mapping 'af.nexus.lock.wait.*.*' does not start with"]),
+    "dockerfile: another Airflow": (DOCKERFILE, "FROM apache/airflow:slim-3.3.2-python3.11",
+                                    "FROM apache/airflow:slim-3.3.1-python3.11",
+                                    ["deploy/Dockerfile: FROM apache/airflow:slim-3.3.1-python3.11 is Airflow 3.3.1"]),
+    "dockerfile: another Python": (DOCKERFILE, "-python3.11", "-python3.12",
+                                   ["deploy/Dockerfile: FROM apache/airflow:slim-3.3.2-python3.12 is Python 3.12"]),
+    "dockerfile: no constraints": (DOCKERFILE, "pip install --no-cache-dir -c /opt/nexus/constraints.txt",
+                                   "pip install --no-cache-dir",
+                                   ["deploy/Dockerfile: the pip install does not use the repository's constraints.txt"]),
+    "dockerfile: Airflow not kept": (DOCKERFILE, '"apache-airflow==${AIRFLOW_VERSION}" \\\n', "",
+                                     ["deploy/Dockerfile: the pip install does not keep the image's Airflow"]),
+    "dockerfile: an extra pyproject lacks": (DOCKERFILE, "[airflow,stack]", "[airflow,celery]",
+                                             ["deploy/Dockerfile: the wheel is installed with the extras"]),
+    "settings: triggerer capacity": (SETTINGS_FILE, "capacity = 2000", "capacity = 1000",
+                                     ["deploy/helm-values.yaml: config.triggerer.capacity is '2000', deploy/airflow-settings.toml "
+                                      "says '1000'",
+                                      "deploy/helm-values.yaml: config.triggerer.default_capacity is '2000'",
+                                      "docs/runbook.md: the row `[triggerer] capacity` says 2,000"]),
+    "settings: three workers": (SETTINGS_FILE, "workers = 2", "workers = 3",
+                                ["deploy/airflow-settings.toml: [config.core] parallelism is 4 but the task slots are 6",
+                                 "deploy/helm-values.yaml: workers.replicas is 2, deploy/airflow-settings.toml says 3"]),
+    "settings: one triggerer": (SETTINGS_FILE, "triggerers = 2", "triggerers = 1",
+                                ["deploy/airflow-settings.toml: [topology] triggerers is 1: at least 2",
+                                 "deploy/helm-values.yaml: triggerer.replicas is 2, deploy/airflow-settings.toml says 1"]),
+    "constraints: another Airflow": (CONSTRAINTS, "\napache-airflow==3.3.2\n", "\napache-airflow==3.3.3\n",
+                                     ["constraints.txt: apache-airflow==3.3.3, deploy/airflow-settings.toml says 3.3.2"]),
+    "runbook: another parallelism": (RUNBOOK, "| `[core] parallelism` | 4 |", "| `[core] parallelism` | 8 |",
+                                     ["docs/runbook.md: the row `[core] parallelism` says 8"]),
+}
+
+
+@pytest.mark.parametrize("mutation", list(MUTATIONS))
+def test_a_mutated_copy_of_the_recipe_fails_the_check_naming_the_setting(tmp_path, mutation):
+    path, old, new, expected = MUTATIONS[mutation]
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) == 1, f"the mutation's text is not once in {path}: {old!r}"
+    copy = tmp_path / path.name
+    copy.write_text(text.replace(old, new), encoding="utf-8")
+    argument = {SETTINGS_FILE: "settings_file", DOCKERFILE: "dockerfile", HELM_VALUES: "helm_values",
+                CONSTRAINTS: "constraints", RUNBOOK: "runbook"}[path]
+    found = recipe_disagreements(**{argument: copy})
+    if path in (DOCKERFILE, HELM_VALUES):  # a recipe file outside deploy/ is named by its path
+        expected = [line.replace(f"deploy/{path.name}:", f"{copy}:", 1) for line in expected]
+    assert len(found) == len(expected), found
+    for line, start in zip(sorted(found), sorted(expected), strict=True):
+        assert line.startswith(start), (line, start)
+
+
+def test_the_check_command_checks_a_teams_own_values_file(tmp_path, capsys):
+    """``python scripts/deploy_settings.py check --helm-values <file>``: exit 0 when it agrees, 1 naming each
+    disagreement when it does not."""
+    assert deploy_settings.main(["check"]) == 0
+    own = tmp_path / "my-values.yaml"
+    own.write_text(HELM_VALUES.read_text(encoding="utf-8").replace('refresh_interval: "30"', 'refresh_interval: "300"'))
+    assert deploy_settings.main(["check", "--helm-values", str(own)]) == 1
+    assert f"{own}: config.dag_processor.refresh_interval is '300', deploy/airflow-settings.toml says '30'" \
+        in capsys.readouterr().err
