@@ -602,3 +602,38 @@ def test_pause_holds_new_tenants_resume_starts_them_and_cancel_stops_before_the_
     assert summary["halted"] == "cancelled after wave 0", summary
     assert summary["tenants"][created[1][0]]["state"] == "not run"
     assert _state(stack, CUTOVER, run_id_for(run_id, created[1][0])) is None
+
+
+def test_an_unanswered_question_alerts_once_past_fence_alert_after_and_stays_the_same_question(stack, tmp_path,
+                                                                                                channels):
+    """Issue 38, item 2, where no code runs: a tenant's writer-stop question parked (``awaiting_input``) while its
+    run holds the fence, ``fence_alert_after`` 90 s (longer than the steps before the question take). The question
+    parks until the alert is due; Airflow's timeout sweep resumes it then: it alerts once (its step, the question's
+    Required-actions link) and parks again on the same question, nothing asked again. Answered after the alert,
+    the run is cut over: the question, the alert and the end, one message each, in that order."""
+    mail = channels[0]
+    name, _, _ = _sqlite_tenant(stack, tmp_path, "f", 62)
+    run_id = stack.trigger(CUTOVER, {"tenant": name, "host_controller": "command", "poll_interval": 10,
+                                     "stale_heartbeat": 20, "readiness_timeout": 300, "confirm_timeout": 900,
+                                     "fence_alert_after": 90, "notify_conn_id": MAIL})["dag_run_id"]
+    deadline = time.monotonic() + 600
+    while not any("FENCED AND WAITING" in t for t in _about(mail, run_id)):
+        assert time.monotonic() < deadline and _state(stack, CUTOVER, run_id) in ("queued", "running"), \
+            stack.task_instances(CUTOVER, run_id)
+        time.sleep(3)
+    pending = stack.pending_hitl(CUTOVER, run_id)
+    assert [d["task_instance"]["task_id"] for d in pending] == ["confirm_writers_stopped"], pending  # the same one
+    time.sleep(5)  # apache/airflow#71172: answered >= 5 s after it parked again
+    stack.answer_hitl(CUTOVER, run_id, "confirm_writers_stopped", CONFIRM)
+    while _state(stack, CUTOVER, run_id) not in ("success", "failed"):
+        assert time.monotonic() < deadline, stack.task_instances(CUTOVER, run_id)
+        time.sleep(3)
+    assert _state(stack, CUTOVER, run_id) == "success", stack.task_instances(CUTOVER, run_id)
+    texts = _about(mail, run_id)
+    assert [t.split("\n", 1)[0].split(":")[0] for t in texts] == [
+        "[nexus] NEEDS CONFIRMATION", "[nexus] FENCED AND WAITING", "[nexus] CUT OVER"], texts
+    alert = texts[1]
+    assert alert.split("\n", 1)[0].endswith(", at confirm_writers_stopped") and f"tenant: {name}" in alert
+    assert f"answer it: {stack.base_url}/dags/{CUTOVER}/runs/{run_id}/tasks/confirm_writers_stopped/" \
+           "required_actions" in alert, alert
+    assert f"the tenant: {stack.base_url}/nexus-status/?search={name}" in alert  # (its host: stopped by `stack`)
