@@ -144,9 +144,10 @@ class _StrictHITL(HITLOperator):
 
     def _park_again_at_the_alert(self, context, event: dict[str, Any]) -> None:
         """A timeout before the question's own deadline is the fenced-tenant alert's wake-up: alert, park again."""
-        if event.get("error_type") != "timeout":
+        ti = context.get("ti")
+        if event.get("error_type") != "timeout" or ti is None:
             return
-        raw = context["ti"].xcom_pull(task_ids=self.task_id, key=QUESTION_DEADLINE_KEY)
+        raw = ti.xcom_pull(task_ids=self.task_id, key=QUESTION_DEADLINE_KEY)
         deadline = dt.datetime.fromisoformat(raw) if isinstance(raw, str) else None
         if deadline is None or deadline - dt.datetime.now(dt.UTC) < dt.timedelta(seconds=1):
             return  # the question's own timeout: handled as ever
