@@ -70,18 +70,19 @@ def held_since(context, log) -> dt.datetime | None:
     return dt.datetime.fromisoformat(since) if isinstance(since, str) else since
 
 
-def look(context, step: str, log) -> dt.datetime | None:
+def look(context, step: str, log, *, question: bool = False) -> dt.datetime | None:
     """One look of a fenced wait at ``step``: alert once when the fence has been held ``fence_alert_after``; the
-    moment the next look must happen (aware UTC) while the alert is not due yet, else None. Never raises."""
+    moment the next look must happen (aware UTC) while the alert is not due yet, else None. ``question``: the step
+    waits for an answer to its own question (the alert links its Required-actions page). Never raises."""
     try:
-        return _look(context, step, log)
+        return _look(context, step, log, question)
     except Exception as exc:  # noqa: BLE001 - the wait goes on; its own timeout still bounds it
         log.warning("fence alert: could not look (%s: %s); the wait goes on", type(exc).__name__,
                     str(exc).splitlines()[0][:200] if str(exc) else "")
         return None
 
 
-def _look(context, step: str, log) -> dt.datetime | None:
+def _look(context, step: str, log, question: bool) -> dt.datetime | None:
     from airflow.sdk import Variable
 
     from nexus_airflow.base import params_of
@@ -103,11 +104,12 @@ def _look(context, step: str, log) -> dt.datetime | None:
     Variable.set(key, json.dumps({"step": step, "at": now.isoformat(), "armed_at": since.isoformat(),
                                   "paused_s": round(paused, 1)}),
                  description="nexus: this run's fenced-tenant alert was sent (issue 38); kept as its record")
-    send_alert(context, step, since, paused, p.fence_alert_after, log)
+    send_alert(context, step, since, paused, p.fence_alert_after, log, question=question)
     return None
 
 
-def send_alert(context, step: str, since: dt.datetime, paused_s: float, after_s: int, log) -> None:
+def send_alert(context, step: str, since: dt.datetime, paused_s: float, after_s: int, log, *,
+               question: bool = False) -> None:
     from nexus_airflow.notify import FENCE_WAITING, WORDS, Message, links, send
     from nexus_cutover.clock import utc_text
 
@@ -119,10 +121,7 @@ def send_alert(context, step: str, since: dt.datetime, paused_s: float, after_s:
     text = ("The tenant's admission is paused while this run waits. Answer its question, or resolve what the step "
             "waits for (runbook: the step's row); the run keeps waiting until its own timeout. This alert is sent "
             "once per run.")
-    from airflow.providers.standard.operators.hitl import HITLOperator
-
     message = Message(f"[nexus] {WORDS[FENCE_WAITING]}: tenant {tenant} for {_duration(paused_s)}, at {step}",
-                      facts, text, links(context, question=isinstance(context.get("task"), HITLOperator),
-                                         tenant=tenant))
+                      facts, text, links(context, question=question, tenant=tenant))
     send(context, message, log)
 

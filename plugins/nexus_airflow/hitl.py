@@ -139,7 +139,7 @@ class _StrictHITL(HITLOperator):
         (an alert already due is sent now)."""
         from nexus_airflow.fence_watch import look
 
-        wake = look(context, self.task_id, self.log)
+        wake = look(context, self.task_id, self.log, question=True)
         return max(min(deadline, wake or deadline) - dt.datetime.now(dt.UTC), dt.timedelta(seconds=1))
 
     def _park_again_at_the_alert(self, context, event: dict[str, Any]) -> None:
