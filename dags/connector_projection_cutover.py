@@ -17,7 +17,7 @@ from airflow.sdk import DAG, AssetAlias, TriggerRule
 from nexus_airflow.base import STEP_HOOKS, never_retry_stops, step_failed
 from nexus_airflow.declared import CUTOVER, build, steps_md, task
 from nexus_airflow.hitl import ConfirmWritersStoppedOperator, StartNewHostOperator
-from nexus_airflow.notify import CutoverNotifier
+from nexus_airflow.notify import SUCCESS, CutoverNotifier
 from nexus_airflow.operators import ASSET_ALIAS, CutoverStepOperator
 from nexus_airflow.params import cutover_params
 from nexus_airflow.sensors import TenantWaitSensor
@@ -132,6 +132,7 @@ TASKS = {
         CutoverStepOperator,
         outlets=[AssetAlias(ASSET_ALIAS)],
         trigger_rule=TriggerRule.ALL_SUCCESS,
+        on_success_callback=[CutoverNotifier(SUCCESS)],  # the run's end, cut over: one message (never a dry run)
         doc_md="Reports any old-protocol writer seen after the fence release (**do not restart an old writer "
         "after this point**), then verifies the history digest: any history row changed, missing or extra since "
         "`history_digest` fails the task, named by key with the columns that differ (rows admitted above the "

@@ -65,6 +65,10 @@ triggered the rollout may not, unless `allow_self_approval`.
 **Rerun** (clear the rollout run, or trigger it again): tenants already cut over are skipped; tenants that
 failed before are retried only with `retry_failed`.
 
+**Notifications** (`notify_conn_id`, else the Variable `nexus_notify_conn_id`; handed to every tenant's run): each
+wave's question as one message naming its tenants, with the link to answer it, and the rollout's end (succeeded,
+halted, cancelled or failed, with done / failed with reasons / not run), from `summary`.
+
 **Pause / resume / cancel**: set the Airflow Variable `nexus_rollout_control__<run id>` to `pause`, `resume`
 or `cancel` (UI: Admin > Variables, or the REST API). Pause holds tenants not yet started; cancel also stops
 running tenants before their checkpoints (their fences stay armed and are reported).

@@ -27,6 +27,11 @@ Invariants:
   re-checked exactly as a per-tenant answer would be. A tenant the wave's
   question was asked without (it was late) asks its own follow-up question, as
   ``per_tenant`` does: the wave's answer never confirms a tenant it did not show.
+* A question parked while the run holds the tenant's fence parks until its fenced-tenant alert is due at the
+  latest (:mod:`nexus_airflow.fence_watch`): Airflow's timeout sweep resumes it then, it alerts once and parks
+  again on the same question (nothing asked again, nothing sent but the alert) for the rest of
+  ``confirm_timeout``, which is counted from the first park (XCom ``question_deadline``). A person's answer in
+  the meantime is handled as ever.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ from nexus_airflow.faults import fault_point
 from nexus_airflow.notify import notify_needs_confirmation
 
 NOT_PERFORMED = "cutover not performed"
+#: XCom key: when a parked question's ``confirm_timeout`` ends (ISO, aware UTC), fixed when it is first asked.
+QUESTION_DEADLINE_KEY = "question_deadline"
 
 
 def answered_by(user: Any) -> str:
@@ -119,11 +126,36 @@ class _StrictHITL(HITLOperator):
         self.body = body
         excluded = set() if p.allow_self_approval else requesters(context)
         self.assigned_users = assigned_users(p.approvers, excluded)
-        self.response_timeout = dt.timedelta(seconds=p.confirm_timeout)
         self._refuse_a_carried_over_question(context)
         # Sent once, when the step parks; execute_complete (the answer) does not come back here.
         notify_needs_confirmation(context, f"{self.subject} (answer within {p.confirm_timeout} s)")
+        deadline = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=p.confirm_timeout)
+        context["ti"].xcom_push(key=QUESTION_DEADLINE_KEY, value=deadline.isoformat())
+        self.response_timeout = self._park_for(context, deadline)
         super().execute(context)
+
+    def _park_for(self, context, deadline: dt.datetime) -> dt.timedelta:
+        """How long the question parks: to ``deadline``, or to the run's fenced-tenant alert when that comes first
+        (an alert already due is sent now)."""
+        from nexus_airflow.fence_watch import look
+
+        wake = look(context, self.task_id, self.log, question=True)
+        return max(min(deadline, wake or deadline) - dt.datetime.now(dt.UTC), dt.timedelta(seconds=1))
+
+    def _park_again_at_the_alert(self, context, event: dict[str, Any]) -> None:
+        """A timeout before the question's own deadline is the fenced-tenant alert's wake-up: alert, park again."""
+        ti = context.get("ti")
+        if event.get("error_type") != "timeout" or ti is None:
+            return
+        raw = ti.xcom_pull(task_ids=self.task_id, key=QUESTION_DEADLINE_KEY)
+        deadline = dt.datetime.fromisoformat(raw) if isinstance(raw, str) else None
+        if deadline is None or deadline - dt.datetime.now(dt.UTC) < dt.timedelta(seconds=1):
+            return  # the question's own timeout: handled as ever
+        from airflow.sdk.exceptions import TaskAwaitingInput
+
+        rest = self._park_for(context, deadline)
+        self.log.info("still waiting for an answer to %r; parked again for %s", self.subject, rest)
+        raise TaskAwaitingInput(method_name="execute_complete", timeout=rest)
 
     def _refuse_a_carried_over_question(self, context) -> None:
         """Stop rather than park under a question this try did not write (an earlier try's, kept by Airflow when
@@ -140,6 +172,7 @@ class _StrictHITL(HITLOperator):
 
     def execute_complete(self, context, event: dict[str, Any]) -> Any:
         self._name_the_tenant(context)
+        self._park_again_at_the_alert(context, event)
         try:
             result = super().execute_complete(context, event)
         except Exception as exc:  # noqa: BLE001 - timeout or bad answer: never a pass
@@ -305,18 +338,22 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
         (:meth:`wave_looked`) once it is answered, the rollout ended or the question was asked without this tenant.
         Before issue 36 this task rescheduled itself every ``poll_interval``: a wide wave's tenants took the task
         slots in turns and each saw the answer up to a poll late (docs/performance.md)."""
+        from nexus_airflow.fence_watch import look
         from nexus_airflow.pollers import deadline_in
         from nexus_airflow.triggers import StatusPollTrigger
 
         p = params_of(context)
         kwargs = {"rollout_run_id": rollout_run_id, "wave": wave, "tenant": p.tenant,
                   "deadline": deadline_in(2 * p.confirm_timeout + 3600)}
-        self.defer(trigger=StatusPollTrigger("nexus_airflow.pollers.WaveAnswerPoller", kwargs, self.WAVE_LOOK_S),
+        wake = look(context, self.task_id, self.log)  # fenced while it waits for the wave: alert once when due
+        self.defer(trigger=StatusPollTrigger("nexus_airflow.pollers.WaveAnswerPoller", kwargs, self.WAVE_LOOK_S,
+                                             wake_at=wake.isoformat() if wake else None),
                    method_name="wave_looked")
 
     def wave_looked(self, context, event: dict[str, Any] | None = None) -> Any:
-        """The triggerer saw the wave's wait end (or fail): the whole step again, as a reschedule ran it -- the
-        cancel check, the evidence, then the wave's answer, which decides here."""
+        """The triggerer saw the wave's wait end (or fail), or woke it for the fenced-tenant alert: the whole step
+        again, as a reschedule ran it -- the cancel check, the evidence, the alert's look, then the wave's answer,
+        which decides here."""
         if isinstance(event, dict) and event.get("state") == "error":
             self.log.warning("looking for the wave's answer failed in the triggerer (%s); looking here",
                              event.get("message"))

@@ -1,34 +1,32 @@
-"""Notifications of the tenant DAGs: a task failed, or a person must confirm something.
+"""Notifications: every question, stop and end of a tenant run or a rollout reaches a person, with the link to click.
 
 Invariants:
 
-* Every event is written to the task log, whether or not anything is sent.
-* It is *sent* only when a connection id is configured: the run's param
-  ``notify_conn_id``, else the Airflow Variable ``nexus_notify_conn_id``; empty
-  means log only. The connection decides the channel:
+* Every event is written to the task log (a ``NOTIFY`` line), whether or not anything is sent.
+* One channel setting for both DAG families (the cutover and Field History runs, and ``tenant_rollout``): the
+  run's field ``notify_conn_id``, else the Airflow Variable ``nexus_notify_conn_id``; empty means log only. A
+  rollout hands its ``notify_conn_id`` to every tenant run it starts, so one rollout speaks through one channel.
+  The connection decides the channel, sent through Airflow's provider notifiers:
 
-  - ``smtp`` (``apache-airflow-providers-smtp``, installed with Airflow):
-    host/port/login/password as usual; extras ``to`` (comma-separated
-    recipients, required), ``from_email``, ``timeout``, ``disable_ssl``,
+  - ``smtp``: :class:`~airflow.providers.smtp.notifications.smtp.SmtpNotifier`; host/port/login/password as
+    usual; extras ``to`` (comma-separated recipients, required), ``from_email``, ``timeout``, ``disable_ssl``,
     ``disable_tls``.
-  - ``slackwebhook``: only when ``apache-airflow-providers-slack`` is
-    installed. It is not a dependency of this project; to enable it,
-    ``pip install apache-airflow-providers-slack`` into the Airflow environment
-    and create a Slack incoming-webhook connection.
+  - ``slackwebhook``: :class:`~airflow.providers.slack.notifications.slack_webhook.SlackWebhookNotifier`
+    (``apache-airflow-providers-slack``, in the ``airflow`` extra); the webhook token in the password.
 
-* A send that fails (server unreachable, bad connection, unsupported type) is
-  logged and swallowed: it never fails a task and never masks the task's own
-  outcome.
-* A message names the tenant, DAG, run, task and a short reason (the failure
-  message, the drain report's blockers grouped by cause, the audit findings
-  summary); never a DSN or a password: URLs with credentials are masked and
-  connections are referred to by id only.
-* One event, one message: failures come from ``on_failure_callback`` (called
-  once per failed try; the DAGs run with ``retries=0``), and a confirmation
-  request is sent when a HITL step parks, not while it waits. Sensors never
-  notify per poke: a stuck drain ends the sensor, which fails once.
-* Light to import (DAG files import it at parse time): providers are imported
-  only when sending.
+* A send that fails (server unreachable, bad connection, unsupported type) is logged and swallowed: it never
+  fails a task and never masks the task's own outcome.
+* A message names the tenant (or the rollout and its tenants), the run, the step and a short reason; never a DSN
+  or a password: URLs with credentials are masked (:func:`scrub`) and connections are referred to by id only.
+  Each carries the pages a person opens (:func:`links`): the question's Required-actions page (Airflow's HITL
+  link helper), the run, the tenant's row in the status view (or the rollouts page); none without
+  ``[api] base_url``.
+* One event, one message: a task's failure from ``on_failure_callback`` (once per failed try; the DAGs run with
+  ``retries=0``); a question when its step parks, not while it waits; a wave's question is one message naming
+  its tenants; a rollout's halt and its end one each; a tenant's stop that is the rollout's own decision (its
+  wave rejected or unanswered, the rollout cancelled) is in the rollout's message, not one per tenant. Sensors
+  never notify per poke.
+* Light to import (DAG files import it at parse time): providers are imported only when sending.
 """
 
 from __future__ import annotations
@@ -37,21 +35,171 @@ import contextlib
 import html
 import json
 import re
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote, urlencode
 
 from airflow.sdk import BaseNotifier
 
 FAILURE = "failure"
 NEEDS_CONFIRMATION = "needs_confirmation"
+SUCCESS = "success"
+FENCE_WAITING = "fence_waiting"
+#: The words of each event in a message's subject.
+WORDS = {FAILURE: "FAILED", NEEDS_CONFIRMATION: "NEEDS CONFIRMATION", SUCCESS: "CUT OVER",
+         FENCE_WAITING: "FENCED AND WAITING"}
 VARIABLE = "nexus_notify_conn_id"
 MAX_REASON = 2000
 _CREDENTIALS_IN_URL = re.compile(r"(\b[a-zA-Z][\w+.-]*://[^:/@\s]*:)[^@\s]*@")
+#: The status view's own pages (the plugin's FastAPI app: ``plugins/nexus_status_plugin.py``'s URL prefix).
+STATUS_PREFIX = "/nexus-status"
 
 
 def scrub(text: str) -> str:
     """``text`` with the password of any ``scheme://user:password@`` URL replaced by ``***``."""
     return _CREDENTIALS_IN_URL.sub(r"\1***@", text)
 
+
+# -- links ---------------------------------------------------------------------------------------------------------
+
+def base_url() -> str:
+    """``[api] base_url`` without its trailing slash, or "" when it is not configured."""
+    try:
+        from airflow.sdk.configuration import conf
+
+        return (conf.get("api", "base_url", fallback=None) or "").rstrip("/")
+    except Exception:  # noqa: BLE001 - no configuration readable: no links
+        return ""
+
+
+def run_link(base: str, dag_id: str, run_id: str) -> str:
+    return f"{base}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
+
+
+def tenant_link(base: str, tenant: str) -> str:
+    """The tenant's row in the status view (the page filtered to its name)."""
+    return f"{base}{STATUS_PREFIX}/?{urlencode({'search': tenant})}"
+
+
+def rollouts_link(base: str) -> str:
+    """The rollouts page of the status view (the latest rollouts, their waves and tenants)."""
+    return f"{base}{STATUS_PREFIX}/rollouts"
+
+
+def question_link(context) -> str | None:
+    """The Required-actions page of the question the context's task asks (Airflow's HITL link helper)."""
+    from airflow.providers.standard.operators.hitl import HITLOperator
+
+    base = base_url()
+    if not base or not isinstance(context.get("task"), HITLOperator):
+        return None
+    return HITLOperator.generate_link_to_ui_from_context(context=context, base_url=base)
+
+
+def links(context, *, question: bool = False, tenant: str | None = None) -> list[str]:
+    """The pages a person opens from a message about the context's run: the question's Required-actions page
+    (``question``), the run, the tenant's row in the status view (``tenant``); none without ``[api] base_url``.
+    Never raises."""
+    try:
+        base, ti = base_url(), context.get("ti")
+        if not base or ti is None:
+            return []
+        found = []
+        if question and (link := question_link(context)):
+            found.append(f"answer it: {link}")
+        found.append(f"the run: {run_link(base, ti.dag_id, ti.run_id)}")
+        if tenant:
+            found.append(f"the tenant: {tenant_link(base, tenant)}")
+        return found
+    except Exception:  # noqa: BLE001 - a message without links is still sent
+        return []
+
+
+# -- the message and where it goes ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Message:
+    """One event as a person reads it: a subject, ``key: value`` lines, free text and the links."""
+
+    subject: str
+    facts: list[tuple[str, str]] = field(default_factory=list)
+    text: str = ""
+    links: list[str] = field(default_factory=list)
+
+    @property
+    def body(self) -> str:
+        lines = [f"{k}: {scrub(str(v))[:MAX_REASON]}" for k, v in self.facts]
+        return "\n".join([*lines, *([""] + [scrub(self.text)] if self.text else []), *([""] + self.links if self.links else [])])
+
+
+def channel_of(params: Any) -> str:
+    """The connection id events of a run are sent through: its ``notify_conn_id``, else the Variable
+    ``nexus_notify_conn_id``; "" (log only) when neither is set or the Variable cannot be read."""
+    conn_id = (params or {}).get("notify_conn_id") or ""
+    if conn_id:
+        return str(conn_id)
+    try:
+        from airflow.sdk import Variable
+
+        return Variable.get(VARIABLE, default="") or ""
+    except Exception:  # noqa: BLE001 - no Variable backend reachable: log only
+        return ""
+
+
+def send(context, message: Message, log) -> bool:
+    """Log ``message`` and send it through the run's channel (:func:`channel_of`); True when it was sent. Never
+    raises (see the module invariants)."""
+    body = message.body
+    log.warning("NOTIFY %s\n%s", message.subject, body)
+    conn_id = channel_of(context.get("params"))
+    if not conn_id:
+        log.info("notification logged only (no notify_conn_id param nor Variable %s)", VARIABLE)
+        return False
+    try:
+        _deliver(conn_id, message.subject, body, context)
+    except Exception as exc:  # noqa: BLE001 - a lost notification must never change the task outcome
+        log.error("notification NOT sent through connection %s: %s", conn_id, scrub(f"{type(exc).__name__}: {exc}"))
+        return False
+    log.info("notification sent through connection %s", conn_id)
+    return True
+
+
+def _slack_text(subject: str, body: str) -> str:
+    """Slack mrkdwn: the subject bold, the body as lines (its links stay clickable), ``& < >`` escaped."""
+    def esc(s: str) -> str:
+        return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+    return f"*{esc(subject)}*\n{esc(body)}"
+
+
+def _deliver(conn_id: str, subject: str, body: str, context) -> None:
+    from airflow.sdk import BaseHook
+
+    conn = BaseHook.get_connection(conn_id)
+    if conn.conn_type == "smtp":
+        from airflow.providers.smtp.notifications.smtp import SmtpNotifier
+
+        extra = conn.extra_dejson
+        to = [a.strip() for a in str(extra.get("to") or "").split(",") if a.strip()]
+        if not to:
+            raise ValueError(f"smtp connection {conn_id} has no recipients: set its extra 'to' (comma-separated)")
+        notifier = SmtpNotifier(to=to, from_email=extra.get("from_email") or "nexus-cutover@localhost",
+                                subject=subject, html_content=f"<pre>{html.escape(body)}</pre>", smtp_conn_id=conn_id)
+    elif conn.conn_type == "slackwebhook":
+        try:
+            from airflow.providers.slack.notifications.slack_webhook import SlackWebhookNotifier
+        except ImportError as exc:
+            raise RuntimeError("a slackwebhook connection needs apache-airflow-providers-slack installed") from exc
+        notifier = SlackWebhookNotifier(slack_webhook_conn_id=conn_id, text=_slack_text(subject, body))
+    else:
+        raise ValueError(f"connection type {conn.conn_type!r} is not a notification channel: use smtp or "
+                         "slackwebhook")
+    # notify(), not __call__: the text is the project's, already final; rendering it as a template would let a
+    # stop reason's braces or a tenant's data be evaluated.
+    notifier.notify(context)
+
+
+# -- a tenant run's events -------------------------------------------------------------------------------------------
 
 def _blockers(report: dict[str, Any]) -> str:
     parts = []
@@ -76,29 +224,27 @@ def _report_summary(report: Any) -> str:
     return "report: " + json.dumps(report, default=str)[:500]
 
 
-def links(context, event: str) -> list[str]:
-    """The pages a person opens from the message: a question's Required-actions page (Airflow's own link helper),
-    the run, and the status view's tenants page; none when ``[api] base_url`` is not configured. Never raises."""
+def decided_by_rollout(report: Any) -> bool:
+    """Whether a tenant's stop is its rollout's own decision (its wave's question rejected, unanswered or refused,
+    the rollout cancelled): the rollout's message reports it, with every tenant it stopped."""
+    if not isinstance(report, dict):
+        return False
+    answer = report.get("wave_answer")
+    return bool(report.get("cancelled_by_rollout")) or (isinstance(answer, dict) and answer.get("answer") != "approved")
+
+
+def _cut_over(ti) -> str:
+    """A successful run's facts: each pack's cutoff and the admission pause its release recorded."""
+    from nexus_airflow import results
+
     try:
-        from urllib.parse import quote
-
-        from airflow.sdk.configuration import conf
-
-        base = (conf.get("api", "base_url", fallback=None) or "").rstrip("/")
-        ti = context.get("ti")
-        if not base or ti is None:
-            return []
-        found = []
-        if event == NEEDS_CONFIRMATION:
-            from airflow.providers.standard.operators.hitl import HITLOperator
-
-            if isinstance(context.get("task"), HITLOperator):
-                found.append(f"answer it: {HITLOperator.generate_link_to_ui_from_context(context=context, base_url=base)}")
-        found.append(f"the run: {base}/dags/{quote(ti.dag_id, safe='')}/runs/{quote(ti.run_id, safe='')}")
-        found.append(f"status view: {base}/plugin/nexus-tenants")
-        return found
-    except Exception:  # noqa: BLE001 - a message without links is still sent
-        return []
+        released = results.release(ti) or {}
+        cutoffs = ", ".join(f"{pack} {cutoff}" for pack, cutoff in results.checkpoints(ti).items()) or "none"
+    except Exception:  # noqa: BLE001 - the message is sent without them
+        return "cut over (read the run's XComs for its checkpoints)"
+    pause = released.get("admission_pause_s")
+    return f"checkpoints (LegacyMaxOrdinal per pack): {cutoffs}; admission paused " + (
+        f"{pause:.1f} s" if isinstance(pause, (int, float)) else "-")
 
 
 def _task_label(ti) -> str:
@@ -106,118 +252,71 @@ def _task_label(ti) -> str:
     return ti.task_id if map_index is None or map_index < 0 else f"{ti.task_id}[{map_index}]"
 
 
+def tenant_message(context, event: str, reason: str, text: str, *, question: bool = False) -> Message:
+    """A tenant run's event: the subject names the event, the tenant and the step; the body the run and reason."""
+    ti = context.get("ti")
+    tenant = (context.get("params") or {}).get("tenant", "?")
+    dag_id = getattr(ti, "dag_id", None) or getattr(context.get("dag"), "dag_id", "?")
+    task = _task_label(ti) if ti is not None else "?"
+    what = WORDS[event]
+    facts = [("event", what), ("tenant", tenant), ("dag", dag_id), ("run", context.get("run_id", "?")),
+             ("task", f"{task} (try {getattr(ti, 'try_number', '?')})"), ("reason", reason)]
+    return Message(f"[nexus] {what}: tenant {tenant}, {dag_id}.{task}", facts, text,
+                   links(context, question=question, tenant=tenant))
+
+
 class CutoverNotifier(BaseNotifier):
-    """Log, and send through the configured connection, one event of a tenant run (see module invariants)."""
+    """Log, and send through the run's channel, one event of a tenant run (see module invariants)."""
 
     def __init__(self, event: str = FAILURE, reason: str | None = None) -> None:
         super().__init__()
         self.event = event
         self.reason = reason
 
-    # -- what is said -------------------------------------------------------
+    def _report(self, context) -> Any:
+        ti = context.get("ti")
+        try:
+            return ti.xcom_pull(task_ids=ti.task_id, key="report", map_indexes=ti.map_index) if ti else None
+        except Exception:  # noqa: BLE001 - the report is a bonus; the exception is the reason
+            return None
 
     def reason_of(self, context) -> str:
         if self.reason:
             return self.reason
+        if self.event == SUCCESS:
+            return _cut_over(context.get("ti"))
         parts = []
         exc = context.get("exception")
         if exc is not None:
             parts.append(str(exc) or type(exc).__name__)
-        ti = context.get("ti")
-        try:
-            report = ti.xcom_pull(task_ids=ti.task_id, key="report", map_indexes=ti.map_index) if ti else None
-        except Exception:  # noqa: BLE001 - the report is a bonus; the exception is the reason
-            report = None
-        if report:
+        if report := self._report(context):
             summary = _report_summary(report)
             parts = [p for p in parts if p not in summary] + [summary]  # a report that repeats the exception: once
         return " | ".join(parts) or "no reason recorded: read the task log"
 
-    def message(self, context) -> tuple[str, str]:
-        """(subject, body) of the event; plain text, credentials scrubbed, bounded."""
-        ti = context.get("ti")
-        params = context.get("params") or {}
-        tenant = params.get("tenant", "?")
-        dag_id = getattr(ti, "dag_id", None) or getattr(context.get("dag"), "dag_id", "?")
-        task = _task_label(ti) if ti is not None else "?"
-        what = "FAILED" if self.event == FAILURE else "NEEDS CONFIRMATION"
-        reason = scrub(self.reason_of(context))[:MAX_REASON]
-        subject = f"[nexus] {what}: tenant {tenant}, {dag_id}.{task}"
-        body = "\n".join([
-            f"event: {what}",
-            f"tenant: {tenant}",
-            f"dag: {dag_id}",
-            f"run: {context.get('run_id', '?')}",
-            f"task: {task} (try {getattr(ti, 'try_number', '?')})",
-            f"reason: {reason}",
-            "",
-            "Read the task log and its XCom `report` (runbook: docs/runbook.md)."
-            if self.event == FAILURE else
-            "Answer it in Airflow: Browse -> Required actions (no answer in time ends the run failed).",
-            *links(context, self.event),
-        ])
-        return subject, body
-
-    # -- where it goes ------------------------------------------------------
-
-    @staticmethod
-    def conn_id_of(context) -> str:
-        conn_id = (context.get("params") or {}).get("notify_conn_id") or ""
-        if conn_id:
-            return conn_id
-        try:
-            from airflow.sdk import Variable
-
-            return Variable.get(VARIABLE, default="") or ""
-        except Exception:  # noqa: BLE001 - no Variable backend reachable: log only
-            return ""
+    def message(self, context) -> Message:
+        """The event as a person reads it; plain text, credentials scrubbed, bounded."""
+        text = {
+            FAILURE: "Read the task log and its XCom `report` (runbook: docs/runbook.md).",
+            NEEDS_CONFIRMATION: "Answer it in Airflow (the link below; Browse -> Required actions lists it too); "
+                                "no answer in time ends the run failed.",
+            SUCCESS: "The tenant is cut over: checkpoints written, admission resumed, the history digest verified.",
+        }[self.event]
+        return tenant_message(context, self.event, self.reason_of(context), text,
+                              question=self.event == NEEDS_CONFIRMATION)
 
     def notify(self, context) -> None:
-        subject, body = self.message(context)
-        self.log.warning("NOTIFY %s\n%s", subject, body)
-        conn_id = self.conn_id_of(context)
-        if not conn_id:
-            self.log.info("notification logged only (no notify_conn_id param nor Variable %s)", VARIABLE)
+        params = context.get("params") or {}
+        if self.event == SUCCESS and params.get("dry_run"):
+            return  # a dry run cuts nothing over
+        if self.event == FAILURE and (params.get("rollout") or {}).get("run_id") and decided_by_rollout(
+                self._report(context)):
+            self.log.info("this stop is the rollout's decision: its message reports it, with the wave's tenants")
             return
-        try:
-            self._send(conn_id, subject, body)
-        except Exception as exc:  # noqa: BLE001 - a lost notification must never change the task outcome
-            self.log.error("notification NOT sent through connection %s: %s", conn_id,
-                           scrub(f"{type(exc).__name__}: {exc}"))
-        else:
-            self.log.info("notification sent through connection %s", conn_id)
-
-    def _send(self, conn_id: str, subject: str, body: str) -> None:
-        from airflow.sdk import BaseHook
-
-        conn = BaseHook.get_connection(conn_id)
-        if conn.conn_type == "smtp":
-            _send_smtp(conn_id, conn.extra_dejson, subject, body)
-        elif conn.conn_type == "slackwebhook":
-            try:
-                from airflow.providers.slack.hooks.slack_webhook import SlackWebhookHook
-            except ImportError as exc:
-                raise RuntimeError("a slackwebhook connection needs apache-airflow-providers-slack installed") from exc
-            SlackWebhookHook(slack_webhook_conn_id=conn_id).send(text=f"*{subject}*\n```{body}```")
-        else:
-            raise ValueError(f"connection type {conn.conn_type!r} is not a notification channel: use smtp or "
-                             "slackwebhook")
-
-
-def _send_smtp(conn_id: str, extra: dict[str, Any], subject: str, body: str) -> None:
-    from airflow.providers.smtp.hooks.smtp import SmtpHook
-
-    to = [a.strip() for a in str(extra.get("to") or "").split(",") if a.strip()]
-    if not to:
-        raise ValueError(f"smtp connection {conn_id} has no recipients: set its extra 'to' (comma-separated)")
-    with SmtpHook(smtp_conn_id=conn_id) as hook:
-        hook.send_email_smtp(
-            to=to, subject=subject, from_email=extra.get("from_email") or "nexus-cutover@localhost",
-            html_content=f"<pre>{html.escape(body)}</pre>",
-        )
+        send(context, self.message(context), self.log)
 
 
 def notify_needs_confirmation(context, reason: str) -> None:
-    """Tell the configured channel a HITL step is waiting for a person; never raises."""
-    with contextlib.suppress(Exception):  # notify() already swallows send errors; this guards message building
+    """Tell the run's channel a HITL step is waiting for a person; never raises."""
+    with contextlib.suppress(Exception):  # send() already swallows send errors; this guards message building
         CutoverNotifier(NEEDS_CONFIRMATION, reason)(context)

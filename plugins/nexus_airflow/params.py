@@ -151,8 +151,9 @@ CONN_ID_FIELD = Field(None, "Tenant DB connection id", "Airflow connection of th
                       {"type": "string", "pattern": CONN_ID_PATTERN}, _text, CONNECTIONS)
 NOTIFY_FIELD = Field(
     None, "Notification connection id",
-    "Where failures and needs-confirmation events are sent: an smtp connection (extra 'to') or a Slack webhook "
-    "connection (needs the Slack provider). Empty: the Variable nexus_notify_conn_id, else the task log only.",
+    "Where questions, stops, ends and fence alerts are sent (a rollout's too, and its tenants' runs): an smtp "
+    "connection (extra 'to') or a Slack incoming-webhook connection. Empty: the Variable nexus_notify_conn_id, "
+    "else the task log only.",
     {"type": "string", "pattern": CONN_ID_PATTERN}, _text, CONNECTIONS,
 )
 STALE_HEARTBEAT_FIELD = Field(
@@ -234,6 +235,11 @@ CUTOVER_FIELDS: dict[str, Field] = {
     "drain_timeout": _seconds(3600, "Drain timeout (s)", "How long wait_for_drain may wait for old projection work to become terminal."),
     "writers_stop_timeout": _seconds(3600, "Writers stop timeout (s)",
                                      "How long check_old_writers waits for every old writer to be stopped or silent."),
+    "fence_alert_after": _seconds(7200, "Alert when fenced for (s)",
+                                  "A run that still holds the tenant's admission fence this long after it was armed "
+                                  "alerts once through the notification channel (notify_conn_id), naming the step it "
+                                  "waits at and how long admission has been paused, with the link. Nothing else "
+                                  "changes: the run keeps waiting.", maximum=30 * 86400),
     "confirm_timeout": _seconds(86400, "Confirmation timeout (s)", "How long the human confirmations wait. A timeout never confirms.",
                                 maximum=30 * 86400),
     "lock_timeout": _seconds(300, "Lock timeout (s)",
@@ -259,7 +265,7 @@ MAX_PARALLEL_CAP = 16
 #: Fields of the per-tenant form a rollout may set for every tenant (never a DSN: connections are per tenant).
 SHARED_FIELDS = ("arm_when_drain_below", "pre_arm_timeout", "drain_timeout", "stale_heartbeat", "host_controller",
                  "host_http_conn_id", "dry_run",
-                 "poll_interval", "writers_stop_timeout", "confirm_timeout", "lock_timeout", "digest_timeout",
+                 "poll_interval", "writers_stop_timeout", "confirm_timeout", "fence_alert_after", "lock_timeout", "digest_timeout",
                  "digest_connections", "readiness_timeout", "read_pool")
 ROLLOUT_FIELDS: dict[str, Field] = {
     "tenants": Field(_REQUIRED, "Tenants", "Namespaces; each uses the connection nexus_tenant_<tenant>.",
@@ -287,6 +293,7 @@ ROLLOUT_FIELDS: dict[str, Field] = {
     "approval": Field("per_tenant", "Approval", "per_tenant: each tenant's run asks; per_wave: one question per wave.",
                       {"type": "string", "enum": list(APPROVAL_MODES)}, section=APPROVAL),
     **APPROVER_FIELDS,
+    "notify_conn_id": NOTIFY_FIELD,
     "tenants_variable": Field(None, "Tenants Variable", "An Airflow Variable holding a JSON list of more tenants "
                               "(after `tenants`).", {"type": "string"}, _text, CONNECTIONS),
     "cutover_conf": Field({"host_controller": DEFAULT_HOST_CONTROLLER}, "Per-tenant form fields",
@@ -393,6 +400,7 @@ class RunParams:
     poll_interval: int
     writers_stop_timeout: int
     confirm_timeout: int
+    fence_alert_after: int
     lock_timeout: int
     digest_timeout: int
     digest_connections: int

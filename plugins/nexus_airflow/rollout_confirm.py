@@ -14,6 +14,7 @@ Invariants:
   run's ``confirm_writers_stopped``, the same approvers and evidence rules).
 * The tenants a question showed (XCom ``shown``, pushed before it is asked) are
   the only ones its answer confirms; each re-checks its own evidence time shown.
+* The question is sent once, as it parks, as one message naming its tenants (:mod:`nexus_airflow.rollout_notify`).
 * No default: a reject or a timeout fails the tenants the question showed
   (nothing written beyond their fences); the rejection is a decision, not
   counted against ``max_failed``.
@@ -90,6 +91,9 @@ class WaveConfirmOperator(HITLOperator):
         self.body = wave_body(self.wave, rows)
         confirm_timeout = int((triggers[0]["conf"].get("confirm_timeout") if triggers else None) or 86400)
         self.response_timeout = dt.timedelta(seconds=confirm_timeout)
+        from nexus_airflow.rollout_notify import wave_question
+
+        wave_question(context, self.wave, rows, confirm_timeout)  # once, as it parks: the answer does not come back here
         return super().execute(context)
 
     @staticmethod

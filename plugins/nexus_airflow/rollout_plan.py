@@ -82,9 +82,10 @@ def build_plan(params: dict[str, Any], run_id: str, requested_by: str | None, ti
     preflight's rows; a tenant whose verdict is stop is skipped, or halts the rollout (``on_preflight_stop``)."""
     from nexus_airflow.rollout_preflight import halt_reason, stopped_tenants
 
+    channel = (params or {}).get("notify_conn_id")  # one channel for the rollout and its tenants (nexus_airflow.notify)
     params = resolve(ROLLOUT_FIELDS, params)  # a field left empty on the form is its default
     tenants = form_tenants(params)
-    shared = shared_conf(params)
+    shared = {**shared_conf(params), **({"notify_conn_id": channel} if channel else {})}
     stops = stopped_tenants(preflight) if params["on_preflight_stop"] != "run" else {}
     if stops and params["on_preflight_stop"] == "halt":
         raise ValueError(halt_reason(stops))

@@ -11,7 +11,8 @@ Invariants (the vocabulary is :mod:`nexus_airflow.rollout`):
 * A wave's ``close`` passes within ``max_failed`` (its succeeded tenants' runs ended with their Asset event); past
   the budget the rollout halts and later waves' tenants are never started. A rejected wave is a decision, not
   counted against ``max_failed``; a cancel is reported as such.
-* The summary fails the rollout unless every planned tenant succeeded.
+* The summary fails the rollout unless every planned tenant succeeded, and sends the rollout's one end message
+  (:func:`nexus_airflow.rollout_notify.ended`: succeeded, halted, cancelled or failed, with done / failed / not run).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from nexus_airflow import results
 from nexus_airflow import rollout as ro
 from nexus_airflow.rollout_lanes import wave_triggers
+from nexus_airflow.rollout_notify import ended, summary_facts
 
 _fail, _state_word = ro.fail, ro.state_word
 
@@ -104,6 +106,7 @@ def summarize(run_id: str, ti, log) -> dict[str, Any]:
     if not plan:
         reason = ro.refusal(ti) or "the plan task failed (see its log)"
         ti.xcom_push(key=ro.SUMMARY_KEY, value={"tenants": {}, "succeeded": [], "not_succeeded": [], "refusal": reason})
+        ended("FAILED", f"{run_id}: it started no tenant", [f"the rollout started no tenant: {reason}"])
         raise _fail(f"the rollout started no tenant: {reason}")
     tenants: dict[str, Any] = {}
     halted = None
@@ -131,6 +134,9 @@ def summarize(run_id: str, ti, log) -> dict[str, Any]:
               "skipped": plan["skipped"], "halted": halted, "admission_pause": pauses}
     ti.xcom_push(key=ro.SUMMARY_KEY, value=result)
     ti.xcom_push(key=ro.SUMMARY_TEXT_KEY, value="\n".join(lines))
+    outcome = (halted.split(" ", 1)[0].upper() if halted else "FAILED") if result["not_succeeded"] else "SUCCEEDED"
+    ended(outcome, f"{run_id}: {len(ok)} of {len(tenants)} tenant(s) cut over" + (f", {halted}" if halted else ""),
+          lines, summary_facts(tenants, plan["skipped"]))
     if result["not_succeeded"]:
         raise _fail(f"{len(result['not_succeeded'])} of {len(tenants)} tenant(s) did not succeed"
                     + (f" ({halted})" if halted else "") + ": " + ", ".join(result["not_succeeded"]))
@@ -150,6 +156,7 @@ def preflight_only(ti, log) -> dict[str, Any]:
     log.info("%s%s", text, "".join(f"\n  {t}: {why}" for t, why in result["would_skip"].items()))
     ti.xcom_push(key=ro.SUMMARY_KEY, value=result)
     ti.xcom_push(key=ro.SUMMARY_TEXT_KEY, value=text)
+    ended("PREFLIGHT DONE", text, [f"{t}: {why}" for t, why in result["would_skip"].items()])
     return result
 
 

@@ -39,6 +39,9 @@ Invariants:
   (:func:`~nexus_airflow.base.stop`): never ``soft_fail``, ``never_fail`` or
   ``silent_fail`` (a stop is a failure, never a skip).
 * Nothing here writes to the tenant database.
+* A wait inside the fenced window looks at its run's fenced-tenant alert at every look on a worker
+  (:meth:`~StatusPollSensor.while_waiting`: :mod:`nexus_airflow.fence_watch`), and a deferred one is woken by its
+  trigger when the alert is due: it alerts once, then waits again to the same deadline.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from airflow.sdk.exceptions import AirflowSensorTimeout
 
 from nexus_airflow.base import params_of, stop, stop_on_another_version
 from nexus_airflow.faults import fault_point
-from nexus_airflow.triggers import VERSION_CHANGED, WAITING, StatusPollTrigger, import_poller
+from nexus_airflow.triggers import VERSION_CHANGED, WAITING, WAKE, StatusPollTrigger, import_poller
 
 #: The state a wait's result carries when Airflow's timeout ended it and the poller had no final word.
 TIMED_OUT = "timed_out"
@@ -102,6 +105,8 @@ class StatusPollSensor(BaseSensorOperator):
         self.metric_sent = False
         self._poller = None
         self._last: dict[str, Any] = {}
+        #: When the deferred wait must come back to a worker (its run's fenced-tenant alert is due), if ever.
+        self._wake: dt.datetime | None = None
 
     # -- subclass API --------------------------------------------------------
 
@@ -119,6 +124,10 @@ class StatusPollSensor(BaseSensorOperator):
 
     def poll_only_once(self, context) -> bool:
         return False
+
+    def while_waiting(self, context) -> dt.datetime | None:
+        """Called at each look that says ``waiting``: when a deferred wait must come back here (None: never)."""
+        return None
 
     def finish(self, context, result: dict[str, Any]) -> Any:
         """A final state (or a dry run's one look): the task's XCom value, or :func:`~nexus_airflow.base.stop`."""
@@ -150,6 +159,7 @@ class StatusPollSensor(BaseSensorOperator):
         result = self._poll(context)
         fault_point(f"{self.step}.poll")
         if result.get("state") == WAITING and not self.poll_only_once(context):
+            self._wake = self.while_waiting(context)
             return False
         return PokeReturnValue(is_done=True, xcom_value=self.finish(context, result))
 
@@ -158,6 +168,13 @@ class StatusPollSensor(BaseSensorOperator):
             self.log.info("%s: the wait's trigger ended it (%s); looking once more on the worker", self.task_id, event)
             self.metric_sent = True  # by the trigger, which ended the step
             return self._poke_then_defer(context)
+        if event.get("state") == WAKE:  # the run's fenced-tenant alert is due: look (and alert), then wait again
+            self.timeout, self.poke_interval = float(self.wait_seconds(context)), float(self.interval(context))
+            self._deadline = dt.datetime.fromisoformat(event["deadline"]) if event.get("deadline") else None
+            try:
+                return self._poke_then_defer(context)
+            finally:
+                self._close()
         if event.get("state") == "error":
             stop(context, self.log, f"{self.step}: polling the tenant database failed: {event.get('message')}",
                  step=self.step)
@@ -209,7 +226,8 @@ class StatusPollSensor(BaseSensorOperator):
         from nexus_cutover.code_version import RUNNING
 
         self.defer(  # the trigger checks that the triggerer runs this (the run's, checked) product version
-            trigger=StatusPollTrigger(self.poller_path, kwargs, self.poke_interval, end_task=end, pinned_version=RUNNING),
+            trigger=StatusPollTrigger(self.poller_path, kwargs, self.poke_interval, end_task=end, pinned_version=RUNNING,
+                                      wake_at=self._wake.isoformat() if self._wake else None),
             method_name="execute_complete",
             # What is left of the wait, plus two polls: the trigger's own verdict past the deadline (with the
             # drain's rate and ETA) comes at most one poll after it; the resumed worker's last look is the backup.
@@ -321,6 +339,12 @@ class TenantWaitSensor(StatusPollSensor):
 
     def poll_only_once(self, context) -> bool:
         return params_of(context).dry_run
+
+    def while_waiting(self, context) -> dt.datetime | None:
+        """The run's fenced-tenant alert, at this look (:func:`nexus_airflow.fence_watch.look`)."""
+        from nexus_airflow.fence_watch import look
+
+        return look(context, self.step, self.log)
 
     def end_task(self, context) -> dict[str, Any] | None:
         """Passing, the wait ends in its trigger with what :meth:`finish` would push: the report as the task's

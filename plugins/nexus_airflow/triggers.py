@@ -31,6 +31,10 @@ Invariants:
   poll, that the triggerer loaded that version (:func:`nexus_cutover.code_version.check`): else its one event
   is ``version_changed`` (both versions), and it never opens the tenant database: the triggerer is code too,
   and a release deployed while a tenant waits does not poll it with other code than the run started on.
+* A wait told to wake at a moment (``wake_at``, ISO-8601 UTC: when its run's fenced-tenant alert is due,
+  :mod:`nexus_airflow.fence_watch`) ends there with one ``{"state": "wake"}`` event carrying the wait's
+  ``deadline``, unless a final state came first: the task resumes on a worker, alerts once and waits again
+  (to the same deadline). No trigger sends anything itself.
 * A poll that fails on the database (a restarted server, a dropped connection)
   is logged and retried every ``poll_interval`` until the poller's own deadline
   (``expired()``); only then, or at once for bad input or a refusal (which no
@@ -51,6 +55,8 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 WAITING = "waiting"
 #: The event of a wait whose triggerer runs another product version than the task that deferred (module invariants).
 VERSION_CHANGED = "version_changed"
+#: The event of a wait that reached its ``wake_at`` (see the module invariants).
+WAKE = "wake"
 
 
 def import_poller(path: str):
@@ -120,13 +126,15 @@ class StatusPollTrigger(BaseTrigger):
     quiet_log_s: float | None = None
 
     def __init__(self, poller: str, poller_kwargs: dict[str, Any], poll_interval: float = 30.0,
-                 end_task: dict[str, Any] | None = None, pinned_version: str | None = None):
+                 end_task: dict[str, Any] | None = None, pinned_version: str | None = None,
+                 wake_at: str | None = None):
         super().__init__()
         self.poller = poller
         self.poller_kwargs = dict(poller_kwargs)
         self.poll_interval = float(poll_interval)
         self.end_task = dict(end_task) if end_task else None
         self.pinned_version = pinned_version
+        self.wake_at = wake_at
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         kwargs = {"poller": self.poller, "poller_kwargs": self.poller_kwargs, "poll_interval": self.poll_interval}
@@ -134,6 +142,8 @@ class StatusPollTrigger(BaseTrigger):
             kwargs["end_task"] = self.end_task
         if self.pinned_version is not None:
             kwargs["pinned_version"] = self.pinned_version
+        if self.wake_at:
+            kwargs["wake_at"] = self.wake_at
         return f"{type(self).__module__}.{type(self).__qualname__}", kwargs
 
     def version_changed(self) -> dict[str, Any] | None:
@@ -197,7 +207,14 @@ class StatusPollTrigger(BaseTrigger):
                 if result.get("state") != WAITING:
                     yield self.event(result)
                     return
-                await asyncio.sleep(next(next_gap))
+                gap = next(next_gap)
+                if self.wake_at:
+                    left = (dt.datetime.fromisoformat(self.wake_at) - dt.datetime.now(dt.UTC)).total_seconds()
+                    if left <= 0:
+                        yield TriggerEvent({"state": WAKE, "deadline": self.poller_kwargs.get("deadline")})
+                        return
+                    gap = min(gap, left)
+                await asyncio.sleep(gap)
         finally:
             await asyncio.to_thread(instance.close)
 

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
-import email
-import email.policy
+import html
 import json
 import re
 import socket
-import socketserver
-import threading
 from urllib.parse import quote
 
 import pytest
@@ -22,6 +19,7 @@ from nexus_cutover.schema import create_legacy_schema
 from nexus_sim.scenario import utcnow
 from tests.dags.airflow_harness import HitlAnswerer, load_dag, run_dag
 from tests.dags.cutover_support import DAG_ID, NS, base_conf, drained_tenant, old_runtime
+from tests.notify_sinks import SmtpSink
 
 NOTIFY_CONN = "nexus_notify_test"
 BLOCKED_ON = "erp://invoices/77"
@@ -37,72 +35,9 @@ def smtp_connection_json(port: int) -> str:
     })
 
 
-class SmtpSink(socketserver.ThreadingTCPServer):
-    """A minimal SMTP server on 127.0.0.1 that keeps every message it receives (no auth, no TLS)."""
-
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _SmtpHandler)
-        self.messages: list[email.message.EmailMessage] = []
-        self.recipients: list[list[str]] = []
-        self.thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
-
-    @property
-    def port(self) -> int:
-        return self.server_address[1]
-
-    def connection_json(self) -> str:
-        return smtp_connection_json(self.port)
-
-    def __enter__(self) -> SmtpSink:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.shutdown()
-        self.server_close()
-
-
-class _SmtpHandler(socketserver.StreamRequestHandler):
-    timeout = 10
-
-    def _say(self, line: str) -> None:
-        self.wfile.write(line.encode() + b"\r\n")
-
-    def handle(self) -> None:
-        self._say("220 sink ESMTP")
-        rcpts: list[str] = []
-        while line := self.rfile.readline(65536):
-            verb = line.decode(errors="replace").strip()
-            upper = verb.upper()
-            if upper.startswith(("EHLO", "HELO")):
-                self._say("250 sink")
-            elif upper.startswith("MAIL FROM"):
-                rcpts = []
-                self._say("250 OK")
-            elif upper.startswith("RCPT TO"):
-                rcpts.append(verb.split(":", 1)[1].strip(" <>"))
-                self._say("250 OK")
-            elif upper == "DATA":
-                self._say("354 end with .")
-                data = []
-                while (chunk := self.rfile.readline(65536)) not in (b".\r\n", b""):
-                    data.append(chunk[1:] if chunk.startswith(b"..") else chunk)
-                self.server.messages.append(email.message_from_bytes(b"".join(data), policy=email.policy.default))
-                self.server.recipients.append(rcpts)
-                self._say("250 queued")
-            elif upper == "QUIT":
-                self._say("221 bye")
-                return
-            else:
-                self._say("250 OK")
-
-
 def text_of(msg) -> str:
-    body = msg.get_body(preferencelist=("html", "plain"))
-    return f"{msg['Subject']}\n{body.get_content()}"
+    body = msg.get_body(preferencelist=("html", "plain")).get_content()
+    return f"{msg['Subject']}\n{html.unescape(body)}"
 
 
 def closed_port() -> int:
@@ -181,7 +116,7 @@ def test_rejected_confirmation_sends_one_confirmation_and_one_failure_mail(dag, 
     required = f"answer it: http://airflow.example:8080/dags/{DAG_ID}/runs/{result.run_id}/tasks/confirm_writers_stopped"
     assert f"{required}/required_actions" in asked, asked
     assert f"the run: http://airflow.example:8080{run_page}" in asked and run_page in failed, failed
-    assert "status view: http://airflow.example:8080/plugin/nexus-tenants" in failed
+    assert f"the tenant: http://airflow.example:8080/nexus-status/?search={NS}" in failed
     assert "cutover not performed" in failed and "Reject" in failed
     assert password not in asked + failed
 

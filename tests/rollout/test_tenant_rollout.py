@@ -37,6 +37,7 @@ from nexus_sim.traffic import LiveTraffic
 from scripts.demo import stop_pid_if_ours
 from scripts.demo_airflow import AirflowStack, ApiError
 from scripts.stack import mariadb_tenant, wait_for
+from tests.notify_sinks import SLACK_TOKEN, SlackWebhookSink, SmtpSink
 from tests.statsd_listener import StatsdListener
 
 pytestmark = pytest.mark.airflow  # a real `airflow standalone` (mysql: set from mysql_server_url by tests/conftest.py)
@@ -106,6 +107,28 @@ def stack(tmp_path_factory, statsd):
                 stop_pid_if_ours(int(host["pid"]), "nexus")
     finally:
         s.stop()
+
+
+MAIL, SLACK = "nexus_notify_mail", "nexus_notify_slack"
+
+
+@pytest.fixture(scope="module")
+def channels(stack):
+    """A real SMTP server and a Slack webhook listener, as the stack's connections ``MAIL`` and ``SLACK`` (a
+    rollout names one in its ``notify_conn_id``; its tenants' runs use the same)."""
+    with SmtpSink() as mail, SlackWebhookSink() as slack:
+        for conn_id, sink in ((MAIL, mail), (SLACK, slack)):
+            stack.put_connection(conn_id, **sink.rest_connection())
+        yield mail, slack
+
+
+def _about(sink, rollout_run: str) -> list[str]:
+    """The messages ``sink`` received about ``rollout_run`` (its own, and its tenants' runs': their ids contain it)."""
+    return [t for t in sink.texts() if rollout_run in t]
+
+
+def _subjects(texts: list[str]) -> list[str]:
+    return sorted(t.split("\n", 1)[0].strip("*") for t in texts)
 
 
 #: The fewest tenants that still hold every case of the wave test: t01 the canary; wave 1 = t02 (succeeds beside
@@ -246,7 +269,8 @@ def _heartbeat(dsn: str, process_id: str, *, stopped: bool = False) -> None:
         engine.dispose()
 
 
-def test_waves_with_per_wave_approval_halt_past_the_budget_and_a_rerun_skips_what_succeeded(stack, tenants, statsd):
+def test_waves_with_per_wave_approval_halt_past_the_budget_and_a_rerun_skips_what_succeeded(stack, tenants, statsd,
+                                                                                            channels):
     """5 tenants, canary 1, waves of 3, per-wave approval by ``approver`` only (the triggering ``lead`` is
     refused by the API: self-approval). Wave 1 has a tenant without a connection and a tenant whose silent old
     writer heartbeats after the wave's evidence was shown: both fail alone (the third tenant of the wave
@@ -261,7 +285,7 @@ def test_waves_with_per_wave_approval_halt_past_the_budget_and_a_rerun_skips_wha
         # on_preflight_stop run: t04's preflight says stop (no connection), it starts anyway and fails in its wave
         run1 = lead.trigger(ROLLOUT, _conf(tenants=names, canary=1, wave_size=3, max_parallel=3, max_failed=0,
                                            approval="per_wave", approvers=["approver", "lead"],
-                                           on_preflight_stop="run"))["dag_run_id"]
+                                           on_preflight_stop="run", notify_conn_id=MAIL))["dag_run_id"]
         refused: list[int] = []
 
         def first_rollout(detail):
@@ -308,12 +332,14 @@ def test_waves_with_per_wave_approval_halt_past_the_budget_and_a_rerun_skips_wha
                                               "p95_s": round(pauses[1], 3), "max_s": round(pauses[1], 3)}
         assert "admission pause over 2 tenant(s)" in stack.xcom(ROLLOUT, run1, "summary", key="summary_text")
         _assert_metrics_of_the_first_rollout(statsd, run1, names, t)
+        _assert_mail_of_the_first_rollout(stack, channels[0], run1, names, silent, unconnected)
 
         # the rerun: t04's connection now exists, t03's writer is stopped again
         stack.put_connection(f"nexus_tenant_{unconnected}", **tenants["_no_conn"])
         _heartbeat(tenants[silent], "old-writer-silent", stopped=True)
         run2 = lead.trigger(ROLLOUT, _conf(tenants=names, canary=2, wave_size=3, max_parallel=3, max_failed=0,
-                                           approval="per_wave", approvers=["approver"], retry_failed=True))["dag_run_id"]
+                                           approval="per_wave", approvers=["approver"], retry_failed=True,
+                                           notify_conn_id=SLACK))["dag_run_id"]
 
         def second_rollout(detail):
             task = detail["task_instance"]["task_id"]
@@ -332,6 +358,17 @@ def test_waves_with_per_wave_approval_halt_past_the_budget_and_a_rerun_skips_wha
             assert "rejected" in s2["tenants"][n]["reason"]
         for n in names[4:]:
             assert _checkpointed(tenants[n], _packs(tenants, n)) is True
+        # the rerun spoke through Slack: each wave's question once, the rejected tenants in the rollout's end only
+        slack = _about(channels[1], run2)
+        assert _subjects(slack) == sorted([
+            f"[nexus] NEEDS CONFIRMATION: rollout wave 0, 2 tenant(s): {silent}, {unconnected}",
+            f"[nexus] NEEDS CONFIRMATION: rollout wave 1, 1 tenant(s): {names[4]}",
+            f"[nexus] CUT OVER: tenant {names[4]}, {CUTOVER}.final_old_writer_check",
+            f"[nexus] ROLLOUT FAILED: {run2}: 1 of 3 tenant(s) cut over"]), _subjects(slack)
+        assert channels[1].paths() == [f"/{SLACK_TOKEN}"] * len(channels[1].texts())
+        end = next(t for t in slack if "ROLLOUT FAILED" in t)
+        assert f"done: {names[4]}" in end and "rejected" in end and f"the rollout run: {stack.base_url}" in end
+        assert not any(SLACK_TOKEN in t for t in slack)
         for n in names[:2] + names[4:]:  # every tenant cut over: its live traffic reached the new host after the release
             if n in traffic:
                 engine, live = traffic[n]
@@ -340,6 +377,30 @@ def test_waves_with_per_wave_approval_halt_past_the_budget_and_a_rerun_skips_wha
                 wait_for("the receipts sent after the release admitted", lambda e=engine, r=report: all(
                     receipt_outcomes(e, r.receipts).values()), 120)
                 assert report.ordinary and report.ordinary_completed, (n, report)  # ordinary work ran throughout
+
+
+def _assert_mail_of_the_first_rollout(stack, mail, run1: str, names: list[str], silent: str, unconnected: str) -> None:
+    """The first rollout's mail: each wave's question once (one message naming its tenants, the link to that
+    question), each tenant's own end (cut over, or its stop), the rollout's halt as its end with its summary."""
+    texts = _about(mail, run1)
+    assert _subjects(texts) == sorted([
+        f"[nexus] NEEDS CONFIRMATION: rollout wave 0, 1 tenant(s): {names[0]}",
+        f"[nexus] NEEDS CONFIRMATION: rollout wave 1, 2 tenant(s): {names[1]}, {silent}",
+        f"[nexus] CUT OVER: tenant {names[0]}, {CUTOVER}.final_old_writer_check",
+        f"[nexus] CUT OVER: tenant {names[1]}, {CUTOVER}.final_old_writer_check",
+        f"[nexus] FAILED: tenant {silent}, {CUTOVER}.confirm_writers_stopped",
+        f"[nexus] FAILED: tenant {unconnected}, {CUTOVER}.resolve_packs",
+        f"[nexus] ROLLOUT HALTED: {run1}: 2 of 5 tenant(s) cut over, halted after wave 1"]), _subjects(texts)
+    wave1 = next(t for t in texts if "rollout wave 1" in t)
+    assert f"answer it: {stack.base_url}/dags/{ROLLOUT}/runs/{run1}/tasks/wave_01.confirm/required_actions" in wave1
+    assert f"not in it: {unconnected} (run failed)" in wave1, wave1
+    end = next(t for t in texts if "ROLLOUT HALTED" in t)
+    assert f"done: {names[0]}; {names[1]}" in end, end
+    assert f"{silent} (confirm_writers_stopped: " in end and f"{unconnected} (resolve_packs: " in end
+    assert f"not run: {names[4]} (halted after wave 1)" in end
+    assert f"rollouts: {stack.base_url}/nexus-status/rollouts" in end
+    stopped = next(t for t in texts if f"FAILED: tenant {silent}" in t)
+    assert f"the tenant: {stack.base_url}/nexus-status/?search={silent}" in stopped
 
 
 def _assert_metrics_of_the_first_rollout(statsd, run_id: str, names: list[str], outcomes: dict) -> None:
@@ -385,7 +446,7 @@ def _sqlite_tenant(stack, tmp_path, prefix: str, seed: int, backlog: int = 0,
     return name, f"sqlite:///{path}", packs
 
 
-def test_per_wave_asks_the_ready_tenants_and_a_late_one_asks_its_own_follow_up(stack, tmp_path):
+def test_per_wave_asks_the_ready_tenants_and_a_late_one_asks_its_own_follow_up(stack, tmp_path, channels):
     """Per-wave approval, one wave of two: ``quick`` is drained; ``slow`` has an old backlog its live old worker
     is not finishing, so it waits before arming (``wait_for_short_drain``). The wave's question is asked for
     ``quick`` alone (``slow`` named as late, not in it) and its answer cuts ``quick`` over while ``slow`` is
@@ -417,7 +478,8 @@ def test_per_wave_asks_the_ready_tenants_and_a_late_one_asks_its_own_follow_up(s
     try:
         approver = As(stack, "approver")
         run_id = stack.trigger(ROLLOUT, _conf(tenants=[quick, slow], canary=2, wave_size=2, max_parallel=2,
-                                              approval="per_wave", approvers=["approver"]))["dag_run_id"]
+                                              approval="per_wave", approvers=["approver"],
+                                              notify_conn_id=MAIL))["dag_run_id"]
         slow_run = run_id_for(run_id, slow)
         deadline = time.monotonic() + 600
         while not (wave := _pending_wave(stack, run_id)):
@@ -460,6 +522,19 @@ def test_per_wave_asks_the_ready_tenants_and_a_late_one_asks_its_own_follow_up(s
         assert dt.datetime.fromisoformat(str(quick_release["released_at"])) < dt.datetime.fromisoformat(
             str(slow_release["armed_at"]))
         assert beating.is_set()
+        # one message per question: the wave's (quick in it, slow named as not in it), slow's follow-up once
+        mail = _about(channels[0], run_id)
+        assert _subjects(mail) == sorted([
+            f"[nexus] NEEDS CONFIRMATION: rollout wave 0, 1 tenant(s): {quick}",
+            f"[nexus] NEEDS CONFIRMATION: tenant {slow}, {CUTOVER}.confirm_writers_stopped",
+            f"[nexus] CUT OVER: tenant {quick}, {CUTOVER}.final_old_writer_check",
+            f"[nexus] CUT OVER: tenant {slow}, {CUTOVER}.final_old_writer_check",
+            f"[nexus] ROLLOUT SUCCEEDED: {run_id}: 2 of 2 tenant(s) cut over"]), _subjects(mail)
+        wave = next(t for t in mail if "rollout wave 0" in t)
+        assert f"not in it: {slow} (late: waiting for its old backlog" in wave, wave
+        follow_up = next(t for t in mail if f"NEEDS CONFIRMATION: tenant {slow}" in t)
+        assert f"answer it: {stack.base_url}/dags/{CUTOVER}/runs/{slow_run}/tasks/confirm_writers_stopped/" \
+               "required_actions" in follow_up, follow_up
         for run, heavy_pool in ((run_id_for(run_id, quick), pool), (slow_run, "default_pool")):
             pools = {t["task_id"]: t["pool"] for t in stack.task_instances(CUTOVER, run)}
             assert pools["history_digest"] == pools["final_old_writer_check"] == heavy_pool, pools
@@ -527,3 +602,38 @@ def test_pause_holds_new_tenants_resume_starts_them_and_cancel_stops_before_the_
     assert summary["halted"] == "cancelled after wave 0", summary
     assert summary["tenants"][created[1][0]]["state"] == "not run"
     assert _state(stack, CUTOVER, run_id_for(run_id, created[1][0])) is None
+
+
+def test_an_unanswered_question_alerts_once_past_fence_alert_after_and_stays_the_same_question(stack, tmp_path,
+                                                                                                channels):
+    """Issue 38, item 2, where no code runs: a tenant's writer-stop question parked (``awaiting_input``) while its
+    run holds the fence, ``fence_alert_after`` 90 s (longer than the steps before the question take). The question
+    parks until the alert is due; Airflow's timeout sweep resumes it then: it alerts once (its step, the question's
+    Required-actions link) and parks again on the same question, nothing asked again. Answered after the alert,
+    the run is cut over: the question, the alert and the end, one message each, in that order."""
+    mail = channels[0]
+    name, _, _ = _sqlite_tenant(stack, tmp_path, "f", 62)
+    run_id = stack.trigger(CUTOVER, {"tenant": name, "host_controller": "command", "poll_interval": 10,
+                                     "stale_heartbeat": 20, "readiness_timeout": 300, "confirm_timeout": 900,
+                                     "fence_alert_after": 90, "notify_conn_id": MAIL})["dag_run_id"]
+    deadline = time.monotonic() + 600
+    while not any("FENCED AND WAITING" in t for t in _about(mail, run_id)):
+        assert time.monotonic() < deadline and _state(stack, CUTOVER, run_id) in ("queued", "running"), \
+            stack.task_instances(CUTOVER, run_id)
+        time.sleep(3)
+    pending = stack.pending_hitl(CUTOVER, run_id)
+    assert [d["task_instance"]["task_id"] for d in pending] == ["confirm_writers_stopped"], pending  # the same one
+    time.sleep(5)  # apache/airflow#71172: answered >= 5 s after it parked again
+    stack.answer_hitl(CUTOVER, run_id, "confirm_writers_stopped", CONFIRM)
+    while _state(stack, CUTOVER, run_id) not in ("success", "failed"):
+        assert time.monotonic() < deadline, stack.task_instances(CUTOVER, run_id)
+        time.sleep(3)
+    assert _state(stack, CUTOVER, run_id) == "success", stack.task_instances(CUTOVER, run_id)
+    texts = _about(mail, run_id)
+    assert [t.split("\n", 1)[0].split(":")[0] for t in texts] == [
+        "[nexus] NEEDS CONFIRMATION", "[nexus] FENCED AND WAITING", "[nexus] CUT OVER"], texts
+    alert = texts[1]
+    assert alert.split("\n", 1)[0].endswith(", at confirm_writers_stopped") and f"tenant: {name}" in alert
+    assert f"answer it: {stack.base_url}/dags/{CUTOVER}/runs/{run_id}/tasks/confirm_writers_stopped/" \
+           "required_actions" in alert, alert
+    assert f"the tenant: {stack.base_url}/nexus-status/?search={name}" in alert  # (its host: stopped by `stack`)
