@@ -83,6 +83,7 @@ def airflow_env(home: pathlib.Path, port: int, *, parallelism: int = 4) -> dict[
         "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     }
 
 
