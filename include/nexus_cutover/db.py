@@ -50,6 +50,8 @@ from .errors import BadInput, CutoverError, LockTimeout, MissingSchema, Unreacha
 
 DSN_ENV_CUTOVER = "CONNECTOR_CUTOVER_DSN"
 DSN_ENV_TENANT = "NEXUS_TENANT_DSN"
+#: The delivery ledger's database (``nexus-cutover report``; :mod:`nexus_cutover.ledger`): never a tenant's.
+DSN_ENV_LEDGER = "NEXUS_LEDGER_DSN"
 
 _MYSQL_DRIVERS = {"mysql", "mysql+pymysql", "mysql+mysqldb", "mariadb+pymysql", "mariadb+mysqldb"}
 _SQLITE_DRIVERS = {"sqlite", "sqlite+pysqlite"}

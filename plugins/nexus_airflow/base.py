@@ -274,16 +274,26 @@ def stop_on_another_version(context, op, recorded, *, where: str = "this step's 
 def step_ended(context, result: Any = None) -> None:
     """``post_execute`` of every step: its duration, lock wait and the figures its result carries, as metrics
     (none when its trigger sent them: a wait that ended in the triggerer and was resumed anyway; nor for a fused
-    task, whose steps sent theirs one by one: :func:`step_record_ended`)."""
-    if getattr(context.get("task"), "metric_sent", False):
+    task, whose steps sent theirs one by one: :func:`step_record_ended`), and its events in the delivery ledger
+    (:mod:`nexus_airflow.ledger`; a fused task's, step by step too)."""
+    task = context.get("task")
+    if len(getattr(task, "steps", ())) <= 1:
+        from nexus_airflow.ledger import step_passed
+
+        step_passed(context, getattr(task, "task_id", None) or context["ti"].task_id, result)
+    if getattr(task, "metric_sent", False):
         return
     _emit_step(context, "success", result)
 
 
 def step_failed(context) -> None:
     """``on_failure_callback`` of every step: its duration and lock wait until it failed, as metrics (a fused
-    task's: of the step it was in)."""
+    task's: of the step it was in), and its stop in the delivery ledger."""
+    from nexus_airflow.ledger import step_stopped
+
     _emit_step(context, "failed", None)
+    task, ti = context.get("task"), context.get("ti")
+    step_stopped(context, getattr(task, "current_step", None) or getattr(ti, "task_id", None) or "")
 
 
 def step_record_started(op, step: str) -> None:
@@ -295,8 +305,12 @@ def step_record_started(op, step: str) -> None:
 
 
 def step_record_ended(op, context, step: str, result: Any) -> None:
-    """A fused task's step ``step`` passed with ``result``: its metrics, as a task of its own would send them."""
+    """A fused task's step ``step`` passed with ``result``: its metrics and ledger events, as a task of its own
+    would send them."""
+    from nexus_airflow.ledger import step_passed
+
     _emit_step(context, "success", result, step=step, started=getattr(op, "current_step_started", None))
+    step_passed(context, step, result)
 
 
 def _emit_step(context, outcome: str, result: Any, *, step: str | None = None,

@@ -42,7 +42,7 @@ from typing import Any
 
 from airflow.providers.standard.operators.hitl import HITLOperator
 
-from nexus_airflow import results
+from nexus_airflow import ledger, results
 from nexus_airflow.base import domain_errors, params_of, plan, stop, tenant_engine
 from nexus_airflow.faults import fault_point
 from nexus_airflow.notify import notify_needs_confirmation
@@ -132,6 +132,7 @@ class _StrictHITL(HITLOperator):
         deadline = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=p.confirm_timeout)
         context["ti"].xcom_push(key=QUESTION_DEADLINE_KEY, value=deadline.isoformat())
         self.response_timeout = self._park_for(context, deadline)
+        ledger.question_asked(context, self.task_id, self.subject, self.evidence(context, body))
         super().execute(context)
 
     def _park_for(self, context, deadline: dt.datetime) -> dt.timedelta:
@@ -157,6 +158,17 @@ class _StrictHITL(HITLOperator):
         self.log.info("still waiting for an answer to %r; parked again for %s", self.subject, rest)
         raise TaskAwaitingInput(method_name="execute_complete", timeout=rest)
 
+    def evidence(self, context, body: str | None = None) -> Any:
+        """What the question shows, whose digest the delivery ledger keeps with the question and its answer: its
+        body here (None at the answer); a question with evidence of its own returns that."""
+        return body
+
+    def _answered(self, context, outcome: str, who: str | None = None, at: Any = None, reason: str | None = None,
+                  **detail: Any) -> None:
+        """The answer, in the delivery ledger, with the digest of the evidence it answers."""
+        ledger.question_answered(context, self.task_id, outcome, who=who, at=at, shown=self.evidence(context),
+                                 reason=reason, **detail)
+
     def _refuse_a_carried_over_question(self, context) -> None:
         """Stop rather than park under a question this try did not write (an earlier try's, kept by Airflow when
         a process without :mod:`nexus_airflow.hitl_tries` cleared the task): its evidence would be that try's."""
@@ -179,6 +191,7 @@ class _StrictHITL(HITLOperator):
             timed_out = event.get("error_type") == "timeout" or "timeout" in type(exc).__name__.lower()
             reason = f"no answer within {_timeout_text(context)}" if timed_out else f"no valid answer ({_first_line(exc)})"
             message = f"{NOT_PERFORMED}: {reason}. {self.state_now(context)}"
+            self._answered(context, "timed out" if timed_out else "no valid answer", reason=reason)
             stop(context, self.log, message, {"message": message, "answered": False}, next_action=self.after_reject)
         chosen = list(result["chosen_options"])
         who = answered_by(result.get("responded_by_user"))
@@ -186,14 +199,17 @@ class _StrictHITL(HITLOperator):
         refusal = answerer_refusal(who, p.approvers, requesters(context), p.allow_self_approval)
         if refusal:
             message = f"{NOT_PERFORMED}: {refusal}. {self.state_now(context)}"
+            self._answered(context, "refused", who, result.get("responded_at"), refusal, chosen_options=chosen)
             stop(context, self.log, message, {"message": message, "answered_by": who, "refused": True})
         if chosen != [self.approve_option]:
             choice = " / ".join(chosen) or "nothing"
             verb = "rejected" if chosen == [self.reject_option] else f"chose {choice!r} for"
             message = f"{NOT_PERFORMED}: {who} {verb} \"{self.subject}\". {self.state_now(context)}"
+            self._answered(context, "rejected", who, result.get("responded_at"), chosen_options=chosen)
             stop(context, self.log, message, {"message": message, "answered_by": who, "chosen_options": chosen},
                  next_action=self.after_reject)
         self.log.info("confirmed by %s", who)
+        self._answered(context, "confirmed", who, result.get("responded_at"), chosen_options=chosen)
         answer = {"chosen_options": chosen, "responded_by": who, "responded_at": str(result.get("responded_at"))}
         return self.recheck(context, answer)
 
@@ -239,6 +255,10 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
                 f"{fence['ArmedBy']}); {checkpoints}.")
 
     subject_template = "Confirm that every old-protocol writer of tenant {tenant} is stopped"
+
+    def evidence(self, context, body: str | None = None) -> Any:
+        """The registry evidence the question shows (XCom ``evidence``, pushed before it is asked)."""
+        return results.evidence_shown(context["ti"])
 
     def __init__(self, **kwargs) -> None:
         kwargs.setdefault("subject", "Confirm that every old-protocol writer of the tenant is stopped")
@@ -317,15 +337,21 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
                           ev.checked_at.isoformat(), wave, run_id)
             self._defer_to_the_wave(context, run_id, wave)
         who = str(answer.get("by") or "someone")
+        wave_answer = {"who": who, "at": answer.get("at"), "wave": wave, "rollout": run_id,
+                       "evidence_checked_at": (answer.get("evidence") or {}).get(p.tenant)}
         if answer.get("answer") != "approved":
+            ledger.question_answered(context, self.task_id, f"wave {answer.get('answer')}", **wave_answer)
             stop(context, self.log, f"{NOT_PERFORMED}: wave {wave} of rollout {run_id}: {answer.get('answer')} "
                  f"({who}). {self.state_now(context)}", {"wave_answer": answer})
         refusal = answerer_refusal(who, p.approvers, requesters(context), p.allow_self_approval)
         shown_at = (answer.get("evidence") or {}).get(p.tenant)
         if refusal or not shown_at:
+            ledger.question_answered(context, self.task_id, "refused", reason=refusal or "its evidence was not in the "
+                                     "wave's question", **wave_answer)
             stop(context, self.log, f"{NOT_PERFORMED}: wave {wave} answer not accepted for this tenant: "
                  f"{refusal or 'its evidence was not in the question'}. {self.state_now(context)}", {"wave_answer": answer})
         self.log.info("wave %d confirmed by %s", wave, who)
+        ledger.question_answered(context, self.task_id, "confirmed", **wave_answer)
         return self.recheck(context, {"chosen_options": [self.approve_option], "responded_by": who,
                                       "responded_at": answer.get("at"), "wave": wave}, shown_at=shown_at)
 

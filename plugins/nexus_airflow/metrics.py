@@ -15,7 +15,8 @@ Invariants:
 * A metric never fails or slows a step: an emission error is logged and dropped (UDP is fire-and-forget).
 * Emitted from few places: the cutover and Field History DAGs' step hooks (:mod:`nexus_airflow.base`:
   step duration, lock wait, admission pause, digest rate, from each step's own result and lock meter), the
-  drain poller (remaining, rate) and the rollout's wave close (tenants done/failed/waiting, ETA).
+  drain poller (remaining, rate), the rollout's wave close (tenants done/failed/waiting, ETA) and the delivery
+  ledger's record calls (events spooled, caught up, pending: :mod:`nexus_airflow.ledger`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-TIMER, GAUGE = "timer", "gauge"
+TIMER, GAUGE, COUNTER = "timer", "gauge", "counter"
 
 
 @dataclass(frozen=True)
@@ -71,10 +72,20 @@ WAVE_ETA = Metric(
     "nexus.rollout.wave.eta", GAUGE, ("rollout",), "s",
     "seconds until the rollout's last wave ends, at the pace measured so far (elapsed / tenants ended x "
     "tenants waiting); 0 when none waits")
+LEDGER_SPOOLED = Metric(
+    "nexus.ledger.spooled", COUNTER, ("tenant",), "events",
+    "delivery-ledger events that could not be written (the ledger down or not configured) and went to the "
+    "machine's spool instead (nexus_airflow.ledger)")
+LEDGER_CAUGHT_UP = Metric(
+    "nexus.ledger.caught_up", COUNTER, ("tenant",), "events",
+    "spooled delivery-ledger events written to the ledger at a later record call on the same machine")
+LEDGER_PENDING = Metric(
+    "nexus.ledger.pending", GAUGE, (), "events",
+    "delivery-ledger events waiting in this machine's spool, after each record call")
 
 #: Every metric of the project, in the runbook's order.
 ALL = (STEP_DURATION, ADMISSION_PAUSE, LOCK_WAIT, DRAIN_REMAINING, DRAIN_RATE, DIGEST_ROWS_PER_S, ROLLOUT_TENANTS,
-       WAVE_ETA)
+       WAVE_ETA, LEDGER_SPOOLED, LEDGER_CAUGHT_UP, LEDGER_PENDING)
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -117,7 +128,8 @@ def _legacy_names_on() -> bool:
 
 
 def emit(metric: Metric, value: float | None, **tags: Any) -> None:
-    """Send ``value`` (seconds for a timer, sent in ms; the unit for a gauge) with exactly the declared tags.
+    """Send ``value`` (seconds for a timer, sent in ms; the unit for a gauge; a count for a counter) with exactly the
+    declared tags.
 
     Nothing is sent for ``None``. Never raises: a metric must not fail a step.
     """
@@ -128,11 +140,13 @@ def emit(metric: Metric, value: float | None, **tags: Any) -> None:
             raise ValueError(f"{metric.name} takes tags {metric.tags}, given {sorted(tags)}")
         stats = _stats()
         clean = {k: str(v) for k, v in tags.items()}
-        names = [metric.name] + ([named(metric, tags)] if _legacy_names_on() else [])
+        names = [metric.name] + ([named(metric, tags)] if _legacy_names_on() and metric.tags else [])
         for i, name in enumerate(names):
             kw = {"tags": clean} if i == 0 else {}
             if metric.kind == TIMER:
                 stats.timing(name, float(value) * 1000.0, **kw)
+            elif metric.kind == COUNTER:
+                stats.incr(name, int(value), **kw)
             else:
                 stats.gauge(name, float(value), **kw)
     except Exception as exc:  # noqa: BLE001 - a metric never fails a step

@@ -27,7 +27,7 @@ from typing import Any
 
 from airflow.providers.standard.operators.hitl import HITLOperator
 
-from nexus_airflow import results
+from nexus_airflow import ledger, results
 from nexus_airflow import rollout as ro
 from nexus_airflow.rollout_lanes import wave_triggers
 from nexus_airflow.rollout_render import wave_body
@@ -91,6 +91,7 @@ class WaveConfirmOperator(HITLOperator):
         self.body = wave_body(self.wave, rows)
         confirm_timeout = int((triggers[0]["conf"].get("confirm_timeout") if triggers else None) or 86400)
         self.response_timeout = dt.timedelta(seconds=confirm_timeout)
+        ledger.wave_asked(context, self.wave, ready, self.subject)
         from nexus_airflow.rollout_notify import wave_question
 
         wave_question(context, self.wave, rows, confirm_timeout)  # once, as it parks: the answer does not come back here
@@ -147,10 +148,10 @@ class WaveConfirmOperator(HITLOperator):
         self.log.info("wave %d approved by %s for %d tenant(s)", self.wave, who, len(shown))
         return answer
 
-    @staticmethod
-    def _answer(ti, answer: str, who: str | None, at: str | None, shown: dict | None = None) -> dict[str, Any]:
+    def _answer(self, ti, answer: str, who: str | None, at: str | None, shown: dict | None = None) -> dict[str, Any]:
         value = {"answer": answer, "by": who, "at": at, "evidence": shown or {}}
         ti.xcom_push(key=ro.ANSWER_KEY, value=value)
+        ledger.wave_answered({"ti": ti}, self.wave, value)
         return value
 
 

@@ -11,6 +11,8 @@
   not shown;
 * ``GET /nexus-status/rollouts`` and ``GET /nexus-status/api/rollouts`` -- the
   latest ``tenant_rollout`` runs (``nexus_status.rollouts``), each with its preflight table;
+* ``GET /nexus-status/report?tenant=`` and ``GET /nexus-status/api/report?tenant=&format=json|csv`` -- the tenant's
+  whole history from the delivery ledger (``nexus_status.report``), the same after Airflow's metadata was cleaned;
 * ``GET /nexus-status/api/rollouts/preflight.csv?run_id=`` -- one rollout run's preflight
   table as a CSV download (``nexus_cutover.projection.preflight.to_csv``: RFC 4180 quoting,
   ids exactly as stored, free text redacted).
@@ -100,6 +102,43 @@ def preflight_csv(run_id: str = Query(..., min_length=1, max_length=250)) -> Res
     name = "preflight_" + re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)[:120] + ".csv"
     return Response(to_csv(rows), media_type="text/csv; charset=utf-8",
                     headers={"Content-Disposition": f'attachment; filename="{name}"'})
+
+
+def _report(tenant: str) -> dict[str, Any]:
+    from nexus_cutover.errors import BadInput, CutoverError
+    from nexus_status.redact import redact
+    from nexus_status.report import tenant_history
+
+    try:
+        return tenant_history(tenant)
+    except BadInput as exc:
+        raise HTTPException(404, redact(str(exc))) from None
+    except CutoverError as exc:  # the ledger is down: said, never a page of nothing
+        raise HTTPException(503, redact(str(exc))) from None
+
+
+@app.get("/api/report", dependencies=TENANT_READS)
+def report(tenant: str = Query(..., min_length=1, max_length=190),  # noqa: B008 - FastAPI query
+           format: str = Query("json", pattern="^(json|csv)$")) -> Response:  # noqa: A002,B008 - the query's name
+    """The tenant's history from the delivery ledger, as JSON or a CSV download."""
+    import json
+    import re
+
+    from nexus_cutover.ledger import to_csv
+
+    got = _report(tenant)
+    if format == "csv":
+        name = "ledger_" + re.sub(r"[^A-Za-z0-9_.-]", "_", tenant)[:120] + ".csv"
+        return Response(to_csv(got["events"]), media_type="text/csv; charset=utf-8",
+                        headers={"Content-Disposition": f'attachment; filename="{name}"'})
+    return Response(json.dumps(redact_tree(got), default=str), media_type="application/json")
+
+
+@app.get("/report", response_class=HTMLResponse, dependencies=TENANT_READS)
+def report_page(tenant: str = Query(..., min_length=1, max_length=190)) -> str:  # noqa: B008 - FastAPI query
+    from nexus_status.report import page as render
+
+    return render(_report(tenant))
 
 
 @app.get("/", response_class=HTMLResponse, dependencies=TENANT_READS)

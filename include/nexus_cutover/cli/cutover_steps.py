@@ -6,7 +6,8 @@ Commands (each a step of :mod:`nexus_cutover.projection.steps`; ``run`` and ``pl
 ``plan``, ``apply-schema``, ``arm-fence``, ``drain [--wait]``, ``writers``,
 ``checkpoint`` (identical to ``connector-projection-cutover``), ``activate-pack``,
 ``digest`` (the history digest, ``-out FILE`` to keep it), ``readiness``,
-``release-fence``, ``verify`` (``-expect FILE``: also re-check a saved digest), ``status``, and ``run`` (all five
+``release-fence``, ``verify`` (``-expect FILE``: also re-check a saved digest), ``status``, ``report`` (the tenant's
+history from the delivery ledger, ``NEXUS_LEDGER_DSN``), and ``run`` (all five
 steps in order, stopping where the DAG stops; the writer-stop confirmation is
 an interactive prompt or ``--confirm-writers-stopped``, never a default).
 
@@ -436,6 +437,22 @@ def _start_host(command: str) -> int:
 
 # -- parsing ----------------------------------------------------------------------------------
 
+def cmd_report(c: Command) -> tuple[int, dict[str, Any]]:
+    """The tenant's whole history from the delivery ledger (``NEXUS_LEDGER_DSN``), in order: text lines, ``-json``
+    or ``-csv`` (a file a reviewer keeps). Read only; it needs no tenant database and no Airflow."""
+    from .. import ledger
+
+    rows = ledger.history(c.engine, c.args.namespace)
+    if c.args.csv:
+        sys.stdout.write(ledger.to_csv(rows))
+        return EXIT_OK, {}
+    if not rows:
+        c.say(f"the delivery ledger has no event of tenant {c.args.namespace}")
+    for row in rows:
+        c.say(ledger.line_of(row))
+    return EXIT_OK, {"tenant": c.args.namespace, "events": rows}
+
+
 COMMANDS: dict[str, tuple[Callable[[Command], tuple[int, dict[str, Any]]], str, tuple[str, ...]]] = {
     "plan": (cmd_plan, "what every step would do for this tenant, and the verdict (proceed, wait, stop)", ("ns", "packs", "waits")),
     "apply-schema": (cmd_apply_schema, "step 1: the additive schema (skips what is present)", ("dry",)),
@@ -453,6 +470,9 @@ COMMANDS: dict[str, tuple[Callable[[Command], tuple[int, dict[str, Any]]], str, 
     "status": (cmd_status, "one tenant's state, as the status view shows it", ("ns",)),
     "run": (cmd_run, "all five steps in order in one process, stopping where the DAG stops",
             ("ns", "packs", "waits", "run", "digest")),
+    "report": (cmd_report, "the tenant's history from the delivery ledger (NEXUS_LEDGER_DSN, not the tenant's): every "
+               "fence, answer, checkpoint, digest and stop of every run, in order; -json or -csv to keep it",
+               ("ns", "ledger")),
 }
 
 
@@ -474,6 +494,8 @@ def build_parser() -> argparse.ArgumentParser:
         if name in ("arm-fence", "run", "plan"):
             flag(p, "adopt", metavar="HOLDER", help="take over the cutover fence HOLDER holds, once you know HOLDER is "
                  "finished (a fence armed by hand or by another command is never adopted without this)")
+        if "ledger" in groups:
+            p.add_argument("-csv", "--csv", dest="csv", action="store_true", help="print the history as CSV on stdout")
         if "ns" in groups:
             flag(p, "namespace", type=namespace_arg, required=True, metavar="NS", help="the tenant's namespace")
         if "packs" in groups:
@@ -527,8 +549,18 @@ def main(argv: list[str] | None = None) -> int:
     fields: dict[str, Any] = {"command": args.command}  # the error JSON; a stop adds its report
 
     def body() -> int:
-        dsn = dsn_from_env(DSN_ENV_TENANT)
-        engine = make_engine(dsn, connect_timeout=min(10.0, args.timeout))
+        if "ledger" in COMMANDS[args.command][2]:  # the ledger's own database, never the tenant's
+            from ..ledger import DSN_ENV_LEDGER, ledger_engine
+
+            dsn = os.environ.get(DSN_ENV_LEDGER, "").strip()
+            if not dsn:
+                raise BadInput(f"no delivery ledger given: set {DSN_ENV_LEDGER} to its SQLAlchemy URL (the Airflow "
+                               "connection nexus_ledger's database: sqlite:////path/ledger.db, mysql+pymysql://... or "
+                               "postgresql+psycopg2://...)")
+            engine = ledger_engine(dsn, timeout_s=min(10.0, args.timeout), create=False)
+        else:
+            dsn = dsn_from_env(DSN_ENV_TENANT)
+            engine = make_engine(dsn, connect_timeout=min(10.0, args.timeout))
         log.info("%s on %s", args.command, mask_dsn(dsn))
         try:
             code, result = fn(Command(args, engine))

@@ -1,0 +1,67 @@
+"""A tenant's report: its whole history from the delivery ledger (:mod:`nexus_cutover.ledger`), as a page, JSON
+and CSV -- what a reviewer keeps, the same after Airflow's metadata of the runs was cleaned.
+
+The ledger is the Airflow connection ``nexus_ledger`` (:mod:`nexus_airflow.ledger`); only its masked DSN is ever
+shown. Every free text (reasons, subjects) goes through :func:`nexus_status.redact.redact` before a page or a
+download shows it.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+#: The columns the page shows, in order (the CSV and JSON carry every column of the ledger).
+PAGE_COLUMNS = ("recorded_at", "run_id", "step", "kind", "outcome", "actor", "holder", "pack", "cutoff", "digest",
+                "reason")
+FREE_TEXT = ("reason",)
+
+
+def tenant_history(tenant: str) -> dict[str, Any]:
+    """``{"tenant", "ledger" (masked), "events"}``; :class:`~nexus_cutover.errors.CutoverError` when the ledger cannot
+    be read (no connection: BadInput; down: Unreachable)."""
+    from nexus_airflow.ledger import masked_ledger, open_ledger
+    from nexus_cutover.ledger import history
+    from nexus_status.redact import redact
+
+    engine = open_ledger()
+    try:
+        rows = history(engine, tenant)
+    finally:
+        engine.dispose()
+    for row in rows:
+        for name in FREE_TEXT:
+            if isinstance(row.get(name), str):
+                row[name] = redact(row[name])
+    return {"tenant": tenant, "ledger": masked_ledger(), "events": rows}
+
+
+def page(report: dict[str, Any]) -> str:
+    """The report as a page: one table row per event, in the ledger's order, with the JSON and CSV links."""
+    from urllib.parse import quote
+
+    from nexus_status.redact import redact
+
+    tenant = report["tenant"]
+    q = quote(tenant, safe="")
+
+    def cell(row: dict[str, Any], name: str) -> str:
+        value = row.get(name)
+        if name == "step" and row.get("map_index", -1) >= 0:
+            value = f"{value}[{row['map_index']}]"
+        return f"<td class=\"{name}\">{html.escape('' if value is None else str(value))}</td>"
+
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in PAGE_COLUMNS)
+    body = "".join(f"<tr class=\"event {html.escape(r['kind'])}\">" + "".join(cell(r, c) for c in PAGE_COLUMNS) + "</tr>"
+                   for r in report["events"]) or f"<tr><td colspan=\"{len(PAGE_COLUMNS)}\">no event recorded</td></tr>"
+    return (
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Report: " + html.escape(tenant) + "</title>"
+        "<style>body{font:13px system-ui,sans-serif;margin:16px}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ddd;padding:3px 6px;vertical-align:top;text-align:left}th{background:#f4f4f4}"
+        "td.digest,td.run_id{font-family:monospace;font-size:11px}.muted{color:#666}</style></head><body>"
+        f"<h2>Delivery ledger of tenant <code>{html.escape(tenant)}</code></h2>"
+        f"<p class=\"muted\">{len(report['events'])} event(s) from {html.escape(redact(report['ledger']))}, in the "
+        "order they happened; kept outside Airflow's metadata. "
+        f"<a href=\"api/report?tenant={q}&amp;format=json\">JSON</a> · "
+        f"<a href=\"api/report?tenant={q}&amp;format=csv\">CSV</a> · <a href=\"./\">all tenants</a></p>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></body></html>")
