@@ -46,7 +46,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 # the repository root, for scripts.*; the nexus packages are the installed (editable) distributions (make deps)
 sys.path[:0] = [str(REPO)]
 
-from scripts.demo_airflow import AirflowStack  # noqa: E402
+from scripts.demo_airflow import AirflowStack, ledger_file  # noqa: E402
 from scripts.demo_seed import NEW_PRODUCER_VERSION, STAGE1_RELEASE, seed  # noqa: E402
 
 CUTOVER_DAG = "connector_projection_cutover"
@@ -199,6 +199,19 @@ def tenant_summary(dsn: str) -> dict[str, Any]:
     return read_tenant_state(dsn, TENANT)
 
 
+def say_the_ledger(path: pathlib.Path) -> None:
+    """The tenant's delivery-ledger record, as a reviewer reads it later: ``nexus-cutover report``, outside Airflow."""
+    env = {**os.environ, "NEXUS_LEDGER_DSN": f"sqlite:///{path}"}
+    done = subprocess.run([str(pathlib.Path(sys.executable).parent / "nexus-cutover"), "report", "-namespace", TENANT],
+                          env=env, capture_output=True, text=True, timeout=120)
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    say(f"6. the delivery ledger ({path}, kept outside Airflow's metadata): {len(lines)} events of tenant {TENANT!r}; "
+        f"NEXUS_LEDGER_DSN=sqlite:///{path} nexus-cutover report -namespace {TENANT} prints them"
+        + ("" if done.returncode == 0 else f" (report exited {done.returncode}: {done.stderr.strip()[:300]})"))
+    for line in lines[:40]:
+        say(f"   {line}")
+
+
 def run_demo(state_dir: pathlib.Path, *, keep_up: bool = False, production: bool = True) -> int:
     started = time.monotonic()
     if state_dir.exists():
@@ -317,6 +330,7 @@ def run_demo(state_dir: pathlib.Path, *, keep_up: bool = False, production: bool
                 say(f"   {'ok  ' if ok else 'FAIL'} {line}")
             proofs_ok = all(ok for ok, _ in proofs)
 
+        say_the_ledger(ledger_file(stack.home))
         state = tenant_summary(dsn)
         print_summary(state, time.monotonic() - started)
         ok = fh_outcome == "success" and proofs_ok
@@ -329,7 +343,7 @@ def run_demo(state_dir: pathlib.Path, *, keep_up: bool = False, production: bool
                     time.sleep(3600)
         return 0 if ok else 1
     finally:
-        say("6. stopping everything the demo started ...")
+        say("7. stopping everything the demo started ...")
         if traffic is not None:
             traffic.stop()
         if old_runtime:

@@ -84,7 +84,16 @@ def airflow_env(home: pathlib.Path, port: int, *, parallelism: int = 4) -> dict[
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        # The delivery ledger's embedded default: a SQLite file beside this Airflow (issue 38; runbook, "The
+        # delivery ledger"); a deployment defines `nexus_ledger` on MySQL/MariaDB/TiDB or PostgreSQL instead.
+        "AIRFLOW_CONN_NEXUS_LEDGER": json.dumps({"conn_type": "sqlite", "host": str(ledger_file(home)),
+                                                 "description": "the delivery ledger (embedded SQLite)"}),
     }
+
+
+def ledger_file(home: pathlib.Path) -> pathlib.Path:
+    """The delivery ledger's SQLite file of the local stack whose Airflow home is ``home``."""
+    return pathlib.Path(home) / "nexus-ledger.db"
 
 
 def _foreign_airflow_setting(key: str) -> bool:

@@ -98,6 +98,14 @@ def test_make_demo_exits_0_with_the_summary(demo_run):
     assert any("history digest verified again after the traffic" in line for _, line in proofs), proofs
     assert any("still live with their Status: nothing waited for them" in line for _, line in proofs), proofs
     assert re.search(r"the new host admitted all [1-9]\d* receipts sent after the release", out), out[-6000:]
+    # the delivery ledger (the embedded default beside the demo's Airflow), read back by `nexus-cutover report`
+    ledger = re.search(r"6\. the delivery ledger .*?: (\d+) events", out)
+    assert ledger and int(ledger.group(1)) > 0, out[-6000:]
+    for kind in ("fence_armed", "drain_done", "evidence_shown", "digest_taken", "host_started", "fence_released",
+                 "digest_verified", "gate_passed"):
+        assert re.search(rf"(connector_projection_cutover|field_history_eligibility) .*  {kind}\b", out), kind
+    assert re.search(r"confirm_writers_stopped  answer  outcome=confirmed  actor=\S+", out), out[-6000:]
+    assert len(re.findall(r"  checkpoint  .*pack=", out)) == 3, out[-6000:]  # each pack, its cutoff
 
 
 def test_make_demo_leaves_no_process_running(demo_run):
