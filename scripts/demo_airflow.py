@@ -158,13 +158,16 @@ class AirflowApi:
 
     def put_connection(self, conn_id: str, conn_type: str, **fields: Any) -> None:
         """Create or replace an Airflow connection through the REST API (as an engineer would in the UI)."""
-        body = {"connection_id": conn_id, "conn_type": conn_type, **fields}
+        self.put("/api/v2/connections", conn_id, {"connection_id": conn_id, "conn_type": conn_type, **fields})
+
+    def put(self, collection: str, name: str, body: dict[str, Any]) -> None:
+        """Create ``name`` in the REST collection ``collection`` (POST), or replace it when it exists (PATCH)."""
         try:
-            self.request("POST", "/api/v2/connections", body)
+            self.request("POST", collection, body)
         except ApiError as exc:
             if exc.status != 409:
                 raise
-            self.request("PATCH", f"/api/v2/connections/{conn_id}", body)
+            self.request("PATCH", f"{collection}/{name}", body)
 
     def trigger(self, dag_id: str, conf: dict, run_id: str | None = None) -> dict:
         body: dict[str, Any] = {"logical_date": None, "conf": conf}

@@ -173,13 +173,7 @@ class ProductionStack(AirflowApi):
         """The settings file's pools, created (or set to its slots) through the REST API, as a deployment's
         ``airflow pools import`` does."""
         for name, pool in pools(DEPLOY_SETTINGS).items():
-            body = {"name": name, **pool}
-            try:
-                self.request("POST", "/api/v2/pools", body)
-            except ApiError as exc:
-                if exc.status != 409:
-                    raise
-                self.request("PATCH", f"/api/v2/pools/{name}", body)
+            self.put("/api/v2/pools", name, {"name": name, **pool})
 
     def _migrate(self, timeout_s: float) -> None:
         log = self.logs / "db-migrate.log"
