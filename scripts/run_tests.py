@@ -50,8 +50,9 @@ AIRFLOW_PATHS = [
     "tests/status_view/test_status_view.py",
     "tests/status_view/test_fleet_scale.py",
     "tests/test_wheel_install.py",  # the wheel in a fresh venv, its own `airflow standalone`
-    "tests/pinning",  # two builds of the wheel, a venv of its own, an `airflow standalone` restarted on an upgrade
 ]
+#: Two builds of the wheel, a venv of its own, an `airflow standalone` restarted on an upgrade (~5 min).
+PINNING_PATHS = ["tests/pinning"]
 DAGS_PATHS = ["tests/dags"]
 BENCH_PATHS = ["tests/bench/test_bench_smoke.py"]  # make bench QUICK=1: minutes of computing on its own server
 
@@ -77,17 +78,19 @@ def lanes(pytest_args: list[str], tidb_suites: list[str], tidb_args: list[str]) 
     Three queues, not one per lane: with six lanes in five queues (three Airflow deployments and two computing
     lanes at once) the shared 2-core machine was so oversubscribed (load 10-15) that every lane ran slower and
     bounded waits ran out (a REST call of make demo, a stack test's drain seen in no triggerer log)."""
-    named = STACK_PATHS + ROLLOUT_PATHS + AIRFLOW_PATHS + DAGS_PATHS + BENCH_PATHS
+    named = STACK_PATHS + PINNING_PATHS + ROLLOUT_PATHS + AIRFLOW_PATHS + DAGS_PATHS + BENCH_PATHS
     # The in-process Airflow environment (tests/dags/airflow_harness.py) set up first in each lane, as it was for
     # every test when one pytest ran them all (tests/dags/conftest.py was collected before any module importing
     # airflow); it must be loaded before anything imports airflow, which a lane's modules may do in any order.
     # Not in the tidb lane, whose separate run never loaded it.
     first = ["--durations=15", "-p", "tests.dags.airflow_harness"]
-    # Balanced by the lanes' times in CI's run of 2026-12-02 (seconds): stack ~1050 + tidb 365 | dags 817 +
-    # rollout ~550 | airflow 588 + main 636 + bench 102. Stack and rollout (the two deployments of their own) in
-    # different queues; at the usual times rollout starts when dags ends, after airflow: two deployments at once.
+    # Balanced by the lanes' times in CI's run of 2026-12-02 (seconds): stack ~1050 + pinning ~280 + tidb 365 |
+    # dags 817 + rollout ~550 | airflow 588 (+ the wheel's ~200 since) + main 636 + bench 102. Stack and rollout
+    # (the two deployments of their own) in different queues; at the usual times rollout starts when dags ends,
+    # after airflow: two deployments at once.
     return [
         [Lane("stack", [*first, *STACK_PATHS, *pytest_args]),
+         Lane("pinning", [*first, *PINNING_PATHS, *pytest_args]),
          Lane("tidb", ["-q", "--durations=15", *tidb_suites, *tidb_args], env={"NEXUS_TIDB_SEMANTICS": "1"})],
         [Lane("dags", [*first, *DAGS_PATHS, *pytest_args]),
          Lane("rollout", [*first, *ROLLOUT_PATHS, *pytest_args])],
