@@ -12,9 +12,16 @@ RUNBOOK = pathlib.Path(__file__).resolve().parents[1] / "docs" / "runbook.md"
 ROW = re.compile(r"^\| `([a-z_]+)`(?: \(one per pack\))? \|")
 
 
+SECTION = "## Connector projection cutover: step by step"
+
+
 def runbook_actions() -> dict[str, str]:
+    """The task table's rows: every row of the section that holds it (other sections' tables are not steps)."""
+    text = RUNBOOK.read_text()
+    assert SECTION in text, f"docs/runbook.md has no section {SECTION!r}"
+    section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
     actions = {}
-    for line in RUNBOOK.read_text().splitlines():
+    for line in section.splitlines():
         match = ROW.match(line)
         if match:
             actions[match.group(1)] = [c.strip() for c in line.strip().strip("|").split("|")][-1]
