@@ -15,6 +15,7 @@ command -v gcc >/dev/null 2>&1 || need_apt+=(build-essential)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)  # make stack: metadata DB
 command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || need_apt+=(redis-server)  # Celery broker
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium chromium-driver)  # status view test (headless)
+command -v promtool >/dev/null 2>&1 || [ -x /usr/bin/promtool ] || need_apt+=(prometheus)  # promtool: the alert rules' tests
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "bootstrap: apt-get install ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -6,7 +6,8 @@ check that the deployment recipe beside it says the same.
   triggerers and workers and its pools from it: what the stack tests is what the recipe ships.
 * :func:`recipe_disagreements` reads the recipe as a platform team uses it -- ``deploy/Dockerfile`` (the base image,
   the install line, the local settings), ``deploy/helm-values.yaml`` (the official Helm chart's values) -- and the
-  files they lean on (``constraints.txt``, ``pyproject.toml``'s extras, the runbook's settings table), and returns one
+  files they lean on (``constraints.txt``, ``pyproject.toml``'s extras, the runbook's settings table, the StatsD
+  exporter's mapping ``deploy/statsd/nexus-mapping.yml``, whose entries the values' ``statsd.extraMappings`` carry), and returns one
   line per disagreement with the settings file; :func:`environment_disagreements` does the same for an environment
   the stack built. Nothing here runs Docker or Helm: the files are parsed.
 * ``python scripts/deploy_settings.py check [--helm-values FILE] [--dockerfile FILE]`` prints the disagreements (exit 1
@@ -32,6 +33,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 SETTINGS_FILE = REPO / "deploy" / "airflow-settings.toml"
 DOCKERFILE = REPO / "deploy" / "Dockerfile"
 HELM_VALUES = REPO / "deploy" / "helm-values.yaml"
+STATSD_MAPPING = REPO / "deploy" / "statsd" / "nexus-mapping.yml"
 CONSTRAINTS = REPO / "constraints.txt"
 PYPROJECT = REPO / "pyproject.toml"
 RUNBOOK = REPO / "docs" / "runbook.md"
@@ -212,7 +214,28 @@ def _dockerfile_problems(settings: dict[str, Any], path: pathlib.Path, extras: s
     return out
 
 
-def _helm_problems(settings: dict[str, Any], path: pathlib.Path) -> list[str]:
+def _mapping_problems(values: dict[str, Any], where: str, mapping_file: pathlib.Path) -> list[str]:
+    """The chart's ``statsd.extraMappings`` are the entries of the one mapping file (what the alert rules and the
+    dashboard query), entry for entry in its order."""
+    import yaml
+
+    source = yaml.safe_load(mapping_file.read_text(encoding="utf-8"))["mappings"]
+    shipped = (values.get("statsd") or {}).get("extraMappings") or []
+    by_match = {str(m.get("match")): m for m in shipped}
+    name = f"deploy/statsd/{mapping_file.name}" if mapping_file.parent == STATSD_MAPPING.parent else str(mapping_file)
+    out = [f"{where}: statsd.extraMappings has no entry {m['match']!r} of {name}" for m in source
+           if m["match"] not in by_match]
+    out += [f"{where}: statsd.extraMappings entry {m['match']!r} is {by_match[m['match']]}, {name} says {m}"
+            for m in source if m["match"] in by_match and by_match[m["match"]] != m]
+    known = {m["match"] for m in source}
+    out += [f"{where}: statsd.extraMappings entry {match!r} is not in {name}" for match in by_match if match not in known]
+    if not out and [m["match"] for m in shipped] != [m["match"] for m in source]:
+        out.append(f"{where}: statsd.extraMappings are not in the order of {name}")
+    return out
+
+
+def _helm_problems(settings: dict[str, Any], path: pathlib.Path,
+                   statsd_mapping: pathlib.Path = STATSD_MAPPING) -> list[str]:
     import yaml
 
     where = f"deploy/{path.name}" if path.parent == HELM_VALUES.parent else str(path)
@@ -245,6 +268,7 @@ def _helm_problems(settings: dict[str, Any], path: pathlib.Path) -> list[str]:
         if not str(mapping.get("match", "")).startswith(prefix):
             out.append(f"{where}: the StatsD mapping {mapping.get('match')!r} does not start with {prefix!r} "
                        "([metrics] statsd_prefix)")
+    out.extend(_mapping_problems(values, where, statsd_mapping))
     env = {e.get("name"): e.get("value") for e in values.get("env") or [] if isinstance(e, dict)}
     for name, value in product_env(settings).items():
         differs(f"env {name}", env.get(name), value)
@@ -297,7 +321,8 @@ def _runbook_problems(settings: dict[str, Any], path: pathlib.Path) -> list[str]
 
 def recipe_disagreements(*, settings_file: pathlib.Path = SETTINGS_FILE, dockerfile: pathlib.Path = DOCKERFILE,
                          helm_values: pathlib.Path = HELM_VALUES, constraints: pathlib.Path = CONSTRAINTS,
-                         pyproject: pathlib.Path = PYPROJECT, runbook: pathlib.Path = RUNBOOK) -> list[str]:
+                         pyproject: pathlib.Path = PYPROJECT, runbook: pathlib.Path = RUNBOOK,
+                         statsd_mapping: pathlib.Path = STATSD_MAPPING) -> list[str]:
     """Every disagreement between the settings file and the recipe (one line each, naming the file, the setting and
     both values); empty when they agree."""
     settings = load(settings_file)
@@ -306,7 +331,7 @@ def recipe_disagreements(*, settings_file: pathlib.Path = SETTINGS_FILE, dockerf
     return [*settings_problems(settings, f"deploy/{settings_file.name}"),
             *_constraints_problems(settings, constraints),
             *_dockerfile_problems(settings, dockerfile, extras),
-            *_helm_problems(settings, helm_values),
+            *_helm_problems(settings, helm_values, statsd_mapping),
             *_runbook_problems(settings, runbook)]
 
 

@@ -287,11 +287,13 @@ def step_ended(context, result: Any = None) -> None:
 
 
 def step_failed(context) -> None:
-    """``on_failure_callback`` of every step: its duration and lock wait until it failed, as metrics (a fused
-    task's: of the step it was in), and its stop in the delivery ledger."""
+    """``on_failure_callback`` of every step: its duration and lock wait until it failed, and its failure by reason
+    (:func:`nexus_airflow.metrics.failure_reason` of the task's exception), as metrics (a fused task's: of the step
+    it was in), and its stop in the delivery ledger."""
     from nexus_airflow.ledger import step_stopped
+    from nexus_airflow.metrics import failure_reason
 
-    _emit_step(context, "failed", None)
+    _emit_step(context, "failed", None, reason=failure_reason(context.get("exception")))
     task, ti = context.get("task"), context.get("ti")
     step_stopped(context, getattr(task, "current_step", None) or getattr(ti, "task_id", None) or "")
 
@@ -314,7 +316,7 @@ def step_record_ended(op, context, step: str, result: Any) -> None:
 
 
 def _emit_step(context, outcome: str, result: Any, *, step: str | None = None,
-               started: dt.datetime | None = None) -> None:
+               started: dt.datetime | None = None, reason: str | None = None) -> None:
     from nexus_airflow.metrics import emit_step
     from nexus_cutover.locks import current_meter
 
@@ -327,7 +329,7 @@ def _emit_step(context, outcome: str, result: Any, *, step: str | None = None,
     started = started or getattr(task, "current_step_started", None) or getattr(ti, "start_date", None)
     seconds = (dt.datetime.now(dt.UTC) - started).total_seconds() if started else None
     emit_step(str(tenant), step, outcome, seconds, result,
-              lock_wait_s=meter.seconds if meter is not None and meter.acquisitions else None)
+              lock_wait_s=meter.seconds if meter is not None and meter.acquisitions else None, reason=reason)
 
 
 #: The step hooks, for a DAG's ``default_args`` (``on_failure_callback`` is a list the DAG extends).

@@ -14,13 +14,18 @@ Invariants:
   ``[A-Za-z0-9_-]`` a ``_``).
 * A metric never fails or slows a step: an emission error is logged and dropped (UDP is fire-and-forget).
 * Emitted from few places: the cutover and Field History DAGs' step hooks (:mod:`nexus_airflow.base`:
-  step duration, lock wait, admission pause, digest rate, from each step's own result and lock meter), the
-  drain poller (remaining, rate), the rollout's wave close (tenants done/failed/waiting, ETA) and the delivery
-  ledger's record calls (events spooled, caught up, pending: :mod:`nexus_airflow.ledger`).
+  step duration, lock wait, admission pause, the fence's arming time, digest rate, from each step's own result and
+  lock meter; a failed step's reason), the drain poller (remaining, rate, ETA), the rollout's wave close (tenants
+  done/failed/waiting, ETA, halted) and the delivery ledger's record calls (events spooled, caught up, pending:
+  :mod:`nexus_airflow.ledger`).
+* What ``deploy/`` loads (the StatsD exporter's mapping, the Prometheus alert rules, the Grafana dashboard) reads
+  these names only: ``tests/deploy`` fails when a rule or a panel queries a series the mapping does not make of
+  what is declared here.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import re
@@ -36,7 +41,8 @@ TIMER, GAUGE, COUNTER = "timer", "gauge", "counter"
 
 @dataclass(frozen=True)
 class Metric:
-    """One metric: ``name`` (``nexus.*``), ``kind`` (timer in ms or gauge), ``tags`` in name order, ``unit``."""
+    """One metric: ``name`` (``nexus.*``), ``kind`` (timer in ms, gauge or counter), ``tags`` in name order,
+    ``unit``."""
 
     name: str
     kind: str
@@ -59,9 +65,22 @@ LOCK_WAIT = Metric(
 DRAIN_REMAINING = Metric(
     "nexus.drain.remaining", GAUGE, ("tenant",), "WorkItems",
     "old projection WorkItems still pending, blocked, retry or processing, at each poll of wait_for_drain")
+STEP_FAILED = Metric(
+    "nexus.step.failed", COUNTER, ("tenant", "step", "reason"), "steps",
+    "a step that failed, by reason (:func:`failure_reason`): refused (a stop: a refusal, a person's Reject, a wait "
+    "that cannot pass), bad_input, timeout (a deadline or lock timeout), error (anything else: a crash, a lost "
+    "database)")
+FENCE_ARMED_AT = Metric(
+    "nexus.fence.armed_at", GAUGE, ("tenant",), "s since the epoch",
+    "the ArmedAt of the tenant's cutover fence (when its admission pause began), sent by the step that armed, "
+    "adopted or kept it; 0 by the step that released it. Now minus it is how long admission has been paused so far")
 DRAIN_RATE = Metric(
     "nexus.drain.rate", GAUGE, ("tenant",), "WorkItems/min",
     "drain rate over the last polls (negative when old work grew); not sent until two polls lie apart")
+DRAIN_ETA = Metric(
+    "nexus.drain.eta", GAUGE, ("tenant",), "s",
+    "seconds until the old projection work is drained at the measured rate (0 once drained), at each poll of "
+    "wait_for_drain; not sent while the drain is not shrinking or not measured yet")
 DIGEST_ROWS_PER_S = Metric(
     "nexus.digest.rows_per_second", GAUGE, ("tenant",), "rows/s",
     "history rows digested per second by history_digest (the tenant's projection history rows)")
@@ -72,6 +91,11 @@ WAVE_ETA = Metric(
     "nexus.rollout.wave.eta", GAUGE, ("rollout",), "s",
     "seconds until the rollout's last wave ends, at the pace measured so far (elapsed / tenants ended x "
     "tenants waiting); 0 when none waits")
+ROLLOUT_HALTED = Metric(
+    "nexus.rollout.halted", GAUGE, ("rollout",), "0 or 1",
+    "1 from the wave close that halted the rollout (more tenants failed than max_failed), 0 from every other "
+    "wave close")
+
 LEDGER_SPOOLED = Metric(
     "nexus.ledger.spooled", COUNTER, ("tenant",), "events",
     "delivery-ledger events that could not be written (the ledger down or not configured) and went to the "
@@ -84,8 +108,8 @@ LEDGER_PENDING = Metric(
     "delivery-ledger events waiting in this machine's spool, after each record call")
 
 #: Every metric of the project, in the runbook's order.
-ALL = (STEP_DURATION, ADMISSION_PAUSE, LOCK_WAIT, DRAIN_REMAINING, DRAIN_RATE, DIGEST_ROWS_PER_S, ROLLOUT_TENANTS,
-       WAVE_ETA, LEDGER_SPOOLED, LEDGER_CAUGHT_UP, LEDGER_PENDING)
+ALL = (STEP_DURATION, STEP_FAILED, ADMISSION_PAUSE, FENCE_ARMED_AT, LOCK_WAIT, DRAIN_REMAINING, DRAIN_RATE, DRAIN_ETA,
+       DIGEST_ROWS_PER_S, ROLLOUT_TENANTS, WAVE_ETA, ROLLOUT_HALTED, LEDGER_SPOOLED, LEDGER_CAUGHT_UP, LEDGER_PENDING)
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -155,23 +179,56 @@ def emit(metric: Metric, value: float | None, **tags: Any) -> None:
 
 # --- what a step's result says ----------------------------------------------------------------------------------
 
+#: A fence step's outcomes after which the run holds the fence (``nexus.fence.armed_at`` is its ArmedAt).
+FENCE_HELD_OUTCOMES = ("armed", "adopted", "reused")
+
+
 def step_figures(step: str, result: Any) -> list[tuple[Metric, float]]:
-    """The figures a step's own result carries: the admission pause of a release, the digest's rows per second."""
+    """The figures a step's own result carries: the admission pause of a release (and the fence's arming time set
+    back to 0), the arming time of a fence the run armed, adopted or kept, the digest's rows per second."""
     if not isinstance(result, dict):
         return []
     out: list[tuple[Metric, float]] = []
-    if result.get("outcome") == "released" and result.get("admission_pause_s") is not None:
+    outcome = result.get("outcome")
+    if outcome == "released" and result.get("admission_pause_s") is not None:
         out.append((ADMISSION_PAUSE, float(result["admission_pause_s"])))
+        out.append((FENCE_ARMED_AT, 0.0))
+    if outcome in FENCE_HELD_OUTCOMES and result.get("armed_at") is not None:
+        out.append((FENCE_ARMED_AT, epoch_seconds(result["armed_at"])))
     rows, seconds = result.get("rows"), result.get("seconds")
     if step == "history_digest" and isinstance(rows, dict) and seconds:
         out.append((DIGEST_ROWS_PER_S, sum(int(r) for r in rows.values()) / float(seconds)))
     return out
 
 
+def epoch_seconds(value: Any) -> float:
+    """A stored time (naive UTC, as the tenant's columns hold it; a datetime or its ISO text) as seconds since the
+    epoch."""
+    when = value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
+    return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp()
+
+
+#: A stop's exit code (:class:`nexus_airflow.base.TaskStopped`, the command line's) -> its reason.
+_STOP_REASONS = {2: "bad_input", 3: "refused", 4: "timeout"}
+FAILURE_REASONS = ("refused", "bad_input", "timeout", "error")
+
+
+def failure_reason(exc: BaseException | None) -> str:
+    """Why a step failed, in :data:`FAILURE_REASONS`: a stop by its exit code (2 bad input, 3 refused, 4 timeout),
+    an Airflow timeout (a sensor's or the task's ``execution_timeout``) as ``timeout``, anything else ``error``."""
+    if isinstance(exc, SystemExit) and isinstance(exc.code, int) and exc.code in _STOP_REASONS:
+        return _STOP_REASONS[exc.code]
+    if exc is not None and "Timeout" in type(exc).__name__:
+        return "timeout"
+    return "error"
+
+
 def emit_step(tenant: str, step: str, outcome: str, seconds: float | None, result: Any = None,
-              lock_wait_s: float | None = None) -> None:
-    """Every figure of one ended step (the one call of the DAGs' step hooks)."""
+              lock_wait_s: float | None = None, reason: str | None = None) -> None:
+    """Every figure of one ended step (the one call of the DAGs' step hooks); a failed step's ``reason`` counted."""
     emit(STEP_DURATION, seconds, tenant=tenant, step=step, outcome=outcome)
+    if outcome == "failed":
+        emit(STEP_FAILED, 1, tenant=tenant, step=step, reason=reason or "error")
     emit(LOCK_WAIT, lock_wait_s, tenant=tenant, step=step)
     for metric, value in step_figures(step, result):
         emit(metric, value, tenant=tenant)
@@ -188,10 +245,12 @@ def rollout_progress(total: int, done: int, failed: int, elapsed_s: float | None
     return {"done": done, "failed": failed, "waiting": waiting, "eta_s": eta}
 
 
-def emit_rollout(rollout: str, progress: dict[str, Any]) -> None:
+def emit_rollout(rollout: str, progress: dict[str, Any], *, halted: bool = False) -> None:
+    """A wave close's figures: tenants by state, the ETA, whether this close halted the rollout."""
     for state in ("done", "failed", "waiting"):
         emit(ROLLOUT_TENANTS, progress[state], rollout=rollout, state=state)
     emit(WAVE_ETA, progress["eta_s"], rollout=rollout)
+    emit(ROLLOUT_HALTED, 1 if halted else 0, rollout=rollout)
 
 
 def pause_summary(pauses: Iterable[float]) -> dict[str, float | int] | None:

@@ -167,11 +167,15 @@ def progress(report) -> list:
 
 
 def drain_metrics(tenant: str, remaining: int, rate: float | None) -> None:
-    """``nexus.drain.remaining`` and ``nexus.drain.rate`` (items/min; not sent before it is measured), per poll."""
-    from nexus_airflow.metrics import DRAIN_RATE, DRAIN_REMAINING, emit
+    """``nexus.drain.remaining``, ``nexus.drain.rate`` (items/min; not sent before it is measured) and
+    ``nexus.drain.eta`` (:func:`nexus_cutover.polling.eta_seconds`; not sent while the drain does not shrink), per
+    poll."""
+    from nexus_airflow.metrics import DRAIN_ETA, DRAIN_RATE, DRAIN_REMAINING, emit
+    from nexus_cutover.polling import eta_seconds
 
     emit(DRAIN_REMAINING, remaining, tenant=tenant)
     emit(DRAIN_RATE, rate, tenant=tenant)
+    emit(DRAIN_ETA, eta_seconds(remaining, rate), tenant=tenant)
 
 
 class PreArmPoller(_EnginePoller):

@@ -186,15 +186,15 @@ def pause_lines(summary: dict[str, Any] | None) -> list[str]:
 
 
 def progress_metrics(ti, plan: dict[str, Any], wave: int, outcome: dict[str, Any], run_id: str) -> None:
-    """``nexus.rollout.tenants`` (done / failed / waiting) and ``nexus.rollout.wave.eta`` at a wave's close:
-    this wave's outcome plus the earlier waves' (their ``close`` XComs)."""
+    """``nexus.rollout.tenants`` (done / failed / waiting), ``nexus.rollout.wave.eta`` and ``nexus.rollout.halted``
+    at a wave's close: this wave's outcome plus the earlier waves' (their ``close`` XComs)."""
     from nexus_airflow.metrics import emit_rollout, rollout_progress
 
     closed = [outcome] + [ro.wave_outcome(ti, k) or {} for k in range(wave)]
     done = sum(len(c.get("succeeded") or []) for c in closed)
     failed = sum(len(c.get("failed") or {}) for c in closed)
     total = sum(len(w["tenants"]) for w in plan.get("waves") or [])
-    emit_rollout(run_id, rollout_progress(total, done, failed, _elapsed_s()))
+    emit_rollout(run_id, rollout_progress(total, done, failed, _elapsed_s()), halted=outcome["state"] == "halted")
 
 
 def _elapsed_s() -> float | None:

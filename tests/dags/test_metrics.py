@@ -20,6 +20,7 @@ import time
 from sqlalchemy import select
 
 from nexus_airflow.declared import steps_of
+from nexus_airflow.metrics import ALL
 from nexus_cutover import catalog
 from nexus_cutover.projection.cutover_fence import cutover_fence_in_force
 from nexus_sim.old_runtime import OldRuntimeSimulator, SimulatorConfig, StepReport
@@ -27,9 +28,11 @@ from nexus_sim.scenario import utcnow
 from tests.dags.airflow_harness import HitlAnswerer, collect, next_logical_date
 from tests.dags.cutover_support import DAG_ID, NS, Deployer, base_conf, drained_tenant
 from tests.statsd_listener import StatsdListener
+from tests.statsd_mapping import apply as apply_mapping
+from tests.statsd_mapping import load as load_mapping
 
 CONFIRM = "Confirm: all old writers stopped"
-PREFIX = "nexus_metrics_test"
+PREFIX = "airflow"  # the deployed [metrics] statsd_prefix, which the StatsD exporter's mapping matches
 #: The steps that take _System_Lock rows (namespace lock; the checkpoint also the pack's).
 LOCKED_STEPS = {"arm_fence", "audit_and_checkpoint", "resume_admission"}
 
@@ -170,7 +173,71 @@ def test_a_statsd_listener_receives_every_figure_of_a_cutover_run(airflow_db, te
     rate = got[(f"nexus.digest.rows_per_second.{NS}", "g")]
     assert len(rate) == 1 and rate[0] > 0
     assert abs(rate[0] - sum(digest["rows"].values()) / digest["seconds"]) <= 0.01 * rate[0] + 1
+    # the fence's arming time while held (the fence row's ArmedAt), 0 once released; the drain's ETA, 0 once drained
+    armed_at = got[(f"nexus.fence.armed_at.{NS}", "g")]
+    assert len(armed_at) == 2 and armed_at[1] == 0, armed_at
+    armed_step = times["arm_fence"]
+    assert armed_step[0].timestamp() - 1 <= armed_at[0] <= armed_step[1].timestamp() + 1, (armed_at, armed_step)
+    etas = got[(f"nexus.drain.eta.{NS}", "g")]
+    assert etas and etas[-1] == 0 and all(e >= 0 for e in etas), etas
+    assert not any(name.startswith("nexus.step.failed") for name, _ in got)  # nothing failed
+
+    # the StatsD exporter's mapping (deploy/statsd/nexus-mapping.yml) applied to the lines this run sent: every
+    # per-tenant line is one Prometheus series with its tags as labels, named as the rules and the dashboard query it
+    lines = [line for line in statsd.lines if line.startswith(f"{PREFIX}.nexus.")]
+    mapping = load_mapping()
+    exported = [(line, apply_mapping(mapping, line)) for line in lines]  # in order of arrival, repeats kept
+    unmapped = [line for line, sample in exported if sample is None]
+    assert {line.split(":")[0] for line in unmapped} <= {f"{PREFIX}.{m.name}" for m in ALL}, unmapped  # the bare names
+    samples = [s for _, s in exported if s is not None]
+    assert all(s.labels.get("tenant") == NS for s in samples if s.name != "nexus_ledger_pending"), samples
+    by_name: dict[str, list] = {}
+    for sample in samples:
+        by_name.setdefault(sample.name, []).append(sample)
+    assert {"nexus_step_duration_seconds", "nexus_admission_pause_seconds", "nexus_lock_wait_seconds",
+            "nexus_drain_remaining", "nexus_drain_rate", "nexus_drain_eta", "nexus_fence_armed_at_seconds",
+            "nexus_digest_rows_per_second"} <= set(by_name), sorted(by_name)
+    assert {(s.labels["step"], s.labels["outcome"]) for s in by_name["nexus_step_duration_seconds"]} == \
+        {(step, "success") for step in steps}
+    assert all(s.kind == "histogram" for s in by_name["nexus_step_duration_seconds"])
+    pause, = by_name["nexus_admission_pause_seconds"]
+    assert abs(pause.value - released["admission_pause_s"]) < 1e-3  # the exporter observes ms timers in seconds
+    assert [s.value for s in by_name["nexus_fence_armed_at_seconds"]] == armed_at
+    assert [s.value for s in by_name["nexus_drain_remaining"]] == remaining
+    assert {s.labels["step"] for s in by_name["nexus_lock_wait_seconds"]} == LOCKED_STEPS
     print(f"nexus.* over StatsD: run {run_s:.1f} s, admission pause {pause_ms[0] / 1000:.2f} s, lock waits (ms) "
           + ", ".join(f"{s} {max(got[(f'nexus.lock.wait.{NS}.{s}', 'ms')]):.1f}" for s in sorted(LOCKED_STEPS))
           + f", drain remaining {remaining}, rates {[round(r, 1) for r in rates]}, digest {rate[0]:.0f} rows/s, "
           f"{len(statsd.lines)} StatsD lines")
+
+
+def test_a_rejected_run_counts_its_stop_by_reason_and_the_next_run_keeps_the_fences_arming_time(
+        airflow_db, tenant, tenant_connection):
+    """A person's Reject fails the confirmation as a refusal (``nexus.step.failed`` ... ``refused``, the alert rules'
+    and the dashboard's ``nexus_step_failed_total{reason="refused"}``) and leaves the fence armed: its arming time
+    stays sent, not 0 (what ``NexusFencedTenantWaiting`` watches). The next run adopts the fence and sends the same
+    arming time, then 0 at its release."""
+    engine, conn_id = tenant
+    drained_tenant().write(engine)
+    mapping = load_mapping()
+    with StatsdListener() as statsd, HitlAnswerer(DAG_ID, {"confirm_writers_stopped": "Reject"}, timeout=600) as hitl:
+        rejected = _run_in_own_process(base_conf(conn_id), next_logical_date(), statsd.port)
+    assert rejected.returncode != 0 and not hitl.errors, hitl.errors
+    got = statsd.values(PREFIX)
+    assert got[(f"nexus.step.failed.{NS}.confirm_writers_stopped.refused", "c")] == [1.0]
+    assert [k for k in got if k[0].startswith("nexus.step.failed.")] == \
+        [(f"nexus.step.failed.{NS}.confirm_writers_stopped.refused", "c")]
+    failed = [s for s in (apply_mapping(mapping, line) for line in statsd.lines) if s and s.name == "nexus_step_failed_total"]
+    assert [(s.kind, s.labels, s.value) for s in failed] == \
+        [("counter", {"tenant": NS, "step": "confirm_writers_stopped", "reason": "refused"}, 1.0)]
+    armed_at = got[(f"nexus.fence.armed_at.{NS}", "g")]
+    assert len(armed_at) == 1 and armed_at[0] > 0, armed_at  # held after the run: never set back to 0
+
+    with StatsdListener() as statsd, Deployer(engine) as deployer, \
+            HitlAnswerer(DAG_ID, {"confirm_writers_stopped": CONFIRM}, timeout=600) as hitl:
+        tenant_connection("nexus_deployer_test", raw_json=deployer.connection_json)
+        later = _run_in_own_process(base_conf(conn_id), next_logical_date(), statsd.port)
+    assert later.returncode == 0 and not hitl.errors, hitl.errors
+    got = statsd.values(PREFIX)
+    assert got[(f"nexus.fence.armed_at.{NS}", "g")] == [armed_at[0], 0.0]  # the pause counts from the first arming
+    assert not any(name.startswith("nexus.step.failed") for name, _ in got)

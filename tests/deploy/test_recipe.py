@@ -15,6 +15,7 @@ from scripts.deploy_settings import (
     HELM_VALUES,
     RUNBOOK,
     SETTINGS_FILE,
+    STATSD_MAPPING,
     environment_disagreements,
     load,
     recipe_disagreements,
@@ -99,7 +100,20 @@ MUTATIONS = {
     "helm: pool slots": (HELM_VALUES, '{"tidb_reads": {"slots": 2,', '{"tidb_reads": {"slots": 3,',
                          ["deploy/helm-values.yaml: the pools.json of extraConfigMaps is"]),
     "helm: statsd prefix": (HELM_VALUES, 'match: "airflow.nexus.lock.wait.*.*"', 'match: "af.nexus.lock.wait.*.*"',
-                            ["deploy/helm-values.yaml: the StatsD mapping 'af.nexus.lock.wait.*.*' does not start with"]),
+                            ["deploy/helm-values.yaml: the StatsD mapping 'af.nexus.lock.wait.*.*' does not start with",
+                             "deploy/helm-values.yaml: statsd.extraMappings entry 'af.nexus.lock.wait.*.*' is not in "
+                             "deploy/statsd/nexus-mapping.yml",
+                             "deploy/helm-values.yaml: statsd.extraMappings has no entry 'airflow.nexus.lock.wait.*.*' of"]),
+    "helm: a mapping's name differs": (HELM_VALUES, "      name: nexus_lock_wait_seconds\n", "      name: nexus_lock_wait\n",
+                                       ["deploy/helm-values.yaml: statsd.extraMappings entry 'airflow.nexus.lock.wait.*.*' is"]),
+    "helm: a mapping left out": (HELM_VALUES, '''    - match: "airflow.nexus.ledger.pending"\n      name: nexus_ledger_pending\n''', "",
+                                 ["deploy/helm-values.yaml: statsd.extraMappings has no entry 'airflow.nexus.ledger.pending' "
+                                  "of deploy/statsd/nexus-mapping.yml"]),
+    "mapping: a new entry the values lack": (STATSD_MAPPING, "mappings:\n",
+                                             'mappings:\n  - match: "airflow.nexus.new.*"\n    name: nexus_new\n',
+                                             ["deploy/helm-values.yaml: statsd.extraMappings has no entry 'airflow.nexus.new.*' of "]),
+    "mapping: a label renamed": (STATSD_MAPPING, '      reason: "$3"', '      why: "$3"',
+                                 ["deploy/helm-values.yaml: statsd.extraMappings entry 'airflow.nexus.step.failed.*.*.*' is"]),
     "dockerfile: another Airflow": (DOCKERFILE, "FROM apache/airflow:slim-3.3.2-python3.11",
                                     "FROM apache/airflow:slim-3.3.1-python3.11",
                                     ["deploy/Dockerfile: FROM apache/airflow:slim-3.3.1-python3.11 is Airflow 3.3.1"]),
@@ -138,7 +152,7 @@ def test_a_mutated_copy_of_the_recipe_fails_the_check_naming_the_setting(tmp_pat
     copy = tmp_path / path.name
     copy.write_text(text.replace(old, new), encoding="utf-8")
     argument = {SETTINGS_FILE: "settings_file", DOCKERFILE: "dockerfile", HELM_VALUES: "helm_values",
-                CONSTRAINTS: "constraints", RUNBOOK: "runbook"}[path]
+                CONSTRAINTS: "constraints", RUNBOOK: "runbook", STATSD_MAPPING: "statsd_mapping"}[path]
     found = recipe_disagreements(**{argument: copy})
     if path in (DOCKERFILE, HELM_VALUES):  # a recipe file outside deploy/ is named by its path
         expected = [line.replace(f"deploy/{path.name}:", f"{copy}:", 1) for line in expected]

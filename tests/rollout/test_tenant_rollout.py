@@ -421,6 +421,8 @@ def _assert_metrics_of_the_first_rollout(statsd, run_id: str, names: list[str], 
             assert len(got[(f"nexus.step.duration.{n}.{wait}.success", "ms")]) == 1, (n, wait)
         assert got[(f"nexus.drain.remaining.{n}", "g")][-1] == 0  # drained: its drain poll says so
     assert got[(f"nexus.step.duration.{names[2]}.confirm_writers_stopped.failed", "ms")]
+    assert got[(f"nexus.step.failed.{names[2]}.confirm_writers_stopped.refused", "c")] == [1]  # a stop, by its reason
+    assert got.get((f"nexus.rollout.halted.{rollout}", "g")) == [0, 1]  # the second close halted the rollout
 
 
 def _sqlite_tenant(stack, tmp_path, prefix: str, seed: int, backlog: int = 0,

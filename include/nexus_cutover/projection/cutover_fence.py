@@ -252,7 +252,8 @@ class FenceResult:
     other_fences_in_force: list[dict[str, Any]] = field(default_factory=list)
     previous_holder: str | None = None
     holder: str | None = None
-    #: The fence row's own ``ArmedAt`` / ``ReleasedAt`` (ISO) once released (``released``, ``already_released``).
+    #: The fence row's own ``ArmedAt`` (once armed, adopted, kept or released: when the admission pause began) and
+    #: ``ReleasedAt`` (once released: ``released``, ``already_released``).
     armed_at: str | None = None
     released_at: str | None = None
 
@@ -487,7 +488,8 @@ def _arm(
         how = decide(namespace, existing)
         if how is None:
             check_reuse("arm_fence", existing, reason, go_on=f"go on as a new holder: {decide.take_over.format(holder=decide.me)}")
-            return FenceResult(namespace, "would_reuse" if dry_run else "reused", fence_id, others, holder=decide.me)
+            return FenceResult(namespace, "would_reuse" if dry_run else "reused", fence_id, others, holder=decide.me,
+                               armed_at=existing["ArmedAt"])
         previous = existing["ArmedBy"]
         if dry_run:
             return FenceResult(namespace, "would_adopt", fence_id, others, previous_holder=previous, holder=decide.me)
@@ -499,7 +501,8 @@ def _arm(
                         AdmissionFence.c.ReleasedAt.is_(None))
                  .values(ArmedBy=decide.me, Reason=record), namespace, fence_id, "adopted")
         _still_one_cutover_fence(conn, namespace, now)
-        return FenceResult(namespace, "adopted", fence_id, others, previous_holder=previous, holder=decide.me)
+        return FenceResult(namespace, "adopted", fence_id, others, previous_holder=previous, holder=decide.me,
+                           armed_at=existing["ArmedAt"])
     if _all_checkpointed(conn, namespace, packs):  # and no cutover fence in force: cut over, unless old work is above a cutoff
         above = [a for a in namespace_above_cutoff(conn, namespace) if a.pack_install_id in packs]
         if not is_cut_over(packs=len(packs), checkpointed=len(packs), cutover_fences=0, above_cutoff=len(above)):
@@ -524,7 +527,7 @@ def _arm(
     )
     fence_id = int(result.inserted_primary_key[0])
     _still_one_cutover_fence(conn, namespace, now)
-    return FenceResult(namespace, "armed", fence_id, others, holder=decide.me)
+    return FenceResult(namespace, "armed", fence_id, others, holder=decide.me, armed_at=now.isoformat())
 
 
 def _still_one_cutover_fence(conn: Connection, namespace: str, now: dt.datetime) -> None:
