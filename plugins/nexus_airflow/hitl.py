@@ -257,8 +257,10 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
     subject_template = "Confirm that every old-protocol writer of tenant {tenant} is stopped"
 
     def evidence(self, context, body: str | None = None) -> Any:
-        """The registry evidence the question shows (XCom ``evidence``, pushed before it is asked)."""
-        return results.evidence_shown(context["ti"])
+        """The registry evidence the question shows (XCom ``evidence``, pushed before it is asked); None without a
+        task instance (a bare call: nothing to read it from)."""
+        ti = context.get("ti")
+        return results.evidence_shown(ti) if ti is not None else None
 
     def __init__(self, **kwargs) -> None:
         kwargs.setdefault("subject", "Confirm that every old-protocol writer of the tenant is stopped")
