@@ -544,6 +544,22 @@ def is_duplicate_key(exc: BaseException) -> bool:
     return driver_error_code(exc) == _DUPLICATE_KEY or "unique constraint failed" in _message(exc)
 
 
+#: PostgreSQL's SQLSTATEs of a transaction that lost to a concurrent one: unique violation, serialization failure,
+#: deadlock (the delivery ledger may live on PostgreSQL).
+_POSTGRES_CONFLICTS = {"23505", "40001", "40P01"}
+
+
+def is_write_conflict(exc: BaseException) -> bool:
+    """A write that lost to a concurrent writer of the same keys (its transaction won): a duplicate or unique key, a
+    lock wait that ran out, a deadlock, on MySQL/MariaDB/TiDB, SQLite or PostgreSQL. Worth reading the keys again and
+    retrying; an outage is not one."""
+    if not isinstance(exc, sa_exc.DBAPIError):
+        return False
+    if isinstance(exc, sa_exc.IntegrityError) or is_deadlock(exc) or is_lock_wait_timeout(exc):
+        return True
+    return getattr(exc.orig, "pgcode", None) in _POSTGRES_CONFLICTS
+
+
 # MariaDB: "... for key 'PRIMARY'"; MySQL 8 and TiDB: "... for key '_System_Event.PRIMARY'".
 _MYSQL_DUPLICATE_KEY_NAME = re.compile(r"for key '(?:[^']*\.)?([^'.]+)'\s*$")
 # SQLite: "UNIQUE constraint failed: _System_Event.PackInstallId, _System_Event.SourceLane, ..."

@@ -55,7 +55,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import URL, make_url
 
-from .db import DSN_ENV_LEDGER, mask_dsn
+from .db import DSN_ENV_LEDGER, is_write_conflict, mask_dsn
 from .errors import BadInput, Unreachable
 
 __all__ = ["DSN_ENV_LEDGER", "LedgerEvent", "append", "history", "ledger_engine", "to_csv"]
@@ -277,7 +277,7 @@ def append(engine: Engine, events: Sequence[LedgerEvent]) -> int:
                 written += _insert_missing(engine, batch)
                 break
             except sa_exc.DBAPIError as exc:
-                if attempt == CONFLICT_ATTEMPTS or not _conflict(exc):
+                if attempt == CONFLICT_ATTEMPTS or not is_write_conflict(exc):
                     raise
                 time.sleep(0.05 * attempt)
     return written
@@ -285,18 +285,6 @@ def append(engine: Engine, events: Sequence[LedgerEvent]) -> int:
 
 #: How often a batch that met a concurrent writer of the same events is tried again (read again, insert the rest).
 CONFLICT_ATTEMPTS = 5
-_MYSQL_CONFLICTS = {1062, 1205, 1213}  # duplicate key, lock wait timeout, deadlock (MariaDB's gap locks on the key)
-_POSTGRES_CONFLICTS = {"23505", "40001", "40P01"}  # unique violation, serialization failure, deadlock
-
-
-def _conflict(exc: sa_exc.DBAPIError) -> bool:
-    """A concurrent writer of the same keys (its transaction won): worth reading the keys again. An outage is not."""
-    if isinstance(exc, sa_exc.IntegrityError):
-        return True
-    orig = exc.orig
-    code = getattr(orig, "args", (None,))[0] if getattr(orig, "args", None) else None
-    return code in _MYSQL_CONFLICTS or getattr(orig, "pgcode", None) in _POSTGRES_CONFLICTS
-
 
 def _insert_missing(engine: Engine, batch: list[LedgerEvent]) -> int:
     t = ledger_table
