@@ -1,0 +1,35 @@
+"""Stage 5's host steps: ``start_new_host`` (by the caller's controller) and ``verify_readiness``; what a start means
+as events.
+"""
+
+from __future__ import annotations
+
+from ...transition import StepResult
+from .. import actions
+from .context import CutoverRun, _judged
+
+
+def start_new_host(run: CutoverRun) -> StepResult:
+    """The matching new host, started by the caller's way (``run.start_host``) unless one already runs."""
+    r = actions.readiness(run.engine, run.namespace, stale_heartbeat=run.stale)
+    live_hosts = [h["process_id"] for h in r.hosts if h["state"] == "live"]
+    if run.dry_run:
+        run.plan(f"start the new host (live new hosts now: {', '.join(live_hosts) or 'none'})")
+        return StepResult({"dry_run": True})
+    if live_hosts:
+        run.say(f"a new host already runs for {run.namespace} ({', '.join(live_hosts)}): not starting another")
+        return StepResult({"already_running": live_hosts})
+    if run.start_host is None:
+        raise RuntimeError("start_new_host needs its caller's way to start the host (CutoverRun.start_host)")
+    value = run.start_host(run, live_hosts)
+    run.seam("start_new_host.after_write")
+    return StepResult(value, fields={"host_pid": value["host_pid"]} if "host_pid" in value else {})
+
+
+def verify_readiness(run: CutoverRun) -> StepResult:
+    """One look at the new host: registered, activated, heartbeating, and no live old writer."""
+    r = actions.readiness(run.engine, run.namespace, stale_heartbeat=run.stale)
+    run.say("new host: " + (f"ready ({', '.join(h['process_id'] for h in r.ready_hosts)})" if r.ready
+                            else "not ready: " + "; ".join(r.reasons)))
+    return _judged("verify_readiness", r.as_json(), domain=r)
+
