@@ -1,4 +1,4 @@
-"""What a step's result and its exception say as ``nexus.*`` figures (:mod:`nexus_airflow.metrics`), without Airflow
+"""What a step's result and its exception say as ``nexus.*`` figures (:mod:`nexus_cutover.metrics`), without Airflow
 running: the failure reasons, the fence's arming time, the rollout's halted gauge."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ import datetime as dt
 
 import pytest
 
-from nexus_airflow.metrics import (
+from nexus_cutover.metrics import (
     ADMISSION_PAUSE,
     FAILURE_REASONS,
     FENCE_ARMED_AT,
     epoch_seconds,
     failure_reason,
-    step_figures,
 )
+from nexus_cutover.recording import step_figures
 
 
 class AirflowSensorTimeout(Exception):

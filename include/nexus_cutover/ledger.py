@@ -57,8 +57,30 @@ from sqlalchemy.engine import URL, make_url
 
 from .db import DSN_ENV_LEDGER, is_write_conflict, mask_dsn
 from .errors import BadInput, Unreachable
+from .events import (  # re-exported: the ledger's readers name the kinds from here
+    ANSWER,
+    CHECKPOINT,
+    DIGEST_TAKEN,
+    DIGEST_VERIFIED,
+    DRAIN_DONE,
+    EVIDENCE_SHOWN,
+    FENCE_ADOPTED,
+    FENCE_ARMED,
+    FENCE_RELEASED,
+    FENCE_REUSED,
+    GATE_PASSED,
+    HOST_STARTED,
+    STOPPED,
+    WAVE_ANSWER,
+    WAVE_ASKED,
+    digest_of,
+)
+from .events import LEDGER_KINDS as KINDS
 
-__all__ = ["DSN_ENV_LEDGER", "LedgerEvent", "append", "history", "ledger_engine", "to_csv"]
+__all__ = ["ANSWER", "CHECKPOINT", "DIGEST_TAKEN", "DIGEST_VERIFIED", "DRAIN_DONE", "DSN_ENV_LEDGER", "EVIDENCE_SHOWN",
+           "FENCE_ADOPTED", "FENCE_ARMED", "FENCE_RELEASED", "FENCE_REUSED", "GATE_PASSED", "HOST_STARTED", "KINDS",
+           "LedgerEvent", "STOPPED", "WAVE_ANSWER", "WAVE_ASKED", "append", "digest_of", "history", "ledger_engine",
+           "to_csv"]
 TABLE = "nexus_delivery_ledger"
 #: Rows per transaction (TiDB: small transactions).
 BATCH = 200
@@ -67,18 +89,7 @@ DEFAULT_TIMEOUT_S = 3.0
 
 # -- the events --------------------------------------------------------------------------------------------------
 
-FENCE_ARMED, FENCE_REUSED, FENCE_ADOPTED, FENCE_RELEASED = "fence_armed", "fence_reused", "fence_adopted", "fence_released"
-DRAIN_DONE = "drain_done"
-EVIDENCE_SHOWN, ANSWER = "evidence_shown", "answer"
-DIGEST_TAKEN, DIGEST_VERIFIED = "digest_taken", "digest_verified"
-CHECKPOINT, HOST_STARTED = "checkpoint", "host_started"
-STOPPED = "stopped"
-WAVE_ASKED, WAVE_ANSWER = "wave_asked", "wave_answer"
-GATE_PASSED = "gate_passed"
-
-#: Every kind of event, in the order a run records them (a step's events are ranked in this order too).
-KINDS = (FENCE_ARMED, FENCE_REUSED, FENCE_ADOPTED, DRAIN_DONE, EVIDENCE_SHOWN, WAVE_ASKED, ANSWER, WAVE_ANSWER,
-         DIGEST_TAKEN, CHECKPOINT, HOST_STARTED, FENCE_RELEASED, DIGEST_VERIFIED, GATE_PASSED, STOPPED)
+# The kinds are the run's events' (one definition: nexus_cutover.events); the ledger records those in KINDS.
 
 #: The columns of a report row, in a CSV's order.
 COLUMNS = ("recorded_at", "tenant", "dag_id", "run_id", "step", "map_index", "try_number", "kind", "outcome", "actor",
@@ -116,12 +127,6 @@ Index("ix_nexus_delivery_ledger_tenant_order", ledger_table.c.tenant, ledger_tab
 Index("ix_nexus_delivery_ledger_run", ledger_table.c.dag_id, ledger_table.c.run_id)
 
 
-def digest_of(value: Any) -> str:
-    """``sha256:<hex>`` of ``value`` in its canonical JSON (sorted keys): the digest of evidence shown to a person."""
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str, separators=(",", ":"))
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 def _utc(value: dt.datetime | str) -> dt.datetime:
     when = dt.datetime.fromisoformat(value) if isinstance(value, str) else value
     return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).astimezone(dt.UTC)
@@ -153,6 +158,8 @@ class LedgerEvent:
     @property
     def key(self) -> str:
         parts = (self.tenant, self.dag_id, self.run_id, self.step, str(self.map_index), str(self.try_number), self.kind)
+        if self.pack is not None:  # a command's per-pack step has no map index: two packs are two events
+            parts += (self.pack,)
         return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()
 
     def problem(self) -> str | None:

@@ -132,14 +132,28 @@ class Step:
     #: False when ``plan`` does not run this step (it asks a person, or acts on what the earlier steps did):
     #: ``plan`` is the fleet preflight's look at many tenants, the DAG's dry run runs every step.
     planned: bool = True
+    #: What the step's result means as events (``module:function``, ``(step name, result) -> [Event]``, next to its
+    #: body): what every path's :class:`~nexus_cutover.recording.Recorder` hands the ledger and the metrics. None:
+    #: the step's passing and stopping are its only events.
+    records: str | None = None
+    #: The command line's single-step commands that run this step alone (``nexus-cutover <command>``): each records
+    #: what it did as this step (its events, its stop).
+    commands: tuple[str, ...] = ()
 
     @property
     def out_key(self) -> str:
         return self.key or self.name
 
     def function(self) -> Callable[..., Any]:
-        module, _, name = self.calls.partition(":")
-        return getattr(importlib.import_module(module), name)
+        return _imported(self.calls)
+
+    def records_function(self) -> Callable[[str, Any], list[Any]]:
+        return _imported(self.records) if self.records else (lambda _step, _value: [])
+
+
+def _imported(dotted: str) -> Callable[..., Any]:
+    module, _, name = dotted.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 @dataclass(frozen=True)
@@ -190,6 +204,10 @@ class Transition:
 
     def get(self, name: str) -> Step | None:
         return self._by_name.get(name)
+
+    def for_command(self, command: str) -> Step | None:
+        """The step the single-step command ``command`` runs (None: the command is no step's)."""
+        return next((step for step in self.steps if command in step.commands), None)
 
     def overall(self, verdicts: Mapping[str, Verdict] | Iterable[tuple[str, Verdict]]) -> str:
         """What a real run would do, from a dry run's verdicts (``{step: verdict}`` or ``(step, verdict)`` pairs,

@@ -272,30 +272,32 @@ def stop_on_another_version(context, op, recorded, *, where: str = "this step's 
 
 
 def step_ended(context, result: Any = None) -> None:
-    """``post_execute`` of every step: its duration, lock wait and the figures its result carries, as metrics
-    (none when its trigger sent them: a wait that ended in the triggerer and was resumed anyway; nor for a fused
-    task, whose steps sent theirs one by one: :func:`step_record_ended`), and its events in the delivery ledger
-    (:mod:`nexus_airflow.ledger`; a fused task's, step by step too)."""
+    """``post_execute`` of every step: its end through the run's recorder (:func:`nexus_airflow.ledger.recorder_for`):
+    the events its result means in the delivery ledger, its duration, lock wait and figures as metrics (none when
+    its trigger sent them: a wait that ended in the triggerer and was resumed anyway). A fused task's steps were
+    recorded one by one (:func:`step_record_ended`)."""
     task = context.get("task")
-    if len(getattr(task, "steps", ())) <= 1:
-        from nexus_airflow.ledger import step_passed
-
-        step_passed(context, getattr(task, "task_id", None) or context["ti"].task_id, result)
-    if getattr(task, "metric_sent", False):
+    if len(getattr(task, "steps", ())) > 1:
         return
-    _emit_step(context, "success", result)
+    _recorded_end(context, getattr(task, "task_id", None) or context["ti"].task_id, result,
+                  figures=not getattr(task, "metric_sent", False))
 
 
 def step_failed(context) -> None:
-    """``on_failure_callback`` of every step: its duration and lock wait until it failed, and its failure by reason
-    (:func:`nexus_airflow.metrics.failure_reason` of the task's exception), as metrics (a fused task's: of the step
-    it was in), and its stop in the delivery ledger."""
-    from nexus_airflow.ledger import step_stopped
-    from nexus_airflow.metrics import failure_reason
+    """``on_failure_callback`` of every step: its stop through the run's recorder: ``stopped`` with the reason in the
+    delivery ledger, its duration and lock wait until it failed and its failure by reason
+    (:func:`nexus_cutover.metrics.failure_reason` of the task's exception) as metrics (a fused task's: of the step
+    it was in)."""
+    from nexus_airflow.ledger import recorder_for
+    from nexus_cutover.metrics import failure_reason
 
-    _emit_step(context, "failed", None, reason=failure_reason(context.get("exception")))
     task, ti = context.get("task"), context.get("ti")
-    step_stopped(context, getattr(task, "current_step", None) or getattr(ti, "task_id", None) or "")
+    exc = context.get("exception")
+    step = getattr(task, "current_step", None) or getattr(ti, "task_id", None) or ""
+    seconds, lock_wait = _measured(context)
+    recorder_for(context).step_stopped(step, (str(exc) or type(exc).__name__) if exc is not None else "the task failed",
+                                       error=type(exc).__name__ if exc is not None else None,
+                                       failure=failure_reason(exc), seconds=seconds, lock_wait_s=lock_wait)
 
 
 def step_record_started(op, step: str) -> None:
@@ -307,29 +309,28 @@ def step_record_started(op, step: str) -> None:
 
 
 def step_record_ended(op, context, step: str, result: Any) -> None:
-    """A fused task's step ``step`` passed with ``result``: its metrics and ledger events, as a task of its own
-    would send them."""
-    from nexus_airflow.ledger import step_passed
-
-    _emit_step(context, "success", result, step=step, started=getattr(op, "current_step_started", None))
-    step_passed(context, step, result)
+    """A fused task's step ``step`` passed with ``result``: recorded as a task of its own would record it."""
+    _recorded_end(context, step, result, started=getattr(op, "current_step_started", None))
 
 
-def _emit_step(context, outcome: str, result: Any, *, step: str | None = None,
-               started: dt.datetime | None = None, reason: str | None = None) -> None:
-    from nexus_airflow.metrics import emit_step
+def _recorded_end(context, step: str, result: Any, *, started: dt.datetime | None = None, figures: bool = True) -> None:
+    from nexus_airflow.ledger import recorder_for
+
+    seconds, lock_wait = _measured(context, started)
+    recorder_for(context, figures=figures).step_passed(step, result, seconds=seconds, lock_wait_s=lock_wait)
+
+
+def _measured(context, started: dt.datetime | None = None) -> tuple[float | None, float | None]:
+    """This step's duration (from its first start: a deferred or rescheduled wait included) and lock wait so far."""
     from nexus_cutover.locks import current_meter
 
-    ti, params, task = context.get("ti"), context.get("params") or {}, context.get("task")
-    tenant = params.get("tenant")
-    if ti is None or not tenant or params.get("dry_run"):  # a dry run's figures would mix with the cutovers'
-        return
+    ti, task = context.get("ti"), context.get("task")
+    if ti is None:
+        return None, None
     meter = current_meter()
-    step = step or getattr(task, "current_step", None) or ti.task_id
     started = started or getattr(task, "current_step_started", None) or getattr(ti, "start_date", None)
     seconds = (dt.datetime.now(dt.UTC) - started).total_seconds() if started else None
-    emit_step(str(tenant), step, outcome, seconds, result,
-              lock_wait_s=meter.seconds if meter is not None and meter.acquisitions else None, reason=reason)
+    return seconds, meter.seconds if meter is not None and meter.acquisitions else None
 
 
 #: The step hooks, for a DAG's ``default_args`` (``on_failure_callback`` is a list the DAG extends).

@@ -167,15 +167,15 @@ def progress(report) -> list:
 
 
 def drain_metrics(tenant: str, remaining: int, rate: float | None) -> None:
-    """``nexus.drain.remaining``, ``nexus.drain.rate`` (items/min; not sent before it is measured) and
-    ``nexus.drain.eta`` (:func:`nexus_cutover.polling.eta_seconds`; not sent while the drain does not shrink), per
-    poll."""
-    from nexus_airflow.metrics import DRAIN_ETA, DRAIN_RATE, DRAIN_REMAINING, emit
+    """One look of the drain as figures (:func:`nexus_cutover.metrics.figures_of` of its ``drain_looked`` event:
+    ``nexus.drain.remaining``, ``nexus.drain.rate`` once measured, ``nexus.drain.eta`` while it shrinks), per poll."""
+    from nexus_airflow.metrics import emit
+    from nexus_cutover.events import drain_looked
     from nexus_cutover.polling import eta_seconds
+    from nexus_cutover.recording import MetricsSink, Origin, Recorder
 
-    emit(DRAIN_REMAINING, remaining, tenant=tenant)
-    emit(DRAIN_RATE, rate, tenant=tenant)
-    emit(DRAIN_ETA, eta_seconds(remaining, rate), tenant=tenant)
+    Recorder(Origin(tenant, "", ""), [MetricsSink(emit)]).emit(
+        [drain_looked(remaining, rate, eta_seconds(remaining, rate))])
 
 
 class PreArmPoller(_EnginePoller):

@@ -224,8 +224,10 @@ def ended_step(end: dict[str, Any], result: Any) -> None:
     from the task's first start (``end["started_at"]``), as :func:`nexus_airflow.base.step_ended` measures it."""
     if not end.get("tenant") or not end.get("step"):
         return
-    from nexus_airflow.metrics import emit_step
+    from nexus_airflow.metrics import emit
+    from nexus_cutover.recording import MetricsSink, Origin, Recorder
 
     started = end.get("started_at")
     seconds = (dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(started)).total_seconds() if started else None
-    emit_step(str(end["tenant"]), str(end["step"]), "success", seconds, result)
+    origin = Origin(tenant=str(end["tenant"]), dag_id=str(end.get("dag_id") or ""), run_id=str(end.get("run_id") or ""))
+    Recorder(origin, [MetricsSink(emit)]).step_passed(str(end["step"]), result, seconds=seconds)

@@ -200,13 +200,13 @@ def run_command(
 def _report_error(
     program: str, exc: BaseException, code: int, json_errors: bool, json_fields: dict[str, Any] | None
 ) -> None:
-    message = _without_dsn_secrets(str(exc) or exc.__class__.__name__)
+    message = mask_dsn_secrets(str(exc) or exc.__class__.__name__)
     sys.stderr.write(f"{program}: error: {message}\n")
     if json_errors:
         print_json({**(json_fields or {}), "error": message, "error_class": exc.__class__.__name__, "exit_code": code})
 
 
-def _without_dsn_secrets(message: str) -> str:
+def mask_dsn_secrets(message: str) -> str:
     """``message`` with every secret of the DSN variables the commands read hidden (whatever a driver quoted)."""
     for name in (DSN_ENV_CUTOVER, DSN_ENV_TENANT, DSN_ENV_LEDGER):
         dsn = os.environ.get(name, "").strip()

@@ -22,22 +22,33 @@ import argparse
 import datetime as dt
 import logging
 import os
-import subprocess
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Engine
-
 from .. import polling, tx
 from ..clock import utc_text, utcnow
 from ..db import DSN_ENV_TENANT, dsn_from_env, make_engine, mask_dsn
-from ..errors import BadInput, LockTimeout, Refused
+from ..errors import BadInput
+from ..holders import same_holder
 from ..liveness import DEFAULT_STALE_HEARTBEAT_S
-from ..projection import dry_run, steps
+from ..metrics import failure_reason
+from ..projection import steps
 from ..projection.digest_limits import DEFAULT_DIGEST_CONNECTIONS, MAX_DIGEST_CONNECTIONS
 from ..projection.transition import CUTOVER, DEFAULT_ARM_WHEN_DRAIN_BELOW_S
-from ..transition import PROCEED, Outcome, Transition, Verdict, verdict_line
+from ..recording import timed
+from ..transition import Outcome
+from .command import (
+    CLI_TAKE_OVER,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_TIMEOUT,
+    PROGRAM,
+    Command,
+    Stopped,
+    TimedOut,
+    save_digest,
+)
 from .common import (
     bounded_int_arg,
     configure_logging,
@@ -50,45 +61,16 @@ from .common import (
     run_command,
     utc_time_arg,
 )
+from .cutover_run import _confirm, _start_new_host, cmd_plan, cmd_run
+from .recording import command_recorder, default_actor
 
-PROGRAM = "nexus-cutover"
+__all__ = ["CLI_TAKE_OVER", "COMMANDS", "Command", "EXIT_OK", "EXIT_REFUSED", "EXIT_TIMEOUT", "Stopped", "TimedOut",
+           "build_parser", "cmd_run", "main"]
+
 log = logging.getLogger(PROGRAM)
-
-EXIT_OK, EXIT_REFUSED, EXIT_TIMEOUT = 0, 3, 4
-
-
-class Stopped(Refused):
-    """A step stopped the command and reported why (exit 3); ``report`` is its JSON."""
-
-    def __init__(self, message: str, report: dict[str, Any] | None = None):
-        self.report = report or {}
-        super().__init__(message)
-
-
-class TimedOut(LockTimeout):
-    """A wait ran out (exit 4); ``report`` is the last look."""
-
-    def __init__(self, message: str, report: dict[str, Any] | None = None):
-        self.report = report or {}
-        super().__init__(message)
 
 
 # -- the commands -----------------------------------------------------------------------
-
-
-class Command:
-    """One invocation: parsed args, an engine, and what it prints."""
-
-    def __init__(self, args: argparse.Namespace, engine: Engine):
-        self.args = args
-        self.engine = engine
-        self.stale = dt.timedelta(seconds=args.stale_heartbeat)
-        self.digest = None  # the history digest `run` takes at history_digest and verifies at final_old_writer_check
-        self.evidence = None  # the old-writer evidence `run` shows the person at confirm_writers_stopped
-
-    def say(self, text: str) -> None:
-        if not self.args.json:
-            print(text, flush=True)
 
 
 def cmd_apply_schema(c: Command) -> tuple[int, dict[str, Any]]:
@@ -98,12 +80,6 @@ def cmd_apply_schema(c: Command) -> tuple[int, dict[str, Any]]:
     for line in result.plan if c.args.dry_run else []:
         c.say(f"PLAN: {line}")
     return EXIT_OK, result.as_json()
-
-
-#: How a person takes over a fence from the command line (FenceHeld's "Next:"); ``{holder}`` is filled in.
-CLI_TAKE_OVER = ("if {holder} is finished (an Airflow run that failed or was rejected, a command that ended or was "
-                 "killed) and you know it, take its fence over by naming it: rerun this command with -adopt '{holder}' "
-                 "(arm-fence and run take it; the fence then records you as its holder)")
 
 
 def _arm(c: Command, packs: list[str], *, dry_run: bool = False):
@@ -127,7 +103,7 @@ def _drain_once(c: Command, deadline: dt.datetime):
 
 def cmd_drain(c: Command) -> tuple[int, dict[str, Any]]:
     """One look (exit 0 drained, 3 stuck, 4 not yet), or with --wait the sensor's wait (0 drained, 3 stuck, 4 timeout)."""
-    deadline = _now() + dt.timedelta(seconds=c.args.drain_timeout)
+    deadline = utcnow() + dt.timedelta(seconds=c.args.drain_timeout)
 
     def look():
         report = _drain_once(c, deadline)
@@ -182,10 +158,16 @@ def cmd_readiness(c: Command) -> tuple[int, dict[str, Any]]:
 
 
 def _held_fence_id(c: Command) -> int:
+    """The fence to release: ``-fence-id``, else the cutover fence in force, else the last one released when
+    ``-holder`` released it (a rerun of a release that committed: its no-op success, never bad input)."""
     if c.args.fence_id is not None:
         return c.args.fence_id
     fence = steps.cutover_fence_in_force(c.engine, c.args.namespace)
     if fence is None:
+        with tx.reading(c.engine, "reading the last released cutover fence") as conn:
+            released = steps.last_released_cutover_fence(conn, c.args.namespace)
+        if released is not None and same_holder(released.get("ReleasedBy"), c.args.holder):
+            return int(released["FenceId"])
         raise BadInput(f"namespace {c.args.namespace!r} has no cutover fence in force: nothing to release")
     return int(fence["FenceId"])
 
@@ -193,8 +175,34 @@ def _held_fence_id(c: Command) -> int:
 def cmd_release_fence(c: Command) -> tuple[int, dict[str, Any]]:
     result = steps.release_fence(c.engine, c.args.namespace, _held_fence_id(c), holder=c.args.holder, stale_heartbeat=c.stale,
                                  timeout_s=c.args.timeout, dry_run=c.args.dry_run)
-    c.say(f"fence {result.fence_id}: {result.outcome}" + steps.pause_text(result))
+    again = (f"; already released by you at {utc_text(result.released_at)}: nothing to do"
+             if result.outcome == "already_released" else "")
+    c.say(f"fence {result.fence_id}: {result.outcome}" + steps.pause_text(result) + again)
     return EXIT_OK, result.as_json()
+
+
+def _one_step(c: Command) -> tuple[int, dict[str, Any]]:
+    """Run the body of the declared step this command runs alone (no earlier step's result: it reads the tenant as
+    it is now)."""
+    a, name = c.args, CUTOVER.for_command(c.args.command).name
+    run = steps.CutoverRun(c.engine, a.namespace, a.holder, lock_timeout_s=a.timeout, stale_heartbeat_s=a.stale_heartbeat,
+                           take_over=CLI_TAKE_OVER, say=c.say, recorder=c.recorder,
+                           confirm=lambda ev: _confirm(c, ev), start_host=lambda _run, _live: _start_new_host(c))
+    result = steps.run_step(name, run)
+    if not result.verdict.proceeds:
+        raise Stopped(f"{name}: {result.stop_message}", result.stop_report)
+    return EXIT_OK, result.value
+
+
+def cmd_confirm_writers(c: Command) -> tuple[int, dict[str, Any]]:
+    """Show the old-writer evidence and take the person's confirmation (re-checked against the registry at once,
+    and again under the locks at the checkpoint): the step-by-step form of ``run``'s question."""
+    return _one_step(c)
+
+
+def cmd_start_host(c: Command) -> tuple[int, dict[str, Any]]:
+    """Start the new host with ``-host-command`` unless one already runs (without one: the person starts it now)."""
+    return _one_step(c)
 
 
 def _released_at(c: Command) -> dt.datetime:
@@ -210,22 +218,13 @@ def _released_at(c: Command) -> dt.datetime:
 def cmd_digest(c: Command) -> tuple[int, dict[str, Any]]:
     digest = steps.actions.history_digest(c.engine, c.args.namespace, timeout_s=c.args.timeout, chunk_rows=c.args.chunk_rows,
                                   connections=c.args.digest_connections)
+    c.value = digest.summary()  # the step's result as a DAG's history_digest records it
     if c.args.out:
-        _save_digest(digest, c.args.out)
+        save_digest(digest, c.args.out)
         c.say(f"saved to {c.args.out}: check it later with `nexus-cutover verify -namespace {c.args.namespace} "
               f"-expect {c.args.out}`")
     c.say(digest.summary_text())
     return EXIT_OK, {"namespace": c.args.namespace, "digest": digest.summary(), "out": c.args.out}
-
-
-def _save_digest(digest, path: str) -> None:
-    import json
-
-    try:
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(digest.as_json(), fh)
-    except OSError as exc:
-        raise BadInput(f"cannot write the digest to {path}: {exc.strerror}") from exc
 
 
 def cmd_verify(c: Command) -> tuple[int, dict[str, Any]]:
@@ -240,10 +239,14 @@ def cmd_verify(c: Command) -> tuple[int, dict[str, Any]]:
         history = steps.history_unchanged(c.engine, expected, timeout_s=c.args.timeout, say=c.say)
         report["history"] = history.fields["history"]
         verdicts.append(history.verdict)
+        if history.verdict.proceeds:  # the digest verified, as the DAG's final check records it
+            c.value = {"tenant": c.args.namespace, "history_digest": history.value}
     if c.args.since or not c.args.expect or _has_release(c):
         since = _released_at(c)
         seen = steps.old_writers_since_release(c.engine, c.args.namespace, since)
         report.update({"since": since.isoformat(), **seen.value})
+        if isinstance(c.value, dict):
+            c.value["released_at"] = since.isoformat()
         verdicts.append(seen.verdict)
         if seen.verdict.proceeds:
             c.say(f"no old-protocol writer ran after {utc_text(since)}")
@@ -291,150 +294,6 @@ def cmd_status(c: Command) -> tuple[int, dict[str, Any]]:
     return EXIT_OK, state
 
 
-# -- plan ---------------------------------------------------------------------------------
-
-
-def plan_options(c: Command) -> dry_run.PlanOptions:
-    """The dry run's options from this invocation's flags."""
-    a = c.args
-    return dry_run.PlanOptions(namespace=a.namespace, holder=a.holder, packs=tuple(a.pack_install_id or ()),
-                               adopt=a.adopt, timeout_s=a.timeout, drain_timeout_s=a.drain_timeout,
-                               arm_when_drain_below_s=a.arm_when_drain_below,
-                               stale_heartbeat_s=a.stale_heartbeat, take_over=CLI_TAKE_OVER)
-
-
-def cmd_plan(c: Command) -> tuple[int, dict[str, Any]]:
-    """Every declared step's dry run, in the declared order, and the verdict: proceed, wait (for what) or stop (why)."""
-    out = dry_run.plan(c.engine, plan_options(c), c.say)
-    c.say(f"VERDICT: {verdict_line(out['verdict'])}")
-    return (EXIT_REFUSED if out["verdict"].startswith("stop") else EXIT_OK), out
-
-
-def _now() -> dt.datetime:
-    return utcnow()
-
-
-# -- run ------------------------------------------------------------------------------------
-
-
-def cmd_run(c: Command, transition: Transition = CUTOVER) -> tuple[int, dict[str, Any]]:
-    """The declared steps in the declared order, in one process: each step's body (the DAG's), a waiting step
-    looked at again until its verdict is no longer ``wait``, a per-pack step once per pack. Stops where the DAG
-    stops (each step's declared verdict decides: proceed, stop with the step's next action, or done when nothing
-    is left to do)."""
-    out: dict[str, Any] = {"namespace": c.args.namespace, "holder": c.args.holder, "steps": []}
-    results = steps.Results(transition)
-    run = _cutover_run(c, results)
-    run.transition = transition
-    stage = None
-    for step in transition:
-        if transition.stage_of(step.name) is not stage:
-            stage = transition.stage_of(step.name)
-            c.say(f"step {stage.number}: {stage.title.lower()}")
-        out["steps"].append(step.name)
-        verdict = _run_declared(c, run, step, results, out)
-        if verdict.outcome is Outcome.DONE:
-            c.say(verdict.reason)
-            out["outcome"] = "nothing_to_do"
-            return EXIT_OK, out
-    out["outcome"] = "cut_over"
-    c.say(f"cutover complete for {c.args.namespace}: "
-          + ", ".join(f"{r['pack_install_id']}={r['legacy_max_ordinal']}" for r in out["checkpoints"])
-          + ". Do not restart an old writer after this point.")
-    return EXIT_OK, out
-
-
-def _cutover_run(c: Command, results: steps.Results) -> steps.CutoverRun:
-    a = c.args
-    return steps.CutoverRun(
-        c.engine, a.namespace, a.holder, requested_packs=tuple(a.pack_install_id or ()), adopt=a.adopt,
-        lock_timeout_s=a.timeout, drain_timeout_s=a.drain_timeout, digest_timeout_s=a.timeout,
-        arm_when_drain_below_s=a.arm_when_drain_below,
-        digest_connections=a.digest_connections, chunk_rows=a.chunk_rows, stale_heartbeat_s=a.stale_heartbeat,
-        take_over=CLI_TAKE_OVER, earlier=results.earlier, say=lambda line: c.say(f"  {line}"),
-        confirm=lambda ev: _confirm(c, ev), start_host=lambda _run, _live: _start_new_host(c))
-
-
-def _run_declared(c: Command, run: steps.CutoverRun, step, results: steps.Results, out: dict[str, Any]) -> Verdict:
-    """One declared step (once per pack for a per-pack step, the first stop ending it): its verdict; a stop is
-    raised (Stopped, or TimedOut at a wait's bound) with the step's next action."""
-    verdict = PROCEED
-    for pack in run.packs() if step.per_pack_of else [None]:
-        run.pack = pack
-        result = _wait(c, run, step) if step.bound else steps.run_step(step.name, run)
-        results.record(step.name, result)
-        out[step.out_key] = results.earlier(step.name)
-        out.update(result.fields)
-        if step.name == "history_digest" and c.args.digest_out:
-            _save_digest(result.domain, c.args.digest_out)
-            c.say(f"  saved to {c.args.digest_out}")
-        verdict = result.verdict
-        if verdict.outcome is Outcome.STOP or verdict.outcome is Outcome.WAIT:
-            raise (TimedOut if verdict.timed_out else Stopped)(_stop_message(step.name, result), out)
-        if verdict.outcome is Outcome.DONE:
-            break
-    return verdict
-
-
-def _stop_message(step: str, result) -> str:
-    from ..projection.next_actions import next_action
-
-    reason = result.stop_message.rstrip().rstrip(".")
-    return f"{step}: {reason}." if "Next:" in reason else f"{step}: {reason}. Next: {next_action(step)}."
-
-
-def _wait(c: Command, run: steps.CutoverRun, step):
-    """Run a waiting step's body until its verdict is no longer ``wait``; at its bound (the flag named by the
-    step's :attr:`~nexus_cutover.transition.Step.bound`) a stop that says it timed out."""
-    timeout_s = float(getattr(c.args, step.bound))
-    run.deadline = _now() + dt.timedelta(seconds=timeout_s)
-    result, ran_out = polling.wait_until(lambda: steps.run_step(step.name, run),
-                                         lambda looked: looked.verdict.outcome is Outcome.WAIT,
-                                         poll_interval=c.args.poll_interval, timeout_s=timeout_s)
-    if ran_out:
-        result.verdict = Verdict(Outcome.STOP, f"{step.name} did not pass within {timeout_s:g}s: "
-                                 f"{result.verdict.reason}", timed_out=True)
-    return result
-
-
-def _confirm(c: Command, ev) -> str:
-    """The person's confirmation: the flag (given after reading the evidence) or an interactive answer."""
-    print(ev.as_text(), file=sys.stderr if c.args.json else sys.stdout, flush=True)
-    if c.args.confirm_writers_stopped:
-        return "--confirm-writers-stopped"
-    if not sys.stdin.isatty():
-        raise BadInput("the writer-stop confirmation needs a person: run in a terminal, or read the evidence "
-                       "(nexus-cutover writers) and pass --confirm-writers-stopped")
-    answer = input("Every old ingress_writer, receipt_materializer, projection_worker and dependency_resolver of this "
-                   "tenant is stopped and will not be restarted? Type 'confirm' to continue: ").strip().lower()
-    if answer != "confirm":
-        raise Stopped("cutover not performed: the confirmation was not given. The fence stays armed; no checkpoint "
-                      "was written.")
-    return f"interactive:{c.args.holder}"
-
-
-def _start_new_host(c: Command) -> dict[str, Any]:
-    """Start the host with ``-host-command``; without one the person starts it now (readiness waits for it)."""
-    c.say("  start the new host" + (f" ({c.args.host_command})" if c.args.host_command else " now"))
-    if not c.args.host_command:
-        return {"controller": "manual"}
-    return {"controller": "command", "host_pid": _start_host(c.args.host_command)}
-
-
-def _start_host(command: str) -> int:
-    """Start the new host detached, with the tenant DSN in its environment only (and no other secret of ours:
-    :func:`nexus_cutover.db.host_environment`)."""
-    import shlex
-
-    from ..db import host_environment
-
-    env = host_environment(os.environ, os.environ.get(DSN_ENV_TENANT, ""))
-    proc = subprocess.Popen(shlex.split(command), env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    log.info("started the new host (pid %d)", proc.pid)
-    return proc.pid
-
-
 # -- parsing ----------------------------------------------------------------------------------
 
 def cmd_report(c: Command) -> tuple[int, dict[str, Any]]:
@@ -459,10 +318,13 @@ COMMANDS: dict[str, tuple[Callable[[Command], tuple[int, dict[str, Any]]], str, 
     "arm-fence": (cmd_arm_fence, "step 1: arm (or reuse) the namespace's non-expiring '*' fence as -holder", ("ns", "packs", "dry")),
     "drain": (cmd_drain, "step 2: the drain of old projection work (--wait: until drained or stuck)", ("ns", "waits")),
     "writers": (cmd_writers, "step 3: the old-writer evidence (exit 3 while one is live)", ("ns",)),
+    "confirm-writers": (cmd_confirm_writers, "step 3: show the old-writer evidence and confirm every old writer stopped "
+                        "(a prompt, or --confirm-writers-stopped after reading it; re-checked at once)", ("ns", "confirm")),
     "checkpoint": (cmd_checkpoint, "step 4: audit + one-time checkpoint of one pack (= connector-projection-cutover)", ("pack", "dry")),
     "activate-pack": (cmd_activate_pack, "greenfield: write cutoff 0 for a pack with no Event and no WorkItem", ("pack",)),
     "digest": (cmd_digest, "step 3: the history digest of every history Event/WorkItem row (-out FILE keeps it)",
                ("ns", "digest")),
+    "start-host": (cmd_start_host, "step 5: start the new host with -host-command unless one already runs", ("ns", "host")),
     "readiness": (cmd_readiness, "step 5: is the new host registered, activated and heartbeating (exit 3 if not)", ("ns",)),
     "release-fence": (cmd_release_fence, "step 5: release the fence -holder holds, once the new host is ready", ("ns", "fence", "dry")),
     "verify": (cmd_verify, "step 5: no old-protocol writer ran after the fence release; with -expect FILE, no history "
@@ -490,7 +352,10 @@ def build_parser() -> argparse.ArgumentParser:
         flag(p, "stale-heartbeat", type=duration_arg, default=DEFAULT_STALE_HEARTBEAT_S, metavar="DURATION",
              help=f"a process heartbeating less recently is silent, not live (default {DEFAULT_STALE_HEARTBEAT_S:g}s)")
         flag(p, "holder", default=default_holder(), metavar="NAME",
-             help="who holds the fence and writes (default: cli:user@host:pid:time, unique to this invocation)")
+             help="who holds the fence and writes, and the run the delivery ledger records this command in (default: "
+             "cli:user@host:pid:time, unique to this invocation: give one -holder to every step of one cutover)")
+        flag(p, "actor", default=default_actor(), metavar="NAME",
+             help="the person the delivery ledger names for what this command does (default: your user name)")
         if name in ("arm-fence", "run", "plan"):
             flag(p, "adopt", metavar="HOLDER", help="take over the cutover fence HOLDER holds, once you know HOLDER is "
                  "finished (a fence armed by hand or by another command is never adopted without this)")
@@ -536,8 +401,10 @@ def build_parser() -> argparse.ArgumentParser:
                  help="how long to wait for every old writer to stop (default 1h)")
             flag(p, "readiness-timeout", type=duration_arg, default=1800.0, metavar="DURATION",
                  help="how long to wait for the new host (default 30m)")
+        if "run" in groups or "confirm" in groups:
             p.add_argument("--confirm-writers-stopped", action="store_true",
                            help="the person's confirmation, given after reading `nexus-cutover writers` (still re-checked)")
+        if "run" in groups or "host" in groups:
             flag(p, "host-command", metavar="CMD", help="start the new host with this command (e.g. 'nexus-host --namespace NS')")
     return parser
 
@@ -563,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
             engine = make_engine(dsn, connect_timeout=min(10.0, args.timeout))
         log.info("%s on %s", args.command, mask_dsn(dsn))
         try:
-            code, result = fn(Command(args, engine))
+            code, result = recorded(Command(args, engine), fn)
         except (Stopped, TimedOut) as exc:
             fields["report"] = exc.report
             raise
@@ -576,6 +443,47 @@ def main(argv: list[str] | None = None) -> int:
     code = run_command(body, program=PROGRAM, json_errors=args.json, json_fields=fields)
     sys.stdout.flush()
     return code
+
+
+def _verdict(step, value: Any):
+    """The step's declared verdict on a command's result (None when the result is not the step's JSON form)."""
+    try:
+        return step.verdict(value) if isinstance(value, dict) and value else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def recorded(c: Command, fn: Callable[[Command], tuple[int, dict[str, Any]]]) -> tuple[int, dict[str, Any]]:
+    """Run the command ``fn``, recorded as the declared step it runs (its events when it did it, ``stopped`` with
+    the reason when it refused, stopped or failed: the rows and figures a DAG's task of that step leaves); ``run``
+    records each of its steps itself; a command that runs no step (``plan``, ``status``, ``report``) records
+    nothing."""
+    step = CUTOVER.for_command(c.args.command)
+    tenant = getattr(c.args, "namespace", None)
+    if tenant is None and getattr(c.args, "pack_install_id", None):
+        tenant = steps.pack_namespace(c.engine, c.args.pack_install_id)
+    if step is None and fn is not cmd_run:
+        return fn(c)
+    c.recorder = command_recorder(c.args, program=PROGRAM, tenant=tenant, transition=CUTOVER)
+    if step is None:
+        return fn(c)
+    with timed(c.recorder, step.name, failure_of=failure_reason) as clock:
+        try:
+            code, result = fn(c)
+        except (Stopped, TimedOut) as exc:
+            if _verdict(step, exc.report) is not None and _verdict(step, exc.report).outcome is Outcome.WAIT:
+                clock.settled = True  # one look at a wait that goes on (drain without --wait): not a stop
+            raise
+        value = result if c.value is None else c.value
+        verdict = _verdict(step, value) if code != EXIT_OK else None
+        if code == EXIT_OK:
+            clock.passed(value)
+        elif verdict is not None and verdict.outcome is Outcome.WAIT:
+            clock.settled = True  # a wait's look that is not there yet (readiness): recorded when it passes
+        else:  # a refused checkpoint: its stop, as the DAG's task stops
+            clock.stopped(verdict.reason if verdict is not None and verdict.reason else f"{c.args.command}: exit {code}",
+                          failure=failure_reason(SystemExit(code)))
+    return code, result
 
 
 if __name__ == "__main__":

@@ -39,7 +39,20 @@ from ..db import DSN_ENV_TENANT, Deadline, dsn_from_env, make_engine, mask_dsn
 from ..errors import ReadEquivalenceBroken
 from ..field_history.materialize import DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE, materialize
 from ..field_history.status import FieldHistoryStatus, read_status
-from .common import configure_logging, duration_arg, flag, namespace_arg, positive_int_arg, print_json, run_command
+from ..field_history.transition import FIELD_HISTORY
+from ..metrics import failure_reason
+from ..recording import timed
+from .common import (
+    configure_logging,
+    default_holder,
+    duration_arg,
+    flag,
+    namespace_arg,
+    positive_int_arg,
+    print_json,
+    run_command,
+)
+from .recording import command_recorder, default_actor
 
 PROGRAM = "field-history-eligibility"
 log = logging.getLogger(PROGRAM)
@@ -89,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
             )
             flag(gate, "timeout", type=duration_arg, default=300.0, metavar="DURATION",
                  help="bound of the whole call, waits for in-flight reservations and outbox rows included (5m)")
+        flag(gate, "actor", default=default_actor(), metavar="NAME",
+             help="the person the delivery ledger (NEXUS_LEDGER_DSN) names for this stage (default: your user name)")
         gate.add_argument("-json", "--json", dest="json", action="store_true", help="print one JSON object on stdout")
     return parser
 
@@ -116,9 +131,18 @@ def _run_gate(args, engine) -> tuple[int, dict]:
     fields = {"tls": connection_tls(engine)}  # what the command reached the tenant with (mode, TLS version; no key)
     log.info("%s", tls_line(fields["tls"]))
     run, reports = field_history_run(args, engine), []
+    recorder = command_recorder(args, program=PROGRAM, tenant=args.namespace or engine.url.database,
+                                transition=FIELD_HISTORY)
     for step in steps_of_stage(int(args.command.removeprefix("stage"))):
-        result = run_step(step.name, run)
-        verdict = result.verdict
+        with timed(recorder, step.name, failure_of=failure_reason) as clock:
+            result = run_step(step.name, run)
+            verdict = result.verdict
+            if verdict.proceeds:
+                clock.passed(result.value)
+            elif verdict.outcome is Outcome.STOP:  # a gate that refused: its stop, as the DAG's task stops
+                clock.stopped(result.stop_message, failure="refused")
+            else:
+                clock.settled = True  # the outbox not drained yet: a look, not a stop
         if step.kind is Kind.WAITS:
             if not verdict.proceeds:
                 return (3 if verdict.outcome is Outcome.STOP else 4), {
@@ -197,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "stage3" and not args.check and not args.producer_release:
         parser.error("stage3 needs -producer-release RELEASE (or -check, to print the read comparison only)")
     configure_logging()
+    args.holder = default_holder(PROGRAM)  # this invocation's run in the delivery ledger
 
     def body() -> int:
         dsn = dsn_from_env(DSN_ENV_TENANT)

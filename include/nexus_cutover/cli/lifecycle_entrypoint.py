@@ -15,8 +15,12 @@ import logging
 import sys
 
 from ..db import DSN_ENV_CUTOVER, DSN_ENV_TENANT, dsn_from_env, make_engine, mask_dsn
-from ..projection.steps import REFUSED, run_checkpoint
+from ..metrics import failure_reason
+from ..projection.steps import REFUSED, pack_namespace, run_checkpoint
+from ..projection.transition import CUTOVER
+from ..recording import timed
 from .common import configure_logging, default_holder, duration_arg, flag, print_json, run_command
+from .recording import command_recorder, default_actor
 
 PROGRAM = "connector-projection-cutover"
 log = logging.getLogger(PROGRAM)
@@ -33,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     flag(parser, "pack-install-id", required=True, metavar="ID", help="the installed-pack incarnation")
     flag(parser, "timeout", type=duration_arg, default=300.0, metavar="DURATION", help="bound of the whole call (default 5m)")
+    flag(parser, "actor", default=default_actor(), metavar="NAME",
+         help="the person the delivery ledger (NEXUS_LEDGER_DSN) names for this checkpoint (default: your user name)")
     parser.add_argument("-json", "--json", dest="json", action="store_true", help="print one JSON object on stdout")
     return parser
 
@@ -45,10 +51,20 @@ def main(argv: list[str] | None = None) -> int:
         dsn = dsn_from_env(DSN_ENV_CUTOVER, DSN_ENV_TENANT)
         engine = make_engine(dsn, connect_timeout=min(10.0, args.timeout))
         log.info("target %s, pack %s, timeout %.0fs", mask_dsn(dsn), args.pack_install_id, args.timeout)
+        args.holder = default_holder(PROGRAM)
+        # Recorded as the cutover's checkpoint step (this entrypoint is `nexus-cutover checkpoint`): the ledger's
+        # checkpoint row, or its stop with the reason, and the step's figures.
+        step = CUTOVER.for_command("checkpoint")
+        recorder = command_recorder(args, program=PROGRAM, tenant=pack_namespace(engine, args.pack_install_id),
+                                    transition=CUTOVER)
         try:
-            result = run_checkpoint(
-                engine, args.pack_install_id, timeout_s=args.timeout, written_by=default_holder(PROGRAM)
-            )
+            with timed(recorder, step.name, failure_of=failure_reason) as clock:
+                result = run_checkpoint(engine, args.pack_install_id, timeout_s=args.timeout, written_by=args.holder)
+                verdict = step.verdict(result.as_json())
+                if verdict.proceeds:
+                    clock.passed(result.as_json())
+                else:
+                    clock.stopped(verdict.reason, failure="refused")
         finally:
             engine.dispose()
         if args.json:

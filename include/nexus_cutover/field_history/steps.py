@@ -22,7 +22,9 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from .. import events as E
 from ..db import Deadline
+from ..events import Event
 from ..transition import StepResult
 from . import gates
 from .transition import FIELD_HISTORY
@@ -110,3 +112,12 @@ def stage_3(run: FieldHistoryRun) -> StepResult:
     if report.comparison:
         run.say(render_comparison(report.comparison))
     return _gate("stage_3", report)
+
+
+def events(step: str, r: dict) -> list[Event]:
+    """A gate passed (or found already done): its stage, the actions it took and its counts."""
+    if not r.get("passed"):
+        return []
+    return [Event(E.GATE_PASSED, step, outcome=f"stage {r.get('stage')} passed" + (" (already done)" if r.get("already_done") else ""),
+                  reason=r.get("summary"),
+                  detail={"stage": r.get("stage"), "actions": r.get("actions") or [], "counts": r.get("counts") or {}})]

@@ -37,20 +37,20 @@ def outbox_verdict(state: dict[str, Any]) -> Verdict:
 
 FIELD_HISTORY = Transition("field_history_eligibility", (
     Stage(1, "The column, and the stage-1 release everywhere", steps=(
-        Step("stage_1", Kind.WRITES, f"{STEPS}:stage_1", verdict=gate_verdict,
+        Step("stage_1", Kind.WRITES, f"{STEPS}:stage_1", records=f"{STEPS}:events", verdict=gate_verdict,
              dry_run=NO_DRY_RUN, next_action="upgrade the lagging processes (or mark gone ones stopped), then clear"),
     )),
     Stage(2, "Producers stamp, pre-cutover outbox work delivered, legacy rows decided", steps=(
-        Step("stage_2_producers", Kind.READS, f"{STEPS}:stage_2_producers", verdict=gate_verdict,
+        Step("stage_2_producers", Kind.READS, f"{STEPS}:stage_2_producers", records=f"{STEPS}:events", verdict=gate_verdict,
              dry_run=NO_DRY_RUN, next_action="fix the producer, then clear"),
         Step("stage_2_drain_outbox", Kind.WAITS, f"{STEPS}:stage_2_drain_outbox", verdict=outbox_verdict,
              dry_run=NO_DRY_RUN, next_action="resolve it with the outbox worker, then clear stage_2_drain_outbox"),
-        Step("stage_2_materialize", Kind.WRITES, f"{STEPS}:stage_2_materialize", verdict=gate_verdict,
+        Step("stage_2_materialize", Kind.WRITES, f"{STEPS}:stage_2_materialize", records=f"{STEPS}:events", verdict=gate_verdict,
              dry_run=NO_DRY_RUN, next_action="a broken read equivalence names its rows; a timeout keeps committed batches: "
              "clear to finish"),
     )),
     Stage(3, "The read switch", steps=(
-        Step("stage_3", Kind.WRITES, f"{STEPS}:stage_3", verdict=gate_verdict,
+        Step("stage_3", Kind.WRITES, f"{STEPS}:stage_3", records=f"{STEPS}:events", verdict=gate_verdict,
              dry_run="`field-history-eligibility stage3 -check`: what stage 3 would find, switching nothing",
              next_action="upgrade the producers or let the outbox drain (a failed outbox row: redeliver or retire it); "
              "a flip names its rows; clear"),

@@ -131,6 +131,17 @@ def read_pack(conn: Connection, pack_install_id: str) -> Pack:
     return pack
 
 
+def pack_namespace(engine: Engine, pack_install_id: str) -> str | None:
+    """The namespace of the pack ``pack_install_id`` whatever its status, None when it is unknown or unreadable:
+    whose record a command about one pack writes to (read only, never under a lock)."""
+    try:
+        with tx.reading(engine, "reading the pack's namespace") as conn:
+            return conn.execute(select(PackInstall.c.Namespace)
+                                .where(PackInstall.c.PackInstallId == pack_install_id)).scalar()
+    except Exception:  # noqa: BLE001 - no tenant to record under: the command itself says what is wrong
+        return None
+
+
 def prerequisite_namespace(engine: Engine, pack_install_id: str, deadline: Deadline) -> str:
     """The namespace of the active pack ``pack_install_id``, read once the Part B schema is known complete.
 

@@ -131,6 +131,7 @@ CUTOVER = Transition("connector_projection_cutover", (
              next_action="fix the form or the connection; trigger again. A tenant another run or command holds: the "
              "message names the holder and how to take it over (`adopt`)"),
         Step("apply_schema", Kind.WRITES, f"{STEPS}:apply_schema",
+             commands=("apply-schema",),
              key="schema",
              dry_run="the DDL it would run, one PLAN line per missing object",
              next_action="land the v2 handoff first, then clear the task"),
@@ -143,7 +144,8 @@ CUTOVER = Transition("connector_projection_cutover", (
              "workers), or trigger with a larger arm_when_drain_below (0 arms at once, as before). Clear the task",
              wait_action="nothing: the old runtime drains its backlog while admission stays open; the run arms the "
              "fence by itself once the rest would drain within arm_when_drain_below"),
-        Step("arm_fence", Kind.WRITES, f"{STEPS}:arm_fence",
+        Step("arm_fence", Kind.WRITES, f"{STEPS}:arm_fence", records=f"{STEPS}.fence:events",
+             commands=("arm-fence",),
              key="fence", verdict=fence_verdict,
              dry_run="whether it would arm, reuse or adopt the fence; refusals as in the real run",
              next_action="active overrides: have L2 revoke them, then clear. Several cutover fences: have L2 release "
@@ -152,7 +154,8 @@ CUTOVER = Transition("connector_projection_cutover", (
              "stance)"),
     )),
     Stage(2, "Old projection work drains", group_id="step_2_drain", steps=(
-        Step("wait_for_drain", Kind.WAITS, f"{STEPS}:wait_for_drain",
+        Step("wait_for_drain", Kind.WAITS, f"{STEPS}:wait_for_drain", records=f"{STEPS}.draining:events",
+             commands=("drain",),
              key="drain", bound="drain_timeout", verdict=drain_verdict,
              dry_run="one look: drained, stuck (a stop) or still draining (the run would wait)",
              next_action="read the report (grouped by cause, with WorkIds). Resolve with the old runtime or a "
@@ -162,24 +165,28 @@ CUTOVER = Transition("connector_projection_cutover", (
     )),
     Stage(3, "Old writers stopped, confirmed; the history digest", group_id="step_3_old_writers", steps=(
         Step("check_old_writers", Kind.WAITS, f"{STEPS}:check_old_writers",
+             commands=("writers",),
              key="writers", bound="writers_stop_timeout", verdict=writers_verdict,
              dry_run="one look at the old writers: the run would wait for every live one",
              next_action="stop it; clear the task",
              wait_action="stop every live old writer named (keep the fence); the run goes on by itself once none is "
              "live, then asks you to confirm"),
         Step("confirm_writers_stopped", Kind.ASKS, f"{STEPS}:confirm_writers_stopped",
+             commands=("confirm-writers",),
              key="confirmation", planned=False, verdict=confirmation_verdict,
              dry_run="asks nothing; logs the evidence it would show",
              next_action="confirm only when no old binary can resume; the database cannot prove it. If a writer came "
              "back: stop it, clear `check_old_writers`"),
-        Step("history_digest", Kind.READS, f"{STEPS}:history_digest",
+        Step("history_digest", Kind.READS, f"{STEPS}:history_digest", records=f"{STEPS}.history:events",
+             commands=("digest",),
              planned=False,
              dry_run="the same read (once the schema exists)",
              next_action="it is read only and wrote nothing: a timeout or a lost connection, clear the task; a "
              "missing column, clear `apply_schema` first"),
     )),
     Stage(4, "Audit and one-time checkpoint, per pack", group_id="step_4_checkpoint", steps=(
-        Step("audit_and_checkpoint", Kind.WRITES, f"{STEPS}:audit_and_checkpoint",
+        Step("audit_and_checkpoint", Kind.WRITES, f"{STEPS}:audit_and_checkpoint", records=f"{STEPS}.checkpoints:events",
+             commands=("checkpoint", "activate-pack"),
              key="checkpoints", verdict=checkpoint_verdict,
              per_pack_of="resolve_packs", provisional_while=("wait_for_drain",),
              dry_run="the audit, and the LegacyMaxOrdinal it would write",
@@ -189,22 +196,26 @@ CUTOVER = Transition("connector_projection_cutover", (
              "clear and rerun"),
     )),
     Stage(5, "New host, admission resumes, the proofs", group_id="step_5_release", steps=(
-        Step("start_new_host", Kind.ASKS, f"{STEPS}:start_new_host",
+        Step("start_new_host", Kind.ASKS, f"{STEPS}:start_new_host", records=f"{STEPS}.new_host:events",
+             commands=("start-host",),
              key="host", planned=False,
              dry_run="how it would start the host, and the new hosts live now",
              next_action="fix the host, clear the task"),
         Step("verify_readiness", Kind.WAITS, f"{STEPS}:verify_readiness",
+             commands=("readiness",),
              key="readiness", bound="readiness_timeout", verdict=readiness_verdict, dry_run_judged=False,
              dry_run="one look at the new host's readiness (the run starts the host first: not part of the verdict)",
              next_action="check the host's log; clear",
              wait_action="start or fix the new host (its log says why it is not ready); the run goes on by itself "
              "once it is ready"),
-        Step("resume_admission", Kind.WRITES, f"{STEPS}:resume_admission",
+        Step("resume_admission", Kind.WRITES, f"{STEPS}:resume_admission", records=f"{STEPS}.release:events",
+             commands=("release-fence",),
              key="release", planned=False,
              dry_run="the fence it would release once ready",
              next_action="check the new host's log, then clear `resume_admission` (in the DAG it waits for readiness "
              "again, then releases); a fence held by another run is that run's to release"),
-        Step("final_old_writer_check", Kind.READS, f"{STEPS}:final_old_writer_check",
+        Step("final_old_writer_check", Kind.READS, f"{STEPS}:final_old_writer_check", records=f"{STEPS}.final_check:events",
+             commands=("verify",),
              key="final", planned=False, verdict=final_verdict,
              dry_run="the run's verdict (proceed, wait for what, or stop and why) from every step's dry run",
              next_action="**do not restart an old writer after this point**: stop it and review what it admitted. A "

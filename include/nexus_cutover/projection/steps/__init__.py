@@ -54,7 +54,7 @@ from ..actions import (  # the single-step functions, for the single-step comman
     verify_no_old_writer,
     writer_evidence,
 )
-from ..checkpoint import REFUSED, run_checkpoint
+from ..checkpoint import REFUSED, pack_namespace, run_checkpoint
 from ..cutover_fence import (
     HOLDER_ACTIVE,
     HOLDER_FINISHED,
@@ -78,7 +78,7 @@ from .fence import arm_fence
 from .final_check import dry_run_verdict, final_old_writer_check, history_unchanged, old_writers_since_release
 from .history import history_digest
 from .new_host import start_new_host, verify_readiness
-from .pre_arm import wait_for_short_drain
+from .pre_arm import RATE_SAMPLES, wait_for_short_drain
 from .release import pause_text, resume_admission
 from .schema_and_packs import apply_schema, resolve_packs
 from .writers import LiveAgain, accept_confirmation, check_old_writers, confirm_writers_stopped, evidence_to_confirm
@@ -90,7 +90,7 @@ __all__ = [  # the door: the declaration, the bodies, what they return and raise
     "activate_pack", "blockers_text", "checkpoint", "cutover_fence_in_force", "cutover_standing", "drain",
     "fence_and_checkpoints", "fence_row", "held_by_another", "history_unchanged", "last_released_cutover_fence",
     "load_digest", "old_writers_since_release", "pause_text", "readiness", "recheck_writers", "release_fence",
-    "run_checkpoint", "run_step", "RETURN", "LiveAgain", "evidence_to_confirm", "dry_run_verdict",
+    "run_checkpoint", "run_step", "pack_namespace", "RETURN", "RATE_SAMPLES", "LiveAgain", "evidence_to_confirm", "dry_run_verdict",
     # the bodies the declaration calls (CUTOVER's Step.calls)
     "resolve_packs", "apply_schema", "wait_for_short_drain", "arm_fence", "wait_for_drain", "check_old_writers",
     "confirm_writers_stopped", "history_digest", "audit_and_checkpoint", "start_new_host", "verify_readiness",

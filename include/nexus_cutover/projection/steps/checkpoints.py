@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ... import events as E
+from ...events import Event
 from ...transition import StepResult
 from .. import actions
 from .context import CutoverRun, _judged, _once_the_schema_exists, _schema_a_dry_run_lacks
@@ -34,3 +36,9 @@ def audit_and_checkpoint(run: CutoverRun) -> StepResult:
     run.seam("audit_and_checkpoint.after_write")
     return judged
 
+
+def events(step: str, r: dict) -> list[Event]:
+    """One pack's checkpoint: written, already written, refused (with its cutoff and who wrote it)."""
+    cutoff = r.get("legacy_max_ordinal")
+    return [Event(E.CHECKPOINT, step, outcome=r.get("outcome"), pack=r.get("pack_install_id"),
+                  cutoff=int(cutoff) if cutoff is not None else None, holder=r.get("written_by"))]

@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 
 from ...errors import Refused
 from ...liveness import DEFAULT_STALE_HEARTBEAT_S
+from ...recording import NOT_RECORDING, Recorder
 from ...transition import Outcome, StepResult, Transition, Verdict
 from .. import cutover_fence
 from ..cutover_fence import (
@@ -84,6 +85,8 @@ class CutoverRun:
     planned: list[str] = field(default_factory=list)
     #: The declaration whose steps this run runs (the cutover's; a test's copy with a step added).
     transition: Transition = CUTOVER
+    #: Where the events a body emits itself go (a person shown evidence, the answer): the caller's recorder.
+    recorder: Recorder = NOT_RECORDING
 
     @property
     def stale(self) -> dt.timedelta:

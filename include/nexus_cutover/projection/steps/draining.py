@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 
+from ... import events as E
 from ...clock import utcnow
+from ...events import Event
 from ...transition import StepResult
 from .. import actions
 from .context import CutoverRun, _judged
@@ -22,3 +24,10 @@ def wait_for_drain(run: CutoverRun) -> StepResult:
         run.say(report.report_text())
     return _judged("wait_for_drain", report.as_json(), keyed={"report_text": report.report_text()}, domain=report)
 
+
+def events(step: str, r: dict) -> list[Event]:
+    """The drain done (a look that is still draining, or stuck, means nothing yet: its stop is recorded as one)."""
+    if r.get("state") != "drained":
+        return []
+    return [Event(E.DRAIN_DONE, step, outcome="drained",
+                  detail={k: r.get(k) for k in ("remaining", "counts", "checked_at") if k in r})]

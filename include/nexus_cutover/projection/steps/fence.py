@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ... import events as E
+from ...events import Event
 from ...transition import StepResult
 from .. import actions, cutover_fence
 from .context import CutoverRun, _judged
@@ -56,3 +58,12 @@ def _above_cutoff(run: CutoverRun) -> list[dict[str, Any]]:
         run.say(f"STOP: {entry['text']}")
     return above
 
+
+def events(step: str, r: dict) -> list[Event]:
+    """A fence the run now holds: armed, reused or adopted, with its holder (a dry run's and a refusal's: none)."""
+    kind = {"armed": E.FENCE_ARMED, "reused": E.FENCE_REUSED, "adopted": E.FENCE_ADOPTED}.get(r.get("outcome"))
+    if kind is None:
+        return []
+    return [Event(kind, step, outcome=r["outcome"], holder=r.get("holder"),
+                  detail={"fence_id": r.get("fence_id"), "previous_holder": r.get("previous_holder"),
+                          "armed_at": r.get("armed_at")})]

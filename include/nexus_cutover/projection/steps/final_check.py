@@ -10,7 +10,9 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from ... import events as E
 from ...clock import utcnow
+from ...events import Event
 from ...transition import Outcome, StepResult, Verdict
 from .. import actions, cutover_fence
 from ..digest.model import HistoryDigest
@@ -104,3 +106,12 @@ def dry_run_verdict(earlier: Callable[[str, str], Any], *, but: str = "final_old
                 for result in _each(earlier(step.name, RETURN))]
     return CUTOVER.overall(verdicts)
 
+
+def events(step: str, r: dict) -> list[Event]:
+    """The history digest verified against the rows after the release (or found changed)."""
+    history = r.get("history_digest") or {}
+    if not history:
+        return []
+    return [Event(E.DIGEST_VERIFIED, step, outcome="verified" if history.get("verified") else "not verified",
+                  digest=str(history.get("hash")),
+                  detail={"rows": history.get("rows"), "cutoffs": r.get("cutoffs"), "released_at": r.get("released_at")})]

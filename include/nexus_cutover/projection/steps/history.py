@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ... import events as E
+from ...events import Event
 from ...transition import StepResult
 from .. import actions
 from .context import CutoverRun, _once_the_schema_exists, _schema_a_dry_run_lacks
@@ -18,3 +20,10 @@ def history_digest(run: CutoverRun) -> StepResult:
     run.say(f"{digest.summary_text()}; taken in {digest.seconds:.1f}s" + (" (dry run)" if run.dry_run else ""))
     return StepResult(digest.summary(), keyed={"digest": digest.as_json()}, domain=digest)
 
+
+def events(step: str, r: dict) -> list[Event]:
+    """The digest taken: its hash, rows, chunks and time (its rows per second is a figure)."""
+    if not r.get("hash"):
+        return []
+    return [Event(E.DIGEST_TAKEN, step, outcome="taken", digest=str(r["hash"]),
+                  detail={k: r.get(k) for k in ("rows", "chunks", "cutoffs", "taken_at", "seconds")})]

@@ -4,6 +4,8 @@ as events.
 
 from __future__ import annotations
 
+from ... import events as E
+from ...events import Event
 from ...transition import StepResult
 from .. import actions
 from .context import CutoverRun, _judged
@@ -33,3 +35,13 @@ def verify_readiness(run: CutoverRun) -> StepResult:
                             else "not ready: " + "; ".join(r.reasons)))
     return _judged("verify_readiness", r.as_json(), domain=r)
 
+
+def events(step: str, r: dict) -> list[Event]:
+    """The new host started: by its controller, by a person (who answered), or already running."""
+    if r.get("dry_run"):
+        return []
+    outcome = ("already running" if r.get("already_running") else
+               "started by a person" if r.get("responded_by") else "started")
+    return [Event(E.HOST_STARTED, step, outcome=outcome, actor=r.get("responded_by"),
+                  detail={k: v for k, v in r.items() if k in ("already_running", "host_pid", "controller", "status",
+                                                              "responded_at")})]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ... import events as E
+from ...events import Event
 from ...transition import Outcome, StepResult, Verdict
 from .. import actions, cutover_fence
 from .context import CutoverRun
@@ -37,3 +39,10 @@ def pause_text(result: cutover_fence.FenceResult) -> str:
         return ""
     return f" (admission paused {result.admission_pause_s:.3f} s: armed {result.armed_at}, released {result.released_at})"
 
+
+def events(step: str, r: dict) -> list[Event]:
+    """The fence released (or found released by this holder): admission resumed, the pause it lasted."""
+    if r.get("outcome") not in ("released", "already_released"):
+        return []
+    return [Event(E.FENCE_RELEASED, step, outcome=r["outcome"], holder=r.get("holder"),
+                  detail={k: r.get(k) for k in ("fence_id", "armed_at", "released_at", "admission_pause_s")})]

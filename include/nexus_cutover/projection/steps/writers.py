@@ -11,6 +11,10 @@ from ...transition import StepResult
 from .. import actions
 from .context import CutoverRun, _judged
 
+#: The question a person answers at ``confirm_writers_stopped`` (``{tenant}`` filled in), on every path that asks.
+QUESTION = ("Every old ingress_writer, receipt_materializer, projection_worker and dependency_resolver of {tenant} is "
+            "stopped and will not be restarted?")
+
 
 def check_old_writers(run: CutoverRun) -> StepResult:
     """One look at the old-protocol writers: the run waits while one is live (then a person confirms)."""
@@ -62,7 +66,14 @@ def confirm_writers_stopped(run: CutoverRun) -> StepResult:
     ev = evidence_to_confirm(run)
     if run.confirm is None:
         raise RuntimeError("confirm_writers_stopped needs its caller's way to ask a person (CutoverRun.confirm)")
-    confirmed_by = run.confirm(ev)
+    shown = ev.as_json()
+    run.recorder.asked("confirm_writers_stopped", QUESTION.format(tenant=run.namespace), shown)
+    try:
+        confirmed_by = run.confirm(ev)
+    except Refused as exc:  # the person did not confirm: an answer too
+        run.recorder.answered("confirm_writers_stopped", "rejected", who=None, shown=shown, reason=str(exc))
+        raise
+    run.recorder.answered("confirm_writers_stopped", "confirmed", who=None, shown=shown, how=confirmed_by)
     answer = accept_confirmation(run, ev.checked_at)
     return _judged("confirm_writers_stopped", {"confirmed_by": confirmed_by, **answer.value},
                    keyed={"evidence": ev.as_json()})

@@ -1,0 +1,122 @@
+"""The typed events a run emits, whichever path runs it: what happened, never who listens.
+
+A run (an Airflow task, ``nexus-cutover run``, a single-step command, the lifecycle entrypoint, a Field History
+stage) emits :class:`Event` s through its :class:`~nexus_cutover.recording.Recorder`; the sinks subscribed there
+(the delivery ledger, the metrics) each take what is theirs. What a step's result *means* as events is the step's
+own (its :attr:`~nexus_cutover.transition.Step.records`, next to its body); the events every step has -- it passed,
+it stopped, a person was shown evidence, a person answered -- are made here.
+
+Invariants:
+
+* A kind in :data:`LEDGER_KINDS` is written to the delivery ledger (in that order within a step); the others
+  (:data:`STEP_PASSED`, :data:`DRAIN_LOOKED`) carry figures only.
+* An event holds what a reviewer or a figure needs: ids, outcomes, digests, the reasons a person reads. Never a
+  secret, never a DSN.
+* Light to import (standard library only).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+FENCE_ARMED, FENCE_REUSED, FENCE_ADOPTED, FENCE_RELEASED = "fence_armed", "fence_reused", "fence_adopted", "fence_released"
+DRAIN_DONE = "drain_done"
+EVIDENCE_SHOWN, ANSWER = "evidence_shown", "answer"
+DIGEST_TAKEN, DIGEST_VERIFIED = "digest_taken", "digest_verified"
+CHECKPOINT, HOST_STARTED = "checkpoint", "host_started"
+STOPPED = "stopped"
+WAVE_ASKED, WAVE_ANSWER = "wave_asked", "wave_answer"
+GATE_PASSED = "gate_passed"
+
+#: Every kind the delivery ledger records, in the order a run records them (a step's events are ranked so too).
+LEDGER_KINDS = (FENCE_ARMED, FENCE_REUSED, FENCE_ADOPTED, DRAIN_DONE, EVIDENCE_SHOWN, WAVE_ASKED, ANSWER, WAVE_ANSWER,
+                DIGEST_TAKEN, CHECKPOINT, HOST_STARTED, FENCE_RELEASED, DIGEST_VERIFIED, GATE_PASSED, STOPPED)
+
+#: A step passed (its duration and lock wait are figures); not a ledger row: its own events say what it did.
+STEP_PASSED = "step_passed"
+#: One look of a drain wait (remaining, rate, ETA: figures only).
+DRAIN_LOOKED = "drain_looked"
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing that happened in a step. ``tenant`` is set only when it is not the run's (a wave's question names
+    each of its tenants); ``at`` only when it happened before it was emitted (an answer's time)."""
+
+    kind: str
+    step: str
+    outcome: str | None = None
+    actor: str | None = None
+    holder: str | None = None
+    digest: str | None = None
+    pack: str | None = None
+    cutoff: int | None = None
+    reason: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+    tenant: str | None = None
+    at: dt.datetime | None = None
+    #: A step's duration and the time it waited for locks (passed and stopped events), in seconds.
+    seconds: float | None = None
+    lock_wait_s: float | None = None
+    #: Why a stopped step failed (:data:`nexus_cutover.metrics.FAILURE_REASONS`).
+    failure: str | None = None
+
+    @property
+    def recorded(self) -> bool:
+        """Whether the delivery ledger keeps this event."""
+        return self.kind in LEDGER_KINDS
+
+
+def digest_of(value: Any) -> str:
+    """``sha256:<hex>`` of ``value`` in its canonical JSON (sorted keys): the digest of evidence shown to a person."""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def time_of(value: Any) -> dt.datetime | None:
+    """An answer's time as a person's tool reported it (a datetime or ISO text; naive is UTC), or None."""
+    if value in (None, "", "None"):
+        return None
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+
+
+# -- the events every step has -----------------------------------------------------------------------------------
+
+def passed(step: str, *, seconds: float | None = None, lock_wait_s: float | None = None) -> Event:
+    return Event(STEP_PASSED, step, outcome="passed", seconds=seconds, lock_wait_s=lock_wait_s)
+
+
+def stopped(step: str, reason: str, *, error: str | None = None, failure: str = "error", seconds: float | None = None,
+            lock_wait_s: float | None = None) -> Event:
+    """A step that stopped, refused or failed: its reason as the person reads it (the exception's text)."""
+    return Event(STOPPED, step, outcome="stopped", reason=(reason or error or "the step failed")[:4000],
+                 detail={"error": error} if error else {}, failure=failure, seconds=seconds, lock_wait_s=lock_wait_s)
+
+
+def evidence_shown(step: str, subject: str, shown: Any) -> Event:
+    """A person is asked ``subject``, shown ``shown`` (its digest is kept)."""
+    checked_at = shown.get("checked_at") if isinstance(shown, dict) else None
+    return Event(EVIDENCE_SHOWN, step, outcome="asked", digest=digest_of(shown), reason=subject,
+                 detail={"evidence_checked_at": checked_at} if checked_at else {})
+
+
+def answer(step: str, outcome: str, *, who: str | None, at: Any = None, shown: Any = None, reason: str | None = None,
+           **detail: Any) -> Event:
+    """A person's answer (``outcome``: confirmed, rejected, refused, timed out, ...), on the evidence ``shown``."""
+    checked_at = shown.get("checked_at") if isinstance(shown, dict) else None
+    return Event(ANSWER, step, outcome=outcome, actor=who, at=time_of(at), digest=digest_of(shown) if shown else None,
+                 reason=reason, detail={**detail, **({"evidence_checked_at": checked_at} if checked_at else {})})
+
+
+def drain_looked(remaining: int, rate_per_min: float | None, eta_s: float | None, *, step: str = "") -> Event:
+    """One look of a drain wait: what remains, the rate it drains at (None before it is measured), the ETA."""
+    return Event(DRAIN_LOOKED, step, detail={"remaining": remaining, "rate_per_min": rate_per_min, "eta_s": eta_s})
