@@ -1,0 +1,123 @@
+"""``deploy/grafana/nexus-fleet.json`` as Grafana's file provisioning loads it.
+
+Grafana's dashboard provider of type ``file`` (a ``provisioning/dashboards/*.yaml`` whose ``options.path`` holds the
+file) reads each JSON file as the dashboard model itself. Nothing imports it: no step replaces an export's
+``__inputs`` placeholders, so a ``${DS_PROMETHEUS}`` stays literal, names no data source, and every panel says so.
+The file must be the plain model -- a ``title`` (Grafana refuses a provisioned dashboard without one), a ``uid`` (its
+URL stays the same across restarts), ``schemaVersion``, ``panels``, no top-level ``id`` -- and its Prometheus data
+source a dashboard variable (type ``datasource``, query ``prometheus``) that every panel, target and query variable
+names as ``${datasource}``. The same file still imports by hand (Dashboards → New → Import): the variable offers the
+Prometheus data sources there too.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+from collections.abc import Iterator
+from typing import Any
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+DASHBOARD = REPO / "deploy" / "grafana" / "nexus-fleet.json"
+#: How a panel, a target or a variable names the data source variable (the object form is what Grafana writes).
+VARIABLE = {"${datasource}", "$datasource"}
+#: Grafana's own variables and macros (``$__interval``, ``$__range``...): not the dashboard's to define.
+MACRO = "__"
+
+
+def panels(dash: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every panel, a row's collapsed panels too."""
+    for panel in dash.get("panels") or []:
+        yield panel
+        yield from panel.get("panels") or []
+
+
+def datasource_refs(node: Any, where: str = "") -> Iterator[tuple[str, Any]]:
+    """``(where, value)`` of every ``datasource`` key anywhere in the model."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "datasource":
+                yield where or "dashboard", value
+            else:
+                yield from datasource_refs(value, f"{where}.{key}" if where else key)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            label = (value.get("title") or value.get("name") or value.get("refId")) if isinstance(value, dict) else None
+            yield from datasource_refs(value, f"{where}[{label or i}]")
+
+
+def provisioning_problems(text: str) -> list[str]:
+    """What keeps ``text`` (a dashboard file) from loading as Grafana's file provisioning reads it; [] when none."""
+    dash = json.loads(text)
+    if not isinstance(dash, dict):
+        return ["the file is not a JSON object"]
+    out = []
+    if "dashboard" in dash and "panels" not in dash:
+        out.append("the file is the HTTP API's {\"dashboard\": ...} envelope: provisioning reads the model itself")
+    out += [f"no {key}" for key in ("title", "uid", "schemaVersion", "panels") if not dash.get(key)]
+    if dash.get("uid") and not re.fullmatch(r"[A-Za-z0-9_-]{1,40}", str(dash["uid"])):
+        out.append(f"uid {dash['uid']!r} is not 1-40 letters, digits, - or _")
+    if dash.get("id") is not None:
+        out.append(f"a top-level id {dash['id']!r}: a provisioned dashboard is found by its uid")
+    out += [f"an export's {key}: nothing resolves it when the file is provisioned" for key in dash if key.startswith("__")]
+    out += [f"an export's placeholder {p}: it stays literal when the file is provisioned"
+            for p in sorted(set(re.findall(r"\$\{DS_[A-Za-z0-9_]+\}", text)))]
+    variables = (dash.get("templating") or {}).get("list") or []
+    names = [v.get("name") for v in variables]
+    sources = [v for v in variables if v.get("type") == "datasource"]
+    if [(v.get("name"), v.get("query")) for v in sources] != [("datasource", "prometheus")]:
+        out.append("the data source is not one variable `datasource` of type datasource, query prometheus: "
+                   f"{[(v.get('name'), v.get('query')) for v in sources]}")
+    elif any(list(datasource_refs(v)) for v in variables[:variables.index(sources[0])]):
+        out.append("a variable that queries a data source comes before the variable `datasource`")
+    for where, ref in datasource_refs(dash):
+        if isinstance(ref, dict):
+            if ref.get("type") != "prometheus" or ref.get("uid") not in VARIABLE:
+                out.append(f"{where}: datasource {ref} is not {{\"type\": \"prometheus\", \"uid\": \"${{datasource}}\"}}")
+        elif ref not in VARIABLE:
+            out.append(f"{where}: datasource {ref!r} is not the variable ${{datasource}}")
+    ids = [p.get("id") for p in panels(dash)]
+    out += [f"panel id {i} is used twice" for i in sorted({i for i in ids if ids.count(i) > 1})]
+    for panel in panels(dash):
+        for target in panel.get("targets") or []:
+            if "datasource" not in panel and "datasource" not in target:
+                out.append(f"panel {panel.get('title')!r} target {target.get('refId')}: no datasource")
+            for name in re.findall(r"\$\{?([A-Za-z_]\w*)", target.get("expr", "")):
+                if not name.startswith(MACRO) and name not in names:
+                    out.append(f"panel {panel.get('title')!r}: ${name} is no variable of the dashboard")
+    return out
+
+
+def test_the_dashboard_file_is_what_grafana_provisions():
+    text = DASHBOARD.read_text(encoding="utf-8")
+    assert provisioning_problems(text) == []
+    dash = json.loads(text)
+    refs = list(datasource_refs(dash))
+    queried = [p for p in panels(dash) if p.get("targets")]
+    # each queried panel and each of its targets, and the tenant variable: all through the variable
+    assert len(refs) == len(queried) + sum(len(p["targets"]) for p in queried) + 1
+    assert dash["templating"]["list"][0]["name"] == "datasource"
+
+
+def test_an_export_for_sharing_is_refused():
+    """The tests can fail: the file as Grafana's "Export for sharing externally" writes it (an ``__inputs`` block,
+    ``${DS_PROMETHEUS}`` everywhere, no variable), and a panel pinned to one data source's uid."""
+    dash = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    dash["templating"]["list"] = [v for v in dash["templating"]["list"] if v["type"] != "datasource"]
+    exported = json.dumps({"__inputs": [{"name": "DS_PROMETHEUS", "type": "datasource", "pluginId": "prometheus"}],
+                           **dash}).replace("${datasource}", "${DS_PROMETHEUS}")
+    problems = provisioning_problems(exported)
+    assert problems[:2] == ["an export's __inputs: nothing resolves it when the file is provisioned",
+                            "an export's placeholder ${DS_PROMETHEUS}: it stays literal when the file is provisioned"]
+    assert any(p.startswith("the data source is not one variable") for p in problems)
+    assert any(p.startswith("templating.list[tenant]: datasource") for p in problems), problems
+    reordered = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    reordered["templating"]["list"].reverse()  # the tenant variable would query before its data source is chosen
+    assert provisioning_problems(json.dumps(reordered)) == [
+        "a variable that queries a data source comes before the variable `datasource`"]
+    pinned = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    pinned["panels"][1]["datasource"] = {"type": "prometheus", "uid": "PBFA97CFB590B2093"}
+    assert provisioning_problems(json.dumps(pinned)) == [
+        "panels[Tenants by state]: datasource {'type': 'prometheus', 'uid': 'PBFA97CFB590B2093'} is not "
+        '{"type": "prometheus", "uid": "${datasource}"}']
