@@ -1,4 +1,4 @@
-"""``deploy/grafana/nexus-fleet.json`` as Grafana's file provisioning loads it.
+"""``deploy/grafana/nexus-fleet.json`` as Grafana's file provisioning loads it, and its "Last admission pause" panel.
 
 Grafana's dashboard provider of type ``file`` (a ``provisioning/dashboards/*.yaml`` whose ``options.path`` holds the
 file) reads each JSON file as the dashboard model itself. Nothing imports it: no step replaces an export's
@@ -15,8 +15,11 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+import subprocess
 from collections.abc import Iterator
 from typing import Any
+
+import yaml
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "nexus-fleet.json"
@@ -121,3 +124,57 @@ def test_an_export_for_sharing_is_refused():
     assert provisioning_problems(json.dumps(pinned)) == [
         "panels[Tenants by state]: datasource {'type': 'prometheus', 'uid': 'PBFA97CFB590B2093'} is not "
         '{"type": "prometheus", "uid": "${datasource}"}']
+
+
+def test_the_last_admission_pause_is_the_last_observation_not_the_mean(promtool, tmp_path):
+    """Why this query and ``lastNotNull``: ``nexus.admission.pause`` reaches Prometheus as a histogram (the StatsD
+    exporter's timer), which keeps no single observation, only cumulative ``_sum`` and ``_count``. Their ratio -- the
+    panel's old query -- is the mean of every pause since the series began: a tenant paused 3 s, then 40 s, showed
+    21.5 s. One pause is one observation (the run that released the fence sends it once), so the last pause is the
+    jump of ``_sum`` over the step it landed in, divided by the jump of ``_count`` (1; more only when two landed in one
+    step, then their mean). A series the exporter just made (the tenant's first pause, or its first after the ttl or an
+    exporter restart) has no sample a step earlier: it jumped from 0 (``or ... * 0``). Steps with no new pause give no
+    sample (``> 0``), and the stat panel's ``lastNotNull`` keeps the last step that had one: the last pause in the
+    dashboard's time range. Here Grafana's range query and that reduction are the subquery ``[30m:1m]`` and
+    ``last_over_time``, run by the real promtool on the series the mapping makes."""
+    dash = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    panel = next(p for p in panels(dash) if p["title"].startswith("Last admission pause"))
+    assert panel["type"] == "stat" and panel["options"]["reduceOptions"]["calcs"] == ["lastNotNull"]
+    (target,) = panel["targets"]
+    assert target["range"] is True and not target.get("instant")
+    expr = target["expr"].replace("$__interval", "1m").replace('tenant=~"$tenant"', 'tenant=~".*"')
+    the_mean = "nexus_admission_pause_seconds_sum / nexus_admission_pause_seconds_count"
+
+    def series(tenant: str, sums: str, counts: str) -> list[dict[str, str]]:
+        return [{"series": f'nexus_admission_pause_seconds_sum{{tenant="{tenant}"}}', "values": sums},
+                {"series": f'nexus_admission_pause_seconds_count{{tenant="{tenant}"}}', "values": counts}]
+
+    # one sample a minute from 0: "_x3" no series yet, "stale" the exporter restarted (its series gone)
+    tests = {"rule_files": [], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [
+            *series("once", "_x5 12.5x25", "_x5 1x25"),  # one cutover: its pause, 12.5 s
+            *series("twice", "_x3 3x16 43x10", "_x3 1x16 2x10"),  # 3 s, then 40 s: the last is 40, the mean 21.5
+            *series("restarted", "_x2 9x5 stale _x4 7x17", "_x2 1x5 stale _x4 1x17"),  # 9 s; after a restart, 7 s
+            *series("quiet", "_x30", "_x30"),  # no pause in the range: no value
+        ],
+        "promql_expr_test": [
+            {"expr": f"last_over_time(({expr})[30m:1m])", "eval_time": "30m",
+             "exp_samples": [{"labels": '{tenant="once"}', "value": 12.5},
+                             {"labels": '{tenant="twice"}', "value": 40},
+                             {"labels": '{tenant="restarted"}', "value": 7}]},
+            # each pause at the step it landed in (a series' first, from 0), and nothing between two pauses (the
+            # panel keeps the last value it had)
+            {"expr": expr, "eval_time": "3m", "exp_samples": [{"labels": '{tenant="twice"}', "value": 3}]},
+            {"expr": expr, "eval_time": "20m", "exp_samples": [{"labels": '{tenant="twice"}', "value": 40}]},
+            {"expr": expr, "eval_time": "25m", "exp_samples": []},
+            # the old query: the mean since the series began
+            {"expr": the_mean, "eval_time": "30m",
+             "exp_samples": [{"labels": '{tenant="once"}', "value": 12.5},
+                             {"labels": '{tenant="twice"}', "value": 21.5},
+                             {"labels": '{tenant="restarted"}', "value": 7}]},
+        ]}]}
+    path = tmp_path / "last-pause.test.yml"
+    path.write_text(yaml.safe_dump(tests, sort_keys=False))
+    run = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True)
+    assert run.returncode == 0 and "SUCCESS" in run.stdout, run.stdout + run.stderr

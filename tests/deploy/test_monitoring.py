@@ -9,7 +9,6 @@ metric ``nexus_airflow.metrics.ALL`` declares (the mapping applied to a real run
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import re
 import shutil
@@ -31,17 +30,6 @@ STATSD_TYPE = {TIMER: "ms", COUNTER: "c"}
 SERIES = re.compile(r"\bnexus_[a-zA-Z0-9_]+")
 #: Grafana's variables and macros, as a query reaches Prometheus.
 GRAFANA_MACROS = {"$__rate_interval": "5m", "$__range": "6h", "$__interval": "1m", "$tenant": ".*"}
-
-
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    found = shutil.which("promtool") or ("/usr/bin/promtool" if os.path.exists("/usr/bin/promtool") else None)
-    if found is None:  # the Debian package, as scripts/bootstrap.sh installs it
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "prometheus"], check=True, env=env)
-        found = shutil.which("promtool") or "/usr/bin/promtool"
-    return found
 
 
 def emitted_series(mappings: list[dict]) -> dict[str, str]:
