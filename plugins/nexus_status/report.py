@@ -3,7 +3,8 @@ and CSV -- what a reviewer keeps, the same after Airflow's metadata of the runs 
 
 The ledger is the Airflow connection ``nexus_ledger`` (:mod:`nexus_airflow.ledger`); only its masked DSN is ever
 shown. Every free text (reasons, subjects) goes through :func:`nexus_status.redact.redact` before a page or a
-download shows it.
+download shows it. The CSV download is :func:`nexus_cutover.ledger.to_csv`'s, the command line's: a cell a
+spreadsheet would run as a formula gets a leading ``'`` (:mod:`nexus_cutover.spreadsheet`, the preflight's rule).
 """
 
 from __future__ import annotations

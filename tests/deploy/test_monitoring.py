@@ -4,12 +4,12 @@ Prometheus alert rules (``deploy/prometheus/``) and the Grafana dashboard (``dep
 The rules are checked and unit-tested by the real ``promtool`` (Debian's ``prometheus`` package, installed here when
 missing, as ``scripts/bootstrap.sh`` does); every series a rule or a panel queries is one the mapping makes of a
 metric ``nexus_airflow.metrics.ALL`` declares (the mapping applied to a real run's StatsD lines:
-``tests/dags/test_metrics.py``)."""
+``tests/dags/test_metrics.py``). Each series expires from the exporter after its mapping's ``ttl``, but the fence gauge and
+the spools' pending count, which keep their last value."""
 
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import re
 import shutil
@@ -31,17 +31,6 @@ STATSD_TYPE = {TIMER: "ms", COUNTER: "c"}
 SERIES = re.compile(r"\bnexus_[a-zA-Z0-9_]+")
 #: Grafana's variables and macros, as a query reaches Prometheus.
 GRAFANA_MACROS = {"$__rate_interval": "5m", "$__range": "6h", "$__interval": "1m", "$tenant": ".*"}
-
-
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    found = shutil.which("promtool") or ("/usr/bin/promtool" if os.path.exists("/usr/bin/promtool") else None)
-    if found is None:  # the Debian package, as scripts/bootstrap.sh installs it
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "prometheus"], check=True, env=env)
-        found = shutil.which("promtool") or "/usr/bin/promtool"
-    return found
 
 
 def emitted_series(mappings: list[dict]) -> dict[str, str]:
@@ -92,6 +81,37 @@ def test_every_declared_metric_is_mapped_by_exactly_one_entry():
     # the bare (tag-less) form plain StatsD aggregates fleet-wide is left to the exporter's default
     tagged = [m for m in ALL if m.tags]
     assert all(not statsd_mapping.matching(mappings, f"airflow.{m.name}") for m in tagged)
+
+
+#: The metrics whose series the exporter keeps with no ttl (deploy/statsd/nexus-mapping.yml's comments): the fence's
+#: arming time (a fence left armed by a dead run keeps alerting until someone releases it) and the spools' pending
+#: count (no tenant: it stays until a record call empties the spool).
+NEVER_EXPIRE = {"nexus.fence.armed_at", "nexus.ledger.pending"}
+
+
+def test_the_series_of_a_finished_run_expire_but_the_fence_and_the_pending_count():
+    mappings, default = statsd_mapping.load(), statsd_mapping.defaults()
+    ttl = {}
+    for metric in ALL:
+        line = f"airflow.{named(metric, {t: f'some-{t}' for t in metric.tags})}:1|{STATSD_TYPE.get(metric.kind, 'g')}"
+        ttl[metric.name] = statsd_mapping.apply(mappings, line, default).ttl_s
+    assert {name for name, s in ttl.items() if s is None} == NEVER_EXPIRE, ttl
+    # every other series goes once its tenant or rollout is done, and not before a run is: at least the 6 h a drain
+    # gauge keeps (each poll re-sends it), at most a day
+    assert all(6 * 3600 <= s <= 24 * 3600 for name, s in ttl.items() if name not in NEVER_EXPIRE), ttl
+    assert {name for name, s in ttl.items() if s == 24 * 3600} >= {
+        "nexus.step.duration", "nexus.step.failed", "nexus.admission.pause", "nexus.lock.wait",
+        "nexus.digest.rows_per_second", "nexus.ledger.spooled", "nexus.ledger.caught_up"}
+    # each entry carries its own ttl, never a default: the exporter gives a default ttl to every entry without one
+    # of its own (an entry's ttl: 0 does not opt out), so a default would expire the fence gauge too (and the
+    # chart's statsd.extraMappings cannot carry a default: scripts/deploy_settings.py check says so)
+    assert default == {}
+    fence = next(m for m in mappings if m["match"] == "airflow.nexus.fence.armed_at.*")
+    assert "ttl" not in fence
+    assert statsd_mapping.ttl_s({**fence, "ttl": 0}, {"ttl": "24h"}) == 24 * 3600
+    assert statsd_mapping.ttl_s(fence, {}) is None
+    with pytest.raises(ValueError, match="not a Go duration"):
+        statsd_mapping.ttl_s({**fence, "ttl": "1d"})  # the exporter's durations stop at hours
 
 
 def test_every_series_a_rule_or_a_panel_queries_is_emitted():

@@ -112,6 +112,12 @@ MUTATIONS = {
     "mapping: a new entry the values lack": (STATSD_MAPPING, "mappings:\n",
                                              'mappings:\n  - match: "airflow.nexus.new.*"\n    name: nexus_new\n',
                                              ["deploy/helm-values.yaml: statsd.extraMappings has no entry 'airflow.nexus.new.*' of "]),
+    "mapping: a default ttl the chart cannot carry": (STATSD_MAPPING, "mappings:\n", "defaults:\n  ttl: 24h\nmappings:\n",
+                                                      ["deploy/helm-values.yaml: statsd.extraMappings cannot carry the "
+                                                       "top-level defaults {'ttl': '24h'} of "]),
+    "mapping: a ttl the values lack": (STATSD_MAPPING, '    name: nexus_lock_wait_seconds\n    ttl: 24h\n',
+                                       '    name: nexus_lock_wait_seconds\n    ttl: 48h\n',
+                                       ["deploy/helm-values.yaml: statsd.extraMappings entry 'airflow.nexus.lock.wait.*.*' is"]),
     "mapping: a label renamed": (STATSD_MAPPING, '      reason: "$3"', '      why: "$3"',
                                  ["deploy/helm-values.yaml: statsd.extraMappings entry 'airflow.nexus.step.failed.*.*.*' is"]),
     "dockerfile: another Airflow": (DOCKERFILE, "FROM apache/airflow:slim-3.3.2-python3.11",

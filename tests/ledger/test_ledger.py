@@ -17,6 +17,7 @@ from sqlalchemy import func, inspect, select, text
 
 from nexus_cutover import ledger as L
 from nexus_cutover.errors import BadInput
+from tests.ledger_support import FORMULA_STARTS, assert_neutralised, hostile_events
 
 T0 = dt.datetime(2026, 12, 5, 9, 0, 0, 123456, tzinfo=dt.UTC)
 
@@ -145,6 +146,16 @@ def test_csv_is_what_a_reviewer_keeps(engine):
     assert tuple(rows[0]) == L.COLUMNS
 
 
+def test_csv_never_hands_a_spreadsheet_a_formula(engine):
+    L.append(engine, [*hostile_events("acme", T0), ev(L.FENCE_ARMED, 99, holder="h1", reason="plain - text = fine")])
+    history = L.history(engine, "acme")
+    rows = list(csv.DictReader(io.StringIO(L.to_csv(history), newline="")))
+    assert_neutralised(rows[:-1], "acme")
+    assert rows[-1]["holder"] == "h1" and rows[-1]["reason"] == "plain - text = fine"  # only a first character counts
+    # the ledger itself and the JSON report keep the text as it was written
+    assert [r["reason"][0] for r in history[:-1]] == list(FORMULA_STARTS)
+
+
 def test_nexus_cutover_report_prints_the_history_with_its_dsn_masked(ledger_url, engine, tmp_path):
     L.append(engine, [ev(L.FENCE_ARMED, 0, holder="h1", outcome="armed"),
                       ev(L.ANSWER, 2, step="confirm_writers_stopped", actor="ana", outcome="confirmed")])
@@ -158,6 +169,11 @@ def test_nexus_cutover_report_prints_the_history_with_its_dsn_masked(ledger_url,
     as_csv = subprocess.run([*cli, "-csv"], env=env, capture_output=True, text=True, timeout=60)
     assert as_csv.returncode == 0, as_csv.stderr
     assert [r["holder"] for r in csv.DictReader(io.StringIO(as_csv.stdout))] == ["h1", ""]
+    # a reviewer's spreadsheet runs no cell of the command's CSV (read in binary: the \r start kept)
+    L.append(engine, hostile_events("hostile", T0))
+    hostile = subprocess.run([*cli[:-1], "hostile", "-csv"], env=env, capture_output=True, timeout=60)
+    assert hostile.returncode == 0, hostile.stderr
+    assert_neutralised(list(csv.DictReader(io.StringIO(hostile.stdout.decode("utf-8"), newline=""))), "hostile")
     as_text = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=60)
     assert "fence_armed" in as_text.stdout and "actor=ana" in as_text.stdout
     password = L.ledger_url(ledger_url).password

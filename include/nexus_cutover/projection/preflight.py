@@ -33,6 +33,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from ..errors import BadInput, CutoverError
+from ..spreadsheet import safe_cell
 from .dry_run import PlanOptions, plan
 
 PROCEED, WAIT, STOP, DONE = "proceed", "wait", "stop", "done"
@@ -140,24 +141,16 @@ def text_table(rows: Sequence[dict[str, Any]]) -> str:
                               f"{c[DONE]} done (already cut over)"])
 
 
-#: A cell a spreadsheet would run as a formula starts with one of these: such a cell is written with a leading
-#: ``'`` (a spreadsheet shows the text without it; the id is otherwise written exactly).
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
-
-
 def to_csv(rows: Sequence[dict[str, Any]]) -> str:
     """The table as CSV (RFC 4180 quoting by the csv module: commas, quotes, newlines and trailing spaces of a
-    hostile id survive a round trip; every cell quoted), one header line of :data:`COLUMNS`."""
+    hostile id survive a round trip; every cell quoted), one header line of :data:`COLUMNS`; a cell a spreadsheet
+    would run as a formula gets a leading ``'`` (:func:`nexus_cutover.spreadsheet.safe_cell`)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, quoting=csv.QUOTE_ALL, lineterminator="\r\n")
     writer.writerow(COLUMNS)
     for row in rows:
-        writer.writerow([_safe(cell(row, c)) for c in COLUMNS])
+        writer.writerow([safe_cell(cell(row, c)) for c in COLUMNS])
     return buffer.getvalue()
-
-
-def _safe(text: str) -> str:
-    return "'" + text if text.startswith(FORMULA_STARTS) else text
 
 
 @contextlib.contextmanager
