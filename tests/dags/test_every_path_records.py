@@ -62,7 +62,7 @@ def names(listener: StatsdListener) -> set[str]:
 
 def run_steps(url: str, port: int, ledger: str, digest_file: str) -> int | None:
     """The cutover as a person runs it command by command, one -holder for all of them; the host's pid."""
-    common = [*FAST, "-holder", HOLDER_STEPS, "-actor", "dana"]
+    common = ["-stale-heartbeat", "30s", "-holder", HOLDER_STEPS, "-actor", "dana"]
 
     def ok(*args: str) -> dict:
         proc = cli(url, port, ledger, *args, *common, "-json")
@@ -71,7 +71,7 @@ def run_steps(url: str, port: int, ledger: str, digest_file: str) -> int | None:
 
     ok("apply-schema")
     ok("arm-fence", "-namespace", NS)
-    ok("drain", "-namespace", NS, "--wait")
+    ok("drain", "-namespace", NS, "--wait", "-poll-interval", "200ms")
     deadline = time.monotonic() + 60
     while cli(url, port, ledger, "writers", "-namespace", NS, *common).returncode != 0:  # a look, not a stop
         assert time.monotonic() < deadline, "the old writers did not stop"

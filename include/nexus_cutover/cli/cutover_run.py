@@ -129,12 +129,7 @@ def _wait(c: Command, run: steps.CutoverRun, step):
 
     def look():
         result = steps.run_step(step.name, run)
-        remaining = result.value.get("remaining") if isinstance(result.value, dict) else None
-        if isinstance(remaining, int):
-            samples.append((time.monotonic(), remaining))
-            rate = result.value.get("rate_per_min", polling.measured_rate(samples[-steps.RATE_SAMPLES:]))
-            eta = result.value.get("eta_s", polling.eta_seconds(remaining, rate))
-            c.recorder.emit([drain_looked(remaining, rate, eta, step=step.name)])
+        send_look_figures(c, step.name, result.value, samples)
         return result
 
     result, ran_out = polling.wait_until(look, lambda looked: looked.verdict.outcome is Outcome.WAIT,
@@ -143,6 +138,18 @@ def _wait(c: Command, run: steps.CutoverRun, step):
         result.verdict = Verdict(Outcome.STOP, f"{step.name} did not pass within {timeout_s:g}s: "
                                  f"{result.verdict.reason}", timed_out=True)
     return result
+
+
+def send_look_figures(c: Command, step: str, value: Any, samples: list[tuple[float, int]]) -> None:
+    """A wait's look that counts remaining work (a drain's) as figures, as the DAG's poller sends them: remaining,
+    the rate over the looks so far (``samples``, kept by the caller), the ETA."""
+    remaining = value.get("remaining") if isinstance(value, dict) else None
+    if not isinstance(remaining, int):
+        return
+    samples.append((time.monotonic(), remaining))
+    rate = value.get("rate_per_min", polling.measured_rate(samples[-steps.RATE_SAMPLES:]))
+    eta = value.get("eta_s", polling.eta_seconds(remaining, rate))
+    c.recorder.emit([drain_looked(remaining, rate, eta, step=step)])
 
 
 def _confirm(c: Command, ev) -> str:

@@ -61,7 +61,7 @@ from .common import (
     run_command,
     utc_time_arg,
 )
-from .cutover_run import _confirm, _start_new_host, cmd_plan, cmd_run
+from .cutover_run import _confirm, _start_new_host, cmd_plan, cmd_run, send_look_figures
 from .recording import command_recorder, default_actor
 
 __all__ = ["CLI_TAKE_OVER", "COMMANDS", "Command", "EXIT_OK", "EXIT_REFUSED", "EXIT_TIMEOUT", "Stopped", "TimedOut",
@@ -104,11 +104,15 @@ def _drain_once(c: Command, deadline: dt.datetime):
 def cmd_drain(c: Command) -> tuple[int, dict[str, Any]]:
     """One look (exit 0 drained, 3 stuck, 4 not yet), or with --wait the sensor's wait (0 drained, 3 stuck, 4 timeout)."""
     deadline = utcnow() + dt.timedelta(seconds=c.args.drain_timeout)
+    step = CUTOVER.for_command(c.args.command)
+
+    samples: list[tuple[float, int]] = []
 
     def look():
         report = _drain_once(c, deadline)
         c.say(report.counts_text())
-        return report, CUTOVER["wait_for_drain"].verdict(report.as_json())
+        send_look_figures(c, step.name, report.as_json(), samples)
+        return report, step.verdict(report.as_json())
 
     (report, verdict), _ = polling.wait_until(look, lambda looked: c.args.wait and looked[1].outcome is Outcome.WAIT,
                                               poll_interval=c.args.poll_interval)
@@ -126,7 +130,7 @@ def cmd_drain(c: Command) -> tuple[int, dict[str, Any]]:
 def cmd_writers(c: Command) -> tuple[int, dict[str, Any]]:
     ev = steps.writer_evidence(c.engine, c.args.namespace, stale_heartbeat=c.stale)
     c.say(ev.as_text())
-    if not CUTOVER["check_old_writers"].verdict(ev.as_json()).proceeds:
+    if not CUTOVER.for_command(c.args.command).verdict(ev.as_json()).proceeds:
         raise Stopped(f"{len(ev.live)} old-protocol writer(s) still live: "
                       + ", ".join(p["process_id"] for p in ev.live) + "; stop them (keep the fence)", ev.as_json())
     return EXIT_OK, ev.as_json()
@@ -154,7 +158,7 @@ def cmd_activate_pack(c: Command) -> tuple[int, dict[str, Any]]:
 def cmd_readiness(c: Command) -> tuple[int, dict[str, Any]]:
     r = steps.readiness(c.engine, c.args.namespace, stale_heartbeat=c.stale)
     c.say("ready: " + ", ".join(h["process_id"] for h in r.ready_hosts) if r.ready else "not ready: " + "; ".join(r.reasons))
-    return (EXIT_OK if CUTOVER["verify_readiness"].verdict(r.as_json()).proceeds else EXIT_REFUSED), r.as_json()
+    return (EXIT_OK if CUTOVER.for_command(c.args.command).verdict(r.as_json()).proceeds else EXIT_REFUSED), r.as_json()
 
 
 def _held_fence_id(c: Command) -> int:
