@@ -28,6 +28,7 @@ from typing import Any
 
 from .. import polling, tx
 from ..clock import utc_text, utcnow
+from ..code_version import check_reuse, fence_reason
 from ..db import DSN_ENV_TENANT, dsn_from_env, make_engine, mask_dsn
 from ..errors import BadInput
 from ..holders import same_holder
@@ -457,6 +458,26 @@ def _verdict(step, value: Any):
         return None
 
 
+#: How a person goes on with the new product version when a command stops on the pin of the fence it holds.
+CLI_GO_ON = ("adopt the fence from a new holder on this version (arm-fence or run -adopt '<the old holder>', then "
+             "the later steps with the new -holder): it takes over what the old holder left and checks every step again")
+
+
+def _pinned(c: Command, step: str, tenant: str | None) -> None:
+    """A command given the ``-holder`` of the tenant's cutover fence runs only on the product version that armed
+    it, as ``run`` reuses its fence only on that version (:func:`nexus_cutover.code_version.check_reuse`): it stops
+    before it touches the tenant otherwise, naming both versions. A fence another holder holds is not this
+    command's pin (the step refuses it by itself where it must)."""
+    if not tenant:
+        return
+    try:
+        fence = steps.cutover_fence_in_force(c.engine, tenant)
+    except steps.SeveralCutoverFences:
+        return  # the step itself refuses that, naming them
+    if fence is not None and same_holder(fence.get("ArmedBy"), c.args.holder):
+        check_reuse(step, fence, fence_reason("cutover"), go_on=CLI_GO_ON)
+
+
 def recorded(c: Command, fn: Callable[[Command], tuple[int, dict[str, Any]]]) -> tuple[int, dict[str, Any]]:
     """Run the command ``fn``, recorded as the declared step it runs (its events when it did it, ``stopped`` with
     the reason when it refused, stopped or failed: the rows and figures a DAG's task of that step leaves); ``run``
@@ -471,6 +492,8 @@ def recorded(c: Command, fn: Callable[[Command], tuple[int, dict[str, Any]]]) ->
     c.recorder = command_recorder(c.args, program=PROGRAM, tenant=tenant, transition=CUTOVER)
     if step is None:
         return fn(c)
+    with timed(c.recorder, step.name, failure_of=failure_reason):
+        _pinned(c, step.name, tenant)
     with timed(c.recorder, step.name, failure_of=failure_reason) as clock:
         try:
             code, result = fn(c)

@@ -1,0 +1,120 @@
+"""What the command line records (issue 48): the delivery ledger (``NEXUS_LEDGER_DSN``) and the metrics
+(``NEXUS_STATSD``) of every command that runs a declared step, on SQLite (the embedded default) and MariaDB; a
+refusal's stop with its reason; the fence gauge back to 0 from ``release-fence``; a release rerun by its holder;
+a single step given ``-holder`` on another product version than the one that armed its fence."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from sqlalchemy import select, update
+
+from nexus_cutover import catalog
+from nexus_cutover import ledger as L
+from nexus_cutover.code_version import RUNNING
+from tests.projection.test_cutover_steps_cli import NS, tenant  # noqa: F401 - the fixture
+from tests.statsd_listener import StatsdListener
+
+PREFIX = "clirecords"
+
+
+def cli(dsn: str, ledger: str, *args: str, statsd: int | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NEXUS_TENANT_DSN": dsn, "NEXUS_LEDGER_DSN": ledger, "NEXUS_STATSD_PREFIX": PREFIX,
+           "NEXUS_HOST_HEARTBEAT_S": "0.5", "NEXUS_HOST_POLL_S": "0.2"}
+    env.pop("NEXUS_STATSD", None)
+    if statsd is not None:
+        env["NEXUS_STATSD"] = f"127.0.0.1:{statsd}"
+    return subprocess.run([sys.executable, "-m", "nexus_cutover.cli.cutover_steps", *args], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def rows_of(ledger: str, run_id: str) -> list[dict]:
+    engine = L.ledger_engine(ledger)
+    try:
+        return [r for r in L.history(engine, NS) if r["run_id"] == run_id]
+    finally:
+        engine.dispose()
+
+
+def gauge(listener: StatsdListener, name: str) -> list[float]:
+    return [float(line.split(":", 1)[1].split("|")[0]) for line in listener.lines
+            if line.split(":", 1)[0] == f"{PREFIX}.{name}"]
+
+
+def test_single_steps_record_their_events_their_stops_and_the_fence_gauge(tenant, tmp_path):  # noqa: F811
+    engine, url = tenant
+    ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
+    holder = "cli:records-test"
+    with StatsdListener() as statsd:
+        assert cli(url, ledger, "apply-schema", "-holder", holder, statsd=statsd.port).returncode == 0
+        armed = cli(url, ledger, "arm-fence", "-namespace", NS, "-holder", holder, "-actor", "dana", statsd=statsd.port)
+        assert armed.returncode == 0, armed.stderr
+        # another holder's arm-fence is refused: its stop, with the reason the command printed, in its own run
+        other = cli(url, ledger, "arm-fence", "-namespace", NS, "-holder", "cli:someone-else", statsd=statsd.port)
+        assert other.returncode == 3
+        for pack in ("pk-a", "pk-b"):  # the new host activates checkpointed packs only
+            written = cli(url, ledger, "checkpoint", "-pack-install-id", pack, "-holder", holder, statsd=statsd.port)
+            assert written.returncode == 0, written.stderr
+        host = cli(url, ledger, "start-host", "-namespace", NS, "-holder", holder, "-json", "-host-command",
+                   f"{sys.executable} -m nexus_cutover.cli.host --namespace {NS}", statsd=statsd.port)
+        assert host.returncode == 0, host.stderr
+        pid = json.loads(host.stdout.strip().splitlines()[-1])["host_pid"]
+        try:
+            deadline = time.monotonic() + 60
+            while cli(url, ledger, "readiness", "-namespace", NS, "-holder", holder).returncode != 0:
+                assert time.monotonic() < deadline, "the new host did not become ready"
+                time.sleep(0.3)
+            released = cli(url, ledger, "release-fence", "-namespace", NS, "-holder", holder, statsd=statsd.port)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGTERM)
+        assert released.returncode == 0, released.stderr
+        # a rerun by the holder whose release committed: its no-op success, never bad input
+        again = cli(url, ledger, "release-fence", "-namespace", NS, "-holder", holder, statsd=statsd.port)
+        assert again.returncode == 0, again.stderr
+        assert "already_released" in again.stdout and "already released by you at" in again.stdout
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and len(gauge(statsd, "nexus.fence.armed_at")) < 3:
+            time.sleep(0.1)
+        armed_at = gauge(statsd, "nexus.fence.armed_at")
+    mine = rows_of(ledger, holder)
+    assert [r["kind"] for r in mine] == [L.FENCE_ARMED, L.CHECKPOINT, L.CHECKPOINT, L.HOST_STARTED,
+                                          L.FENCE_RELEASED]  # a rerun: the same row
+    assert mine[0]["holder"] == mine[-1]["holder"] and mine[0]["actor"] == "dana"
+    assert sorted(r["pack"] for r in mine if r["kind"] == L.CHECKPOINT) == ["pk-a", "pk-b"]
+    assert all(r["dag_id"] == "nexus-cutover" for r in mine)
+    stop = rows_of(ledger, "cli:someone-else")
+    assert [r["kind"] for r in stop] == [L.STOPPED] and stop[0]["step"] == "arm_fence"
+    assert holder in stop[0]["reason"] and stop[0]["reason"].split(":")[0] in other.stderr
+    # the gauge: the arming time while held, 0 once released (from the command line too), 0 again on the rerun
+    assert armed_at[0] > 0 and armed_at[1:] == [0.0, 0.0], armed_at
+
+
+def test_a_single_step_given_the_holder_on_another_version_stops_before_it_touches_the_tenant(tenant, tmp_path):  # noqa: F811
+    engine, url = tenant
+    ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
+    holder = "cli:pinned-holder"
+    assert cli(url, ledger, "apply-schema").returncode == 0
+    assert cli(url, ledger, "arm-fence", "-namespace", NS, "-holder", holder).returncode == 0
+    with engine.begin() as conn:  # the fence as a release before this one armed it
+        f = catalog.AdmissionFence
+        reason = conn.execute(select(f.c.Reason).where(f.c.Namespace == NS)).scalar_one()
+        conn.execute(update(f).where(f.c.Namespace == NS).values(Reason=reason.replace(RUNNING, "0.0.0+older")))
+    pack = "pk-a"
+    proc = cli(url, ledger, "checkpoint", "-pack-install-id", pack, "-holder", holder, "-json")
+    assert proc.returncode == 3, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "0.0.0+older" in out["error"] and RUNNING in out["error"] and "nothing was written" in out["error"]
+    with engine.connect() as conn:
+        assert conn.execute(select(catalog.ConnectorProjectionProtocol.c.PackInstallId)).all() == []
+    stop = rows_of(ledger, holder)[-1]
+    assert stop["kind"] == L.STOPPED and stop["step"] == "audit_and_checkpoint" and "0.0.0+older" in stop["reason"]
+    # another holder is not pinned by this fence's version (it is refused by the fence itself, as before)
+    released = cli(url, ledger, "release-fence", "-namespace", NS, "-holder", "cli:another")
+    assert released.returncode == 3 and "0.0.0+older" not in released.stderr
