@@ -200,3 +200,35 @@ def test_stage3_check_and_the_switch_agree_on_a_pending_outbox_row_with_no_outbo
     assert "1 eligible NULL row(s) would stop being read" in refusal["summary"] and out(check)["summary"].endswith(refusal["summary"])
     assert settings_rows(engine) == {**PROD_SETTINGS, "FieldHistorySequenceReservationEnabled": "false"}
     engine.dispose()
+
+
+def test_the_stages_record_their_gates_and_stops_in_the_delivery_ledger(tenant_url, tmp_path):
+    """As the DAG's gates do (issue 48): each stage's gate passed, a refused gate's stop with its reason."""
+    from nexus_cutover import ledger as L
+
+    engine = legacy_tenant(tenant_url, api="4.11.0", worker="4.13.0")
+    ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
+
+    def recorded(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "nexus_cutover.cli.field_history", *args, "-namespace", "acme",
+                               "-actor", "dana"], env={**os.environ, "NEXUS_TENANT_DSN": tenant_url,
+                                                       "NEXUS_LEDGER_DSN": ledger},
+                              capture_output=True, text=True, timeout=120)
+
+    assert recorded("stage1", "-stage1-release", STAGE1).returncode == 3  # api-1 lags: a stop, with its reason
+    with engine.begin() as conn:
+        conn.execute(update(catalog.ProcessRegistry).where(catalog.ProcessRegistry.c.ProcessId == "api-1")
+                     .values(BinaryVersion="4.13.0"))
+    assert recorded("stage1", "-stage1-release", STAGE1).returncode == 0
+    assert recorded("stage2", "-producer-release", CUTOVER, "-batch-size", "5").returncode == 0
+    ledger_engine = L.ledger_engine(ledger)
+    try:
+        rows = L.history(ledger_engine, "acme")
+    finally:
+        ledger_engine.dispose()
+        engine.dispose()
+    assert [(r["step"], r["kind"]) for r in rows] == [
+        ("stage_1", L.STOPPED), ("stage_1", L.GATE_PASSED), ("stage_2_producers", L.GATE_PASSED),
+        ("stage_2_materialize", L.GATE_PASSED)]
+    assert f"older than {STAGE1}" in rows[0]["reason"] and {r["actor"] for r in rows} == {"dana"}
+    assert {r["dag_id"] for r in rows} == {"field-history-eligibility"}

@@ -118,3 +118,23 @@ def test_a_single_step_given_the_holder_on_another_version_stops_before_it_touch
     # another holder is not pinned by this fence's version (it is refused by the fence itself, as before)
     released = cli(url, ledger, "release-fence", "-namespace", NS, "-holder", "cli:another")
     assert released.returncode == 3 and "0.0.0+older" not in released.stderr
+
+
+def test_the_lifecycle_entrypoint_records_the_checkpoint_it_writes(tenant, tmp_path):  # noqa: F811
+    engine, url = tenant
+    ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
+    assert cli(url, ledger, "apply-schema").returncode == 0
+    assert cli(url, ledger, "arm-fence", "-namespace", NS, "-holder", "cli:entrypoint-test").returncode == 0
+    proc = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.lifecycle_entrypoint", "-pack-install-id", "pk-a",
+                           "-actor", "erin", "-json"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "NEXUS_TENANT_DSN": url, "NEXUS_LEDGER_DSN": ledger})
+    assert proc.returncode == 0, proc.stderr
+    written = json.loads(proc.stdout.strip().splitlines()[-1])
+    engine_l = L.ledger_engine(ledger)
+    try:
+        rows = [r for r in L.history(engine_l, NS) if r["dag_id"] == "connector-projection-cutover"]
+    finally:
+        engine_l.dispose()
+    assert [(r["step"], r["kind"], r["pack"], r["cutoff"], r["actor"]) for r in rows] == [
+        ("audit_and_checkpoint", L.CHECKPOINT, "pk-a", written["legacy_max_ordinal"], "erin")]
+    assert rows[0]["holder"] == written["written_by"] == rows[0]["run_id"]
