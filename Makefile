@@ -59,16 +59,31 @@ stack: deps
 stack-down:
 	$(BIN)/python scripts/stack.py down
 
-# Pin every installed version (every extra) into constraints.txt (bootstrap installs with it): run after a passing `make test`.
+# The dev lock constraints-dev.txt (every installed version; bootstrap installs with it) and the release's constraints
+# constraints.txt (only what the product adds on top of Airflow: scripts/lock.py, which asks the index for a fresh
+# resolve of Airflow): run after a passing `make test`.
 lock: deps
 	$(BIN)/python scripts/lock.py
 
-# What a release hands a team (README, "Install into your Airflow"): dist/nexus_cutover-<version>-py3-none-any.whl (the
-# product, its plugin, provider and DAGs; no nexus_sim) and dist/constraints-<version>.txt (constraints.txt as locked).
-dist: deps
-	rm -rf dist build && $(BIN)/python -m pip wheel -q --no-deps -w dist .
-	version=$$($(BIN)/python -c 'import importlib.metadata as m; print(m.version("nexus-cutover"))') && \
-		cp constraints.txt dist/constraints-$$version.txt && ls dist
+# What a release hands a team (README, "Install into your Airflow"), from a bare Python with pip (no dev venv: `dist`
+# does not need `deps`), in seconds:
+#   dist/nexus_cutover-<version>-py3-none-any.whl  the product, its plugin, provider, DAGs and DAG loader; no nexus_sim
+#   dist/constraints-<version>.txt                  the release's constraints.txt
+#   dist/nexus-cutover-deploy-<version>.tar.gz      a build context for deploy/Dockerfile: deploy/ (the Dockerfile, the
+#                                                   Helm values, the settings, the local settings, the monitoring),
+#                                                   the DAG loader in deploy/dags_folder/, constraints.txt, LICENSE and
+#                                                   the wheel in dist/
+PYTHON ?= python3
+dist:
+	rm -rf dist build
+	$(PYTHON) -m pip wheel -q --no-deps -w dist .
+	version=$$(sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml | head -1) && \
+		cp constraints.txt dist/constraints-$$version.txt && \
+		stage=$$(mktemp -d) && tree=$$stage/nexus-cutover-deploy-$$version && mkdir -p $$tree/dist && \
+		cp -R deploy LICENSE constraints.txt $$tree/ && cp dist/nexus_cutover-$$version-*.whl $$tree/dist/ && \
+		$(PYTHON) plugins/dags_loader.py $$tree/deploy/dags_folder >/dev/null && \
+		tar -czf dist/nexus-cutover-deploy-$$version.tar.gz --exclude=__pycache__ -C $$stage nexus-cutover-deploy-$$version && \
+		rm -rf $$stage && ls dist
 
 lint: deps
 	$(BIN)/ruff check .

@@ -23,15 +23,17 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-# Pinned: constraints.txt (`make lock` after a passing `make test`) holds every version the extras install.
+# Pinned: the dev lock constraints-dev.txt (`make lock` after a passing `make test`) holds every version the dev venv
+# installs: the product's extras, the test tools of requirements-dev.txt (no extra of the product) and what they bring.
+# (constraints.txt is the release's: only what the product adds on top of Airflow; scripts/lock.py writes both.)
 # The product (nexus-cutover: nexus_cutover, nexus_airflow, nexus_status, the DAGs; Airflow finds its plugin through
 # the entry point) and the simulators (nexus-sim, sim/pyproject.toml) are installed editable: the demo, the stack and
 # the tests import the installed packages, and an edit of a file under include/, plugins/ or dags/ is live.
-stamp="$VENV/.installed-$(cat pyproject.toml sim/pyproject.toml constraints.txt | sha1sum | cut -c1-12)"
+stamp="$VENV/.installed-$(cat pyproject.toml sim/pyproject.toml requirements-dev.txt constraints-dev.txt | sha1sum | cut -c1-12)"
 if [ ! -f "$stamp" ]; then
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q -c constraints.txt -e '.[airflow,test,stack]' -e ./sim
+  "$VENV/bin/pip" install -q -c constraints-dev.txt -r requirements-dev.txt -e '.[airflow,stack]' -e ./sim
   rm -f "$VENV"/.installed-*
   touch "$stamp"
 fi

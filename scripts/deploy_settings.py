@@ -5,14 +5,20 @@ check that the deployment recipe beside it says the same.
   takes its Airflow configuration (:func:`config_env`), the product's switches (:func:`product_env`), its number of
   triggerers and workers and its pools from it: what the stack tests is what the recipe ships.
 * :func:`recipe_disagreements` reads the recipe as a platform team uses it -- ``deploy/Dockerfile`` (the base image,
-  the install line, the local settings), ``deploy/helm-values.yaml`` (the official Helm chart's values) -- and the
-  files they lean on (``constraints.txt``, ``pyproject.toml``'s extras, the runbook's settings table, the StatsD
-  exporter's mapping ``deploy/statsd/nexus-mapping.yml``, whose entries the values' ``statsd.extraMappings`` carry), and returns one
-  line per disagreement with the settings file; :func:`environment_disagreements` does the same for an environment
-  the stack built. Nothing here runs Docker or Helm: the files are parsed.
-* ``python scripts/deploy_settings.py check [--helm-values FILE] [--dockerfile FILE]`` prints the disagreements (exit 1
-  when there are any; a team checks its own copy of the values file the same way); ``env`` prints
-  the settings as ``AIRFLOW__SECTION__KEY=value`` lines, for a deployment that configures Airflow by environment.
+  the build dependencies, the install line, the local settings, the DAG loader), the official Helm chart's values
+  split in two: ``deploy/helm-values.yaml`` (only what the product needs on any cluster, a shared one included: its
+  image, switches, local settings, metrics and their StatsD mappings, pools and connections) and
+  ``deploy/helm-values-reference.yaml`` (what it recommends for the cluster: executor, replicas, every other
+  ``airflow.cfg`` setting, the auth manager) -- and the files they lean on (the release's ``constraints.txt`` and the
+  dev lock ``constraints-dev.txt``, ``pyproject.toml``'s extras, the runbook's settings table, the StatsD exporter's
+  mapping ``deploy/statsd/nexus-mapping.yml``, whose entries the values' ``statsd.extraMappings`` carry), and returns
+  one line per disagreement with the settings file; :func:`environment_disagreements` does the same for an
+  environment the stack built. Nothing here runs Docker or Helm: the files are parsed.
+* ``python scripts/deploy_settings.py check [--helm-values FILE] [--helm-reference FILE] [--dockerfile FILE]`` prints
+  the disagreements (exit 1 when there are any; a team checks its own copy of a values file the same way); ``env``
+  prints the settings as ``AIRFLOW__SECTION__KEY=value`` lines, for a deployment that configures Airflow by
+  environment; ``airflow-cfg`` prints the two values files' ``config:`` as the airflow.cfg the chart renders (what
+  ``airflow config lint`` reads: tests/deploy/test_recipe.py).
 
 Invariant: a value is compared as Airflow reads it (:func:`ini_value`: ``True``/``False``, ``4``, ``0.25``), so
 ``'4'`` in YAML and ``4`` in TOML agree.
@@ -33,13 +39,32 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 SETTINGS_FILE = REPO / "deploy" / "airflow-settings.toml"
 DOCKERFILE = REPO / "deploy" / "Dockerfile"
 HELM_VALUES = REPO / "deploy" / "helm-values.yaml"
+HELM_REFERENCE = REPO / "deploy" / "helm-values-reference.yaml"
 STATSD_MAPPING = REPO / "deploy" / "statsd" / "nexus-mapping.yml"
-CONSTRAINTS = REPO / "constraints.txt"
+CONSTRAINTS = REPO / "constraints.txt"  # the release's: only what the product adds on top of Airflow
+DEV_LOCK = REPO / "constraints-dev.txt"  # every version `make test` passed with
 PYPROJECT = REPO / "pyproject.toml"
 RUNBOOK = REPO / "docs" / "runbook.md"
 
 #: The Celery executors: the only ones whose task slots are workers x [celery] worker_concurrency.
 CELERY_EXECUTORS = ("CeleryExecutor", "CeleryKubernetesExecutor")
+#: The ``[config.<section>]`` tables of the settings the product needs on any cluster (deploy/helm-values.yaml); every
+#: other section is a recommendation for the cluster (deploy/helm-values-reference.yaml).
+REQUIRED_CONFIG = ("metrics",)
+#: The chart's values that shape or size the cluster: recommendations, never in deploy/helm-values.yaml.
+CLUSTER_VALUES = ("executor", "scheduler", "dagProcessor", "triggerer", "workers", "apiServer", "webserver",
+                  "createUserJob")
+#: The distributions the product's extras install that PyPI has no Linux wheel of (pip builds them), with the Debian
+#: packages the build needs: deploy/Dockerfile installs them as root before its pip install. tests/deploy/test_image.py
+#: asks the index for a wheel of every other distribution the image may install.
+BUILD_DEPS = {"mysqlclient": ("build-essential", "pkg-config", "default-libmysqlclient-dev")}
+#: The chart's own ``config.core.auth_manager`` (its values.yaml), used when no values file names one.
+CHART_AUTH_MANAGER = "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager"
+#: The auth managers Airflow core ships (every image has them).
+CORE_AUTH_MANAGERS = ("airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",)
+#: ``airflow.cfg`` options renamed since Airflow 2 that a values file may still carry (``airflow config lint`` knows
+#: them all; tests/deploy runs it).
+RENAMED = {("triggerer", "default_capacity"): "[triggerer] capacity"}
 
 
 def load(path: pathlib.Path = SETTINGS_FILE) -> dict[str, Any]:
@@ -47,7 +72,8 @@ def load(path: pathlib.Path = SETTINGS_FILE) -> dict[str, Any]:
     with open(path, "rb") as f:
         settings = tomllib.load(f)
     for section, keys in {"airflow": ("version", "python", "executor", "local_settings_module"),
-                          "topology": ("triggerers", "workers"), "config": (), "env": (), "pools": ()}.items():
+                          "topology": ("triggerers", "workers"), "config": (), "env": (), "pools": (),
+                          "connections": ()}.items():
         if not isinstance(settings.get(section), dict):
             raise ValueError(f"{path}: no [{section}] table")
         missing = [k for k in keys if k not in settings[section]]
@@ -139,9 +165,11 @@ def _dockerfile_instructions(text: str) -> list[tuple[str, str]]:
 
 def dockerfile_facts(text: str) -> dict[str, Any]:
     """What the check reads from a Dockerfile: the first ``FROM`` image (``ARG`` defaults before it substituted), the
-    ``COPY`` sources and destinations, and the shell words of every ``RUN``."""
+    ``COPY`` sources and destinations, the shell text of every ``RUN`` with the ``USER`` it runs as (``runs``, ``users``;
+    the official image's default is ``airflow``) and, for each ``apt-get install``, ``(RUN index, user, packages)``."""
     args: dict[str, str] = {}
-    facts: dict[str, Any] = {"from": None, "copies": [], "runs": []}
+    facts: dict[str, Any] = {"from": None, "copies": [], "runs": [], "users": [], "apt": []}
+    user = "airflow"
     for instruction, rest in _dockerfile_instructions(text):
         if instruction == "ARG" and facts["from"] is None and "=" in rest:
             name, value = rest.split("=", 1)
@@ -149,11 +177,19 @@ def dockerfile_facts(text: str) -> dict[str, Any]:
         elif instruction == "FROM" and facts["from"] is None:
             image = rest.split()[0]
             facts["from"] = re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), m.group(0)), image)
+        elif instruction == "USER":
+            user = rest.split(":")[0].strip()
         elif instruction == "COPY":
             words = [w for w in shlex.split(rest) if not w.startswith("--")]
             facts["copies"].append((words[:-1], words[-1]))
         elif instruction == "RUN":
             facts["runs"].append(rest)
+            facts["users"].append(user)
+            for command in re.split(r"&&|;|\|\|", rest):
+                words = command.split()
+                if "apt-get" in words and "install" in words:
+                    packages = [w for w in words[words.index("install") + 1:] if not w.startswith("-")]
+                    facts["apt"].append((len(facts["runs"]) - 1, user, packages))
     return facts
 
 
@@ -180,10 +216,20 @@ def _dockerfile_problems(settings: dict[str, Any], path: pathlib.Path, extras: s
             out.append(f"{where}: FROM {image} is Airflow {m['version']}, deploy/airflow-settings.toml says {version}")
         if m["python"] != python:
             out.append(f"{where}: FROM {image} is Python {m['python']}, deploy/airflow-settings.toml says {python}")
-    install = next((r for r in facts["runs"] if "pip install" in r), "")
+    at = next((i for i, r in enumerate(facts["runs"]) if "pip install" in r), None)
+    install = facts["runs"][at] if at is not None else ""
     if not install:
         out.append(f"{where}: no RUN pip install")
     else:
+        if facts["users"][at] == "root":
+            out.append(f"{where}: the pip install runs as root: the official image installs packages as its user airflow "
+                       "(USER airflow before it)")
+        root_packages = [p for i, user, packages in facts["apt"] if i < at and user == "root" for p in packages]
+        for dist, packages in BUILD_DEPS.items():
+            missing = [p for p in packages if p not in root_packages]
+            if missing:
+                out.append(f"{where}: {dist} has no Linux wheel on PyPI and pip may build it: the image needs "
+                           f"{', '.join(missing)} (RUN apt-get install as USER root, before the pip install)")
         words = shlex.split(install.replace("$(", " ").replace(")", " "))
         pinned = [w for w in words if w.startswith("apache-airflow==")]
         if pinned != ["apache-airflow==${AIRFLOW_VERSION}"]:
@@ -211,6 +257,9 @@ def _dockerfile_problems(settings: dict[str, Any], path: pathlib.Path, extras: s
         source = REPO / local_copies[0][0]  # COPY sources are relative to the build context, the repository
         if not source.exists() or local not in _star_import_of(source.read_text(encoding="utf-8")):
             out.append(f"{where}: the local settings it copies ({local_copies[0][0]}) do not star-import {local}")
+    if not any(re.search(r"\bpython3? -m nexus_cutover_airflow\.dags_loader \S+", r) for r in facts["runs"]):
+        out.append(f"{where}: no RUN python -m nexus_cutover_airflow.dags_loader <dags folder> (the DAG loader the "
+                   "installed package writes)")
     return out
 
 
@@ -240,12 +289,29 @@ def _mapping_problems(values: dict[str, Any], where: str, mapping_file: pathlib.
     return out
 
 
-def _helm_problems(settings: dict[str, Any], path: pathlib.Path,
-                   statsd_mapping: pathlib.Path = STATSD_MAPPING) -> list[str]:
+def _values(path: pathlib.Path) -> dict[str, Any]:
     import yaml
 
-    where = f"deploy/{path.name}" if path.parent == HELM_VALUES.parent else str(path)
-    values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+
+
+def _where(path: pathlib.Path, default: pathlib.Path) -> str:
+    return f"deploy/{path.name}" if path.parent == default.parent else str(path)
+
+
+def _renamed_problems(values: dict[str, Any], where: str) -> list[str]:
+    config = values.get("config") or {}
+    return [f"{where}: config.{section}.{key} is the option's name before Airflow 3: {now}"
+            for (section, key), now in RENAMED.items() if key in (config.get(section) or {})]
+
+
+def _helm_problems(settings: dict[str, Any], path: pathlib.Path,
+                   statsd_mapping: pathlib.Path = STATSD_MAPPING) -> list[str]:
+    """deploy/helm-values.yaml: what the product needs, the settings' values of it, and nothing of the cluster's."""
+    import yaml
+
+    where = _where(path, HELM_VALUES)
+    values = _values(path)
     out = []
     a = settings["airflow"]
 
@@ -254,18 +320,19 @@ def _helm_problems(settings: dict[str, Any], path: pathlib.Path,
             out.append(f"{where}: {what} is {got!r}, deploy/airflow-settings.toml says {want!r}")
 
     differs("airflowVersion", values.get("airflowVersion"), a["version"])
-    differs("executor", values.get("executor"), a["executor"])
-    differs("triggerer.replicas", (values.get("triggerer") or {}).get("replicas"), settings["topology"]["triggerers"])
-    differs("triggerer.enabled", (values.get("triggerer") or {}).get("enabled", True), True)
-    differs("dagProcessor.enabled", (values.get("dagProcessor") or {}).get("enabled"), True)
-    if a["executor"] in CELERY_EXECUTORS:
-        differs("workers.replicas", (values.get("workers") or {}).get("replicas"), settings["topology"]["workers"])
+    image = ((values.get("images") or {}).get("airflow") or {})
+    if not image.get("repository") or not image.get("tag"):
+        out.append(f"{where}: images.airflow names no repository and tag (the image deploy/Dockerfile builds)")
+    cluster = [key for key in CLUSTER_VALUES if key in values]
     config = values.get("config") or {}
+    cluster += [f"config.{section}" for section in config if section not in REQUIRED_CONFIG]
+    if cluster:
+        out.append(f"{where}: {', '.join(cluster)}: a cluster's setting, not one the product needs (the recommendation "
+                   "belongs in deploy/helm-values-reference.yaml, a shared cluster's in its own values)")
     for section, key, value in config_items(settings):
-        differs(f"config.{section}.{key}", (config.get(section) or {}).get(key), value)
-    capacity = settings["config"].get("triggerer", {}).get("capacity")
-    if capacity is not None and "default_capacity" in (config.get("triggerer") or {}):  # the name before Airflow 3
-        differs("config.triggerer.default_capacity", config["triggerer"]["default_capacity"], capacity)
+        if section in REQUIRED_CONFIG:
+            differs(f"config.{section}.{key}", (config.get(section) or {}).get(key), value)
+    out.extend(_renamed_problems(values, where))
     metrics = settings["config"].get("metrics", {})
     if "statsd_on" in metrics:
         differs("statsd.enabled (the chart's StatsD exporter)", (values.get("statsd") or {}).get("enabled"), metrics["statsd_on"])
@@ -278,6 +345,13 @@ def _helm_problems(settings: dict[str, Any], path: pathlib.Path,
     env = {e.get("name"): e.get("value") for e in values.get("env") or [] if isinstance(e, dict)}
     for name, value in product_env(settings).items():
         differs(f"env {name}", env.get(name), value)
+    secrets = {s.get("envName"): s for s in values.get("secret") or [] if isinstance(s, dict)}
+    for conn_id in settings["connections"]:
+        variable = f"AIRFLOW_CONN_{conn_id.upper()}"
+        entry = secrets.get(variable) or {}
+        if not entry.get("secretName") or not entry.get("secretKey"):
+            out.append(f"{where}: secret has no entry envName {variable} (secretName, secretKey): the connection "
+                       f"{conn_id!r} from a Kubernetes Secret")
     if a["local_settings_module"] not in _star_import_of(values.get("airflowLocalSettings") or ""):
         out.append(f"{where}: airflowLocalSettings does not star-import {a['local_settings_module']}")
     shipped = None
@@ -293,17 +367,96 @@ def _helm_problems(settings: dict[str, Any], path: pathlib.Path,
     return out
 
 
-def _constraints_problems(settings: dict[str, Any], path: pathlib.Path) -> list[str]:
-    text = path.read_text(encoding="utf-8")
+def _image_installs(dockerfile: pathlib.Path, pyproject: pathlib.Path) -> set[str]:
+    """The distributions the image's pip install names (the wheel's extras' requirements and any it adds)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    facts = dockerfile_facts(dockerfile.read_text(encoding="utf-8"))
+    install = next((r for r in facts["runs"] if "pip install" in r), "")
+    words = shlex.split(install.replace("$(", " ").replace(")", " "))
+    with open(pyproject, "rb") as f:
+        project = tomllib.load(f)["project"]
+    names = set()
+    wheel = next((w for w in words if ".whl" in w), "")
+    extras = re.findall(r"\[([\w,-]+)\]", wheel)[0].split(",") if "[" in wheel else []
+    for line in project["dependencies"] + [r for e in extras for r in project.get("optional-dependencies", {}).get(e, [])]:
+        names.add(_canonical(Requirement(line).name))
+    for word in words:
+        try:
+            names.add(_canonical(Requirement(word).name))
+        except InvalidRequirement:
+            continue
+    return names
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _reference_problems(settings: dict[str, Any], path: pathlib.Path, required: pathlib.Path,
+                        dockerfile: pathlib.Path, pyproject: pathlib.Path) -> list[str]:
+    """deploy/helm-values-reference.yaml: the settings' topology and every other ``[config.*]`` section, in the chart's
+    current names, with an auth manager the image has."""
+    where = _where(path, HELM_REFERENCE)
+    values, needed = _values(path), _values(required)
     out = []
+    a = settings["airflow"]
+
+    def differs(what: str, got: Any, want: Any) -> None:
+        if ini_value(got) != ini_value(want):
+            out.append(f"{where}: {what} is {got!r}, deploy/airflow-settings.toml says {want!r}")
+
+    differs("executor", values.get("executor"), a["executor"])
+    differs("triggerer.replicas", (values.get("triggerer") or {}).get("replicas"), settings["topology"]["triggerers"])
+    differs("triggerer.enabled", (values.get("triggerer") or {}).get("enabled", True), True)
+    differs("dagProcessor.enabled", (values.get("dagProcessor") or {}).get("enabled"), True)
+    workers = values.get("workers") or {}
+    if "replicas" in workers:
+        out.append(f"{where}: workers.replicas is the chart's deprecated name: workers.celery.replicas")
+    if a["executor"] in CELERY_EXECUTORS:
+        differs("workers.celery.replicas", (workers.get("celery") or {}).get("replicas"), settings["topology"]["workers"])
+    config = values.get("config") or {}
+    for section, key, value in config_items(settings):
+        if section not in REQUIRED_CONFIG:
+            differs(f"config.{section}.{key}", (config.get(section) or {}).get(key), value)
+    out.extend(_renamed_problems(values, where))
+    # the auth manager the chart ends up with (a values file's, else the chart's own) must be installed in the image
+    named = [((v.get("config") or {}).get("core") or {}).get("auth_manager") for v in (needed, values)]
+    auth = next((n for n in reversed(named) if n), CHART_AUTH_MANAGER)
+    if auth not in CORE_AUTH_MANAGERS and auth.startswith("airflow.providers."):
+        provider = "apache-airflow-providers-" + auth.split(".")[2].replace("_", "-")
+        if provider not in _image_installs(dockerfile, pyproject):
+            out.append(f"{where}: config.core.auth_manager is {auth}" + (" (the chart's default)" if not any(named) else "")
+                       + f": {provider} is not installed by {_where(dockerfile, DOCKERFILE)}; name one the image has "
+                       f"({', '.join(CORE_AUTH_MANAGERS)}) or install its provider")
+    if auth != CHART_AUTH_MANAGER:
+        enabled = [(v.get("createUserJob") or {}).get("enabled") for v in (needed, values)]
+        if next((e for e in reversed(enabled) if e is not None), True) is not False:
+            out.append(f"{where}: createUserJob.enabled is not false: the chart's job runs `airflow users create`, a "
+                       f"command of FAB's auth manager, which {auth.rsplit('.', 1)[-1]} does not have")
+    return out
+
+
+def _constraints_problems(settings: dict[str, Any], release: pathlib.Path, dev_lock: pathlib.Path) -> list[str]:
+    """The dev lock pins the settings' Airflow and was locked on its Python; the release's constraints were made
+    against them and leave Airflow itself to the image."""
+    version, python = settings["airflow"]["version"], settings["airflow"]["python"]
+    out = []
+    text = dev_lock.read_text(encoding="utf-8")
     pin = re.search(r"^apache-airflow==(\S+)$", text, re.MULTILINE)
-    if not pin or pin.group(1) != settings["airflow"]["version"]:
-        out.append(f"{path.name}: apache-airflow=={pin.group(1) if pin else '(not pinned)'}, "
-                   f"deploy/airflow-settings.toml says {settings['airflow']['version']}")
+    if not pin or pin.group(1) != version:
+        out.append(f"{dev_lock.name}: apache-airflow=={pin.group(1) if pin else '(not pinned)'}, "
+                   f"deploy/airflow-settings.toml says {version}")
     made_on = re.search(r"on Python (\d+\.\d+)", text)
-    if made_on and made_on.group(1) != settings["airflow"]["python"]:
-        out.append(f"{path.name}: locked on Python {made_on.group(1)}, deploy/airflow-settings.toml says "
-                   f"{settings['airflow']['python']}")
+    if made_on and made_on.group(1) != python:
+        out.append(f"{dev_lock.name}: locked on Python {made_on.group(1)}, deploy/airflow-settings.toml says {python}")
+    text = release.read_text(encoding="utf-8")
+    against = re.search(r"apache-airflow==(\S+) on Python (\d+\.\d+)", text)
+    if not against or (against.group(1), against.group(2)) != (version, python):
+        out.append(f"{release.name}: made against {against.group(0) if against else '(it does not say)'}, "
+                   f"deploy/airflow-settings.toml says apache-airflow=={version} on Python {python} (`make lock`)")
+    if re.search(r"^apache-airflow==", text, re.MULTILINE):
+        out.append(f"{release.name}: pins apache-airflow: a team's image keeps its own Airflow (`make lock`)")
     return out
 
 
@@ -326,7 +479,8 @@ def _runbook_problems(settings: dict[str, Any], path: pathlib.Path) -> list[str]
 
 
 def recipe_disagreements(*, settings_file: pathlib.Path = SETTINGS_FILE, dockerfile: pathlib.Path = DOCKERFILE,
-                         helm_values: pathlib.Path = HELM_VALUES, constraints: pathlib.Path = CONSTRAINTS,
+                         helm_values: pathlib.Path = HELM_VALUES, helm_reference: pathlib.Path = HELM_REFERENCE,
+                         constraints: pathlib.Path = CONSTRAINTS, dev_lock: pathlib.Path = DEV_LOCK,
                          pyproject: pathlib.Path = PYPROJECT, runbook: pathlib.Path = RUNBOOK,
                          statsd_mapping: pathlib.Path = STATSD_MAPPING) -> list[str]:
     """Every disagreement between the settings file and the recipe (one line each, naming the file, the setting and
@@ -335,10 +489,30 @@ def recipe_disagreements(*, settings_file: pathlib.Path = SETTINGS_FILE, dockerf
     with open(pyproject, "rb") as f:
         extras = set(tomllib.load(f)["project"].get("optional-dependencies", {}))
     return [*settings_problems(settings, f"deploy/{settings_file.name}"),
-            *_constraints_problems(settings, constraints),
+            *_constraints_problems(settings, constraints, dev_lock),
             *_dockerfile_problems(settings, dockerfile, extras),
             *_helm_problems(settings, helm_values, statsd_mapping),
+            *_reference_problems(settings, helm_reference, helm_values, dockerfile, pyproject),
             *_runbook_problems(settings, runbook)]
+
+
+def airflow_cfg(*values_files: pathlib.Path) -> str:
+    """The ``config:`` of the values files (later ones win, as Helm merges them) as the airflow.cfg text the chart
+    renders from it (values with a Go template are left out: only the chart can render them)."""
+    import configparser
+    import io
+
+    merged: dict[str, dict[str, str]] = {}
+    for path in values_files:
+        for section, options in (_values(path).get("config") or {}).items():
+            for key, value in (options or {}).items():
+                if "{{" not in str(value):
+                    merged.setdefault(section, {})[key] = ini_value(value)
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read_dict(merged)
+    out = io.StringIO()
+    parser.write(out)
+    return out.getvalue()
 
 
 def environment_disagreements(env: dict[str, str], settings: dict[str, Any], where: str) -> list[str]:
@@ -353,9 +527,11 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("check", "env"))
+    parser.add_argument("command", choices=("check", "env", "airflow-cfg"))
     parser.add_argument("--helm-values", type=pathlib.Path, default=HELM_VALUES,
                         help="check this values file instead of deploy/helm-values.yaml (e.g. your own copy of it)")
+    parser.add_argument("--helm-reference", type=pathlib.Path, default=HELM_REFERENCE,
+                        help="check this values file instead of deploy/helm-values-reference.yaml (e.g. your cluster's)")
     parser.add_argument("--dockerfile", type=pathlib.Path, default=DOCKERFILE,
                         help="check this Dockerfile instead of deploy/Dockerfile")
     args = parser.parse_args(argv)
@@ -364,7 +540,11 @@ def main(argv: list[str] | None = None) -> int:
         for name, value in {**config_env(settings), **product_env(settings)}.items():
             print(f"{name}={value}")
         return 0
-    problems = recipe_disagreements(helm_values=args.helm_values, dockerfile=args.dockerfile)
+    if args.command == "airflow-cfg":
+        print(airflow_cfg(args.helm_values, args.helm_reference), end="")
+        return 0
+    problems = recipe_disagreements(helm_values=args.helm_values, helm_reference=args.helm_reference,
+                                    dockerfile=args.dockerfile)
     for line in problems:
         print(line, file=sys.stderr)
     print("the deployment recipe agrees with deploy/airflow-settings.toml" if not problems else

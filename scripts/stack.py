@@ -22,7 +22,7 @@ the stack carries ``NEXUS_STACK_ID`` in its environment (so do the task processe
 host a cutover run starts); the stop ends with a sweep of whatever still carries it.
 
 Settings: ``deploy/airflow-settings.toml`` (:data:`scripts.stack_topology.DEPLOY_SETTINGS`), the file the deployment
-recipe (``deploy/Dockerfile``, ``deploy/helm-values.yaml``) agrees with; chosen for 2 cores; the runbook's
+recipe (``deploy/Dockerfile``, ``deploy/helm-values*.yaml``) agrees with; chosen for 2 cores; the runbook's
 "distributed Airflow" section quotes them. The demo tenant's connection names the file's first pool as its
 heavy-reads pool (extra ``nexus_read_pool``), as a deployment's tenants name their cluster's.
 

@@ -71,7 +71,7 @@ def require_python_packages() -> None:
             missing.append(dist)
     if missing:
         raise StackError(f"missing Python packages {', '.join(missing)}: run `make deps` "
-                         "(pip install -e '.[airflow,test,stack]')")
+                         "(scripts/bootstrap.sh: pip install -e '.[airflow,stack]')")
 
 
 class Postgres:

@@ -14,7 +14,7 @@ CeleryExecutor (the components of :data:`COMPONENTS`, each a separate process), 
   connections and variables may; ``extra_env`` goes last (a test's or the bench's own settings).
 
 Settings: ``deploy/airflow-settings.toml`` (:data:`DEPLOY_SETTINGS`, read by :mod:`scripts.deploy_settings`), the one
-source of truth the deployment recipe (``deploy/Dockerfile``, ``deploy/helm-values.yaml``) agrees with
+source of truth the deployment recipe (``deploy/Dockerfile``, ``deploy/helm-values*.yaml``) agrees with
 (``tests/deploy``): its Airflow configuration and the product's switches in every process's environment, its
 triggerers and workers (:data:`COMPONENTS`), each worker's ``--concurrency`` and each triggerer's ``--capacity``, its
 pools (created once the API answers), and ``[metrics]`` (the StatsD lines go to a listener of the stack's own, whose

@@ -1,7 +1,10 @@
-"""The wheel, as a team installs it (issue 37, items 1 and 2): ``pip install "nexus-cutover[airflow]" -c constraints.txt``
-into a fresh venv with no checkout on ``sys.path``, a real ``airflow standalone`` there whose dags folder holds only the
-documented loader (deploy/dags_folder/load_nexus_cutover_dags.py) and whose plugins folder is empty, the deployment's own
-``airflow_local_settings.py`` importing the product's. The plugin must come from the entry point, the DAGs from the
+"""The wheel, as a team installs it (issue 37, items 1 and 2; issue 49, item 4): ``pip install "nexus-cutover[airflow]"
+-c constraints.txt -c <Airflow's constraints>`` into a fresh venv with no checkout on ``sys.path`` (the dev lock
+constraints-dev.txt stands in for Airflow's constraints file, which this CI cannot reach: it pins the same Airflow and
+what Airflow brought when ``make test`` passed; tests/test_constraints.py proves the release's file alone resolves with
+a fresh Airflow), a real ``airflow standalone`` there whose dags folder holds only the loader the installed package
+writes (``python -m nexus_cutover_airflow.dags_loader <dags folder>``) and whose plugins folder is empty, the
+deployment's own ``airflow_local_settings.py`` importing the product's. The plugin must come from the entry point, the DAGs from the
 installed package, the status view must answer and a dry-run cutover of a MariaDB tenant must succeed. The wheel has no
 ``nexus_sim``. The tenant is seeded from this (checkout) process; the Airflow under test never sees the checkout."""
 
@@ -29,7 +32,8 @@ pytestmark = pytest.mark.airflow
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
-LOADER = REPO / "deploy" / "dags_folder" / "load_nexus_cutover_dags.py"
+#: The release's constraints (what ``make dist`` ships) and the stand-in for Airflow's own (see the docstring).
+RELEASE_CONSTRAINTS, AIRFLOWS_CONSTRAINTS = REPO / "constraints.txt", REPO / "constraints-dev.txt"
 DAG_IDS = {"connector_projection_cutover", "field_history_eligibility", "tenant_rollout"}
 
 
@@ -44,7 +48,7 @@ def wheel(tmp_path_factory) -> pathlib.Path:
     """Built from a clean copy of what the wheel is made of (setuptools' build/ folder keeps files a checkout deleted)."""
     out, source = tmp_path_factory.mktemp("dist"), tmp_path_factory.mktemp("source")
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")  # include/nexus_sim too: the mapping must leave it out
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(REPO / name, source / name)
     for folder in ("include", "plugins", "dags"):
         shutil.copytree(REPO / folder, source / folder, ignore=ignore)
@@ -55,12 +59,13 @@ def wheel(tmp_path_factory) -> pathlib.Path:
 
 @pytest.fixture(scope="module")
 def venv(wheel, tmp_path_factory) -> pathlib.Path:
-    """A fresh venv with the wheel and its [airflow] extra, pinned by constraints.txt, installed from a temp dir."""
+    """A fresh venv with the wheel and its [airflow] extra, pinned by the release's constraints and the stand-in for
+    Airflow's, installed from a temp dir."""
     where = tmp_path_factory.mktemp("team")
     run([sys.executable, "-m", "venv", str(where / "venv")], cwd=where)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    run([str(where / "venv" / "bin" / "pip"), "install", "-q", f"{wheel}[airflow]", "-c", str(REPO / "constraints.txt")],
-        cwd=where, env=env)
+    run([str(where / "venv" / "bin" / "pip"), "install", "-q", f"{wheel}[airflow]", "-c", str(RELEASE_CONSTRAINTS),
+         "-c", str(AIRFLOWS_CONSTRAINTS)], cwd=where, env=env)
     return where / "venv"
 
 
@@ -70,8 +75,16 @@ def test_the_wheel_carries_the_product_the_plugins_and_the_dags_and_no_simulator
     assert tops == {"nexus_cutover", "nexus_airflow", "nexus_status", "nexus_cutover_airflow", "nexus_cutover_dags"}, tops
     assert not [n for n in names if "nexus_sim" in n]
     for member in ("nexus_status/page.html", "nexus_status/rollouts.html", "nexus_cutover_airflow/nexus_status_plugin.py",
-                   "nexus_cutover_airflow/airflow_local_settings.py", *(f"nexus_cutover_dags/{d}.py" for d in DAG_IDS)):
+                   "nexus_cutover_airflow/airflow_local_settings.py", "nexus_cutover_airflow/dags_loader.py",
+                   *(f"nexus_cutover_dags/{d}.py" for d in DAG_IDS)):
         assert member in names, member
+    # what a team's pip sees (issue 49): the license, the classifiers, the extras a deployment installs (no test tools)
+    assert [n for n in names if n.endswith(".dist-info/licenses/LICENSE")], names
+    metadata = next(zipfile.ZipFile(wheel).read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
+    assert "License-Expression: Apache-2.0" in metadata and "Classifier: Framework :: Apache Airflow :: Provider" in metadata
+    assert [line for line in metadata.splitlines() if line.startswith("Provides-Extra:")] == [
+        "Provides-Extra: airflow", "Provides-Extra: stack"]
+    assert "pytest" not in metadata and "hypothesis" not in metadata
     entry_points = next(zipfile.ZipFile(wheel).read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "[airflow.plugins]\nnexus_status = nexus_cutover_airflow.nexus_status_plugin:NexusStatusPlugin" in entry_points
     assert "[apache_airflow_provider]\nprovider_info = nexus_airflow.provider:get_provider_info" in entry_points
@@ -96,7 +109,10 @@ def test_the_installed_packages_come_from_the_venv_not_the_checkout(venv):
 def team_airflow(venv, tmp_path_factory):
     home = tmp_path_factory.mktemp("team-airflow")
     (home / "dags").mkdir()
-    shutil.copy(LOADER, home / "dags" / LOADER.name)  # the dags folder holds the loader only
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the dags folder holds the loader only, as the
+    run([str(venv / "bin" / "python"), "-m", "nexus_cutover_airflow.dags_loader", str(home / "dags")],  # package wrote it
+        cwd=home, env=env)
+    assert [p.name for p in (home / "dags").iterdir()] == ["load_nexus_cutover_dags.py"]
     # AirflowStack's environment (scripts.demo_airflow.airflow_env) leaves the plugins folder empty and writes the
     # deployment's config/airflow_local_settings.py with the one documented import (LOCAL_SETTINGS_IMPORT)
     stack = AirflowStack(home, parallelism=2, bin_dir=venv / "bin",

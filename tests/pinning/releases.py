@@ -2,7 +2,8 @@
 
 Each wheel is built from a temporary copy of this tree (never the tree itself) whose ``pyproject.toml`` says the
 chosen version; whatever the tree packages, the build packages. The venv holds Airflow with the product's
-``[airflow]`` extra, pinned by ``constraints.txt`` (the README's install line), and no checkout on ``sys.path``.
+``[airflow]`` extra, pinned by the release's ``constraints.txt`` and, standing in for Airflow's own constraints file
+(the README's install line takes both), the dev lock ``constraints-dev.txt``; no checkout on ``sys.path``.
 """
 
 from __future__ import annotations
@@ -55,9 +56,11 @@ def build_wheel(workdir: pathlib.Path, version: str) -> pathlib.Path:
 
 
 def make_venv(path: pathlib.Path, wheel: pathlib.Path) -> pathlib.Path:
-    """A fresh venv at ``path`` with ``wheel[airflow]`` installed under ``constraints.txt``; its ``bin/``."""
+    """A fresh venv at ``path`` with ``wheel[airflow]`` installed under the release's constraints and the dev lock (the
+    stand-in for Airflow's); its ``bin/``."""
     subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=300)
-    pip(path / "bin", "install", "-c", str(REPO / "constraints.txt"), f"{wheel}[airflow]")
+    pip(path / "bin", "install", "-c", str(REPO / "constraints.txt"), "-c", str(REPO / "constraints-dev.txt"),
+        f"{wheel}[airflow]")
     return path / "bin"
 
 

@@ -1,12 +1,13 @@
 """A release deployed while a cutover waits at the confirmation does not run the rest of it (issue 37, item 4).
 
-Real components: two builds of the product wheel (this tree at two versions), a venv of its own that a team's
-install would be (``nexus-cutover[airflow]`` with ``constraints.txt``, no checkout on ``sys.path``), ``airflow
-standalone`` running from it, a MariaDB tenant. A cutover run starts on the old build and parks at the writer-stop
-confirmation with the tenant fenced; the new build is installed into the venv and Airflow restarted on it (a
-deploy); the person's answer resumes the step on the new code, which stops before it touches the tenant, naming
-both versions: no checkpoint row, the fence still armed, the history unchanged. Going on with the new version is the
-ordinary adoption: a new run takes over the fence the failed run left, and the fence records the new version.
+Real components: two builds of the product wheel (this tree at two versions), a venv of its own that a team's install
+would be (``nexus-cutover[airflow]`` with the release's ``constraints.txt`` and the dev lock standing in for
+Airflow's constraints, no checkout on ``sys.path``), ``airflow standalone`` running from it, a MariaDB tenant. A
+cutover run starts on the old build and parks at the writer-stop confirmation with the tenant fenced; the new build
+is installed into the venv and Airflow restarted on it (a deploy); the person's answer resumes the step on the new
+code, which stops before it touches the tenant, naming both versions: no checkpoint row, the fence still armed, the
+history unchanged. Going on with the new version is the ordinary adoption: a new run takes over the fence the failed
+run left, and the fence records the new version.
 A wait deferred across the same deploy is stopped by its trigger in the restarted triggerer before it polls the
 tenant, then by the resumed step.
 """
