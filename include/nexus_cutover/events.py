@@ -102,11 +102,42 @@ def stopped(step: str, reason: str, *, error: str | None = None, failure: str = 
                  detail={"error": error} if error else {}, failure=failure, seconds=seconds, lock_wait_s=lock_wait_s)
 
 
+#: The most characters of evidence a ledger row keeps (its JSON): the writer table of a tenant with a few hundred
+#: registered writers fits; beyond it the rows kept are said (kept of total), and the digest is always of the whole.
+EVIDENCE_KEPT_CHARS = 32_000
+#: The columns of the writer table a reviewer reads (what the question's page shows).
+WRITER_COLUMNS = ("process_id", "role", "binary_version", "state", "last_heartbeat_at", "heartbeat_age_s", "stopped_at")
+
+
+def kept_evidence(shown: Any, limit: int = EVIDENCE_KEPT_CHARS) -> dict[str, Any]:
+    """What a ledger row keeps of the evidence shown to a person, bounded in size: the writer table as shown (its
+    columns, as many rows as fit in ``limit`` characters, ``rows_kept`` of ``rows_total``) and the evidence's other
+    facts; a question whose evidence is text keeps its first ``limit`` characters. The row's ``digest`` is always
+    of the whole evidence, so a reviewer can check a kept copy against the original."""
+    if isinstance(shown, dict):
+        rows = [{k: p.get(k) for k in WRITER_COLUMNS} for p in shown.get("processes") or [] if isinstance(p, dict)]
+        facts = {k: v for k, v in shown.items() if k != "processes"}
+        kept: list[dict[str, Any]] = []
+        size = len(json.dumps({**facts, "processes": [], "rows_kept": len(rows), "rows_total": len(rows)}, default=str))
+        for row in rows:
+            size += len(json.dumps(row, default=str)) + 2
+            if size > limit:
+                break
+            kept.append(row)
+        return {**facts, "processes": kept, "rows_kept": len(kept), "rows_total": len(rows)}
+    if shown is None:
+        return {}
+    text = str(shown)
+    return {"text": text[:limit], "chars_kept": min(len(text), limit), "chars_total": len(text)}
+
+
 def evidence_shown(step: str, subject: str, shown: Any) -> Event:
-    """A person is asked ``subject``, shown ``shown`` (its digest is kept)."""
+    """A person is asked ``subject``, shown ``shown``: the ledger keeps the evidence itself, bounded
+    (:func:`kept_evidence`), and the digest of the whole."""
     checked_at = shown.get("checked_at") if isinstance(shown, dict) else None
     return Event(EVIDENCE_SHOWN, step, outcome="asked", digest=digest_of(shown), reason=subject,
-                 detail={"evidence_checked_at": checked_at} if checked_at else {})
+                 detail={**({"evidence_checked_at": checked_at} if checked_at else {}),
+                         "evidence": kept_evidence(shown)})
 
 
 def answer(step: str, outcome: str, *, who: str | None, at: Any = None, shown: Any = None, reason: str | None = None,

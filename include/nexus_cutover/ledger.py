@@ -361,4 +361,22 @@ def line_of(row: dict[str, Any]) -> str:
     for name in ("outcome", "actor", "holder", "pack", "cutoff", "digest", "reason"):
         if row.get(name) not in (None, ""):
             parts.append(f"{name}={row[name]}")
-    return "  ".join(str(p) for p in parts)
+    return "  ".join(str(p) for p in parts) + "".join(f"\n    {line}" for line in evidence_lines(row))
+
+
+def evidence_lines(row: dict[str, Any]) -> list[str]:
+    """The evidence a person was shown, as the report prints it under its row: the writer table (process, role,
+    version, state, last heartbeat, stopped at), or the text; none for any other event."""
+    kept = (row.get("detail") or {}).get("evidence") or {}
+    if "text" in kept:
+        return [*str(kept["text"]).splitlines()[:50]]
+    rows = kept.get("processes")
+    if rows is None:
+        return []
+    lines = [f"shown at {kept.get('checked_at')}: {kept.get('rows_total', len(rows))} writer(s)"
+             + (f", {kept['rows_kept']} kept here" if kept.get("rows_kept") != kept.get("rows_total") else "")
+             + (f"; live: {', '.join(kept['live'])}" if kept.get("live") else "; none live")]
+    for p in rows:
+        lines.append(f"{p.get('process_id')}  {p.get('role')}  {p.get('binary_version')}  {p.get('state')}  "
+                     f"heartbeat {p.get('last_heartbeat_at')}  stopped {p.get('stopped_at') or '-'}")
+    return lines

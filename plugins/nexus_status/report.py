@@ -41,6 +41,7 @@ def page(report: dict[str, Any]) -> str:
     """The report as a page: one table row per event, in the ledger's order, with the JSON and CSV links."""
     from urllib.parse import quote
 
+    from nexus_cutover.ledger import evidence_lines
     from nexus_status.redact import redact
 
     tenant = report["tenant"]
@@ -53,13 +54,21 @@ def page(report: dict[str, Any]) -> str:
         return f"<td class=\"{name}\">{html.escape('' if value is None else str(value))}</td>"
 
     head = "".join(f"<th>{html.escape(c)}</th>" for c in PAGE_COLUMNS)
+    def shown(row: dict[str, Any]) -> str:  # the evidence a person was shown, under its row (the ledger keeps it)
+        lines = evidence_lines(row)
+        if not lines:
+            return ""
+        text = html.escape(redact("\n".join(lines)))
+        return f"<tr class=\"evidence\"><td></td><td colspan=\"{len(PAGE_COLUMNS) - 1}\"><pre>{text}</pre></td></tr>"
+
     body = "".join(f"<tr class=\"event {html.escape(r['kind'])}\">" + "".join(cell(r, c) for c in PAGE_COLUMNS) + "</tr>"
-                   for r in report["events"]) or f"<tr><td colspan=\"{len(PAGE_COLUMNS)}\">no event recorded</td></tr>"
+                   + shown(r) for r in report["events"]) or f"<tr><td colspan=\"{len(PAGE_COLUMNS)}\">no event recorded</td></tr>"
     return (
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>Report: " + html.escape(tenant) + "</title>"
         "<style>body{font:13px system-ui,sans-serif;margin:16px}table{border-collapse:collapse}"
         "td,th{border:1px solid #ddd;padding:3px 6px;vertical-align:top;text-align:left}th{background:#f4f4f4}"
-        "td.digest,td.run_id{font-family:monospace;font-size:11px}.muted{color:#666}</style></head><body>"
+        "td.digest,td.run_id{font-family:monospace;font-size:11px}.muted{color:#666}"
+        "tr.evidence pre{margin:0;font-size:11px;white-space:pre-wrap}</style></head><body>"
         f"<h2>Delivery ledger of tenant <code>{html.escape(tenant)}</code></h2>"
         f"<p class=\"muted\">{len(report['events'])} event(s) from {html.escape(redact(report['ledger']))}, in the "
         "order they happened; kept outside Airflow's metadata. "

@@ -94,6 +94,11 @@ def assert_the_runs_record(rows: list[dict], result) -> None:
     shown, answer = by_kind[L.EVIDENCE_SHOWN][0], by_kind[L.ANSWER][0]
     assert shown["digest"] == answer["digest"] == L.digest_of(evidence)
     assert shown["detail"]["evidence_checked_at"] == evidence["checked_at"]
+    # the evidence itself, not only its digest: the writer table as the person saw it (issue 51, item 3)
+    kept = shown["detail"]["evidence"]
+    assert [p["process_id"] for p in kept["processes"]] == [p["process_id"] for p in evidence["processes"]]
+    assert [p["state"] for p in kept["processes"]] == [p["state"] for p in evidence["processes"]]
+    assert kept["rows_kept"] == kept["rows_total"] == len(evidence["processes"])
     confirmation = result.xcom("confirm_writers_stopped")
     assert answer["actor"] == confirmation["responded_by"] and answer["outcome"] == "confirmed"
     assert answer["detail"]["chosen_options"] == [CONFIRM]

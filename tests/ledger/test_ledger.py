@@ -194,3 +194,24 @@ def test_a_ledger_that_is_down_is_a_clear_error_within_its_bound(postgres_url):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "cannot read the ledger" in json.loads(proc.stdout)["error"]
     assert url.password not in proc.stdout + proc.stderr
+
+
+def test_the_evidence_shown_is_kept_bounded_with_the_digest_of_the_whole_and_printed_under_its_row():
+    """Issue 51, item 3: a reviewer a year later sees which writers were shown, not only a hash."""
+    from nexus_cutover import events as E
+
+    processes = [{"process_id": f"old-{i:04d}", "role": "ingress_writer", "binary_version": "4.11.0",
+                  "state": "stopped", "last_heartbeat_at": "2026-12-01T10:00:00", "heartbeat_age_s": 9.5,
+                  "stopped_at": "2026-12-01T10:00:01", "extra": "x" * 50} for i in range(2000)]
+    shown = {"namespace": "acme", "checked_at": "2026-12-01T10:05:00", "live": [], "processes": processes}
+    event = E.evidence_shown("confirm_writers_stopped", "Confirm", shown)
+    kept = event.detail["evidence"]
+    assert event.digest == E.digest_of(shown)  # of the whole, kept copy or not
+    assert 0 < kept["rows_kept"] < kept["rows_total"] == 2000
+    assert len(json.dumps(kept)) <= E.EVIDENCE_KEPT_CHARS
+    assert kept["processes"][0] == {k: processes[0][k] for k in E.WRITER_COLUMNS}  # the columns a person read
+    small = E.evidence_shown("confirm_writers_stopped", "Confirm", {**shown, "processes": processes[:3]})
+    line = L.line_of({"recorded_at": "t", "dag_id": "d", "run_id": "r", "step": "confirm_writers_stopped",
+                      "map_index": -1, "kind": L.EVIDENCE_SHOWN, "digest": small.digest, "detail": small.detail})
+    assert "3 writer(s); none live" in line and all(f"old-000{i}  ingress_writer  4.11.0  stopped" in line for i in range(3))
+    assert E.kept_evidence("a question's body")["text"] == "a question's body"
