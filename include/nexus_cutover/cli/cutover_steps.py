@@ -28,16 +28,13 @@ from typing import Any
 
 from .. import polling, tx
 from ..clock import utc_text, utcnow
-from ..code_version import check_reuse, fence_reason
 from ..db import DSN_ENV_TENANT, dsn_from_env, make_engine, mask_dsn
 from ..errors import BadInput
 from ..holders import same_holder
 from ..liveness import DEFAULT_STALE_HEARTBEAT_S
-from ..metrics import failure_reason
 from ..projection import steps
 from ..projection.digest_limits import DEFAULT_DIGEST_CONNECTIONS, MAX_DIGEST_CONNECTIONS
 from ..projection.transition import CUTOVER, DEFAULT_ARM_WHEN_DRAIN_BELOW_S
-from ..recording import timed
 from ..transition import Outcome
 from .command import (
     CLI_TAKE_OVER,
@@ -48,6 +45,7 @@ from .command import (
     Command,
     Stopped,
     TimedOut,
+    recorded,
     save_digest,
 )
 from .common import (
@@ -63,7 +61,7 @@ from .common import (
     utc_time_arg,
 )
 from .cutover_run import _confirm, _start_new_host, cmd_plan, cmd_run, send_look_figures
-from .recording import command_recorder, default_actor
+from .recording import default_actor
 
 __all__ = ["CLI_TAKE_OVER", "COMMANDS", "Command", "EXIT_OK", "EXIT_REFUSED", "EXIT_TIMEOUT", "Stopped", "TimedOut",
            "build_parser", "cmd_run", "main"]
@@ -435,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
             engine = make_engine(dsn, connect_timeout=min(10.0, args.timeout))
         log.info("%s on %s", args.command, mask_dsn(dsn))
         try:
-            code, result = recorded(Command(args, engine), fn)
+            code, result = recorded(Command(args, engine), fn, records_its_steps=fn is cmd_run)
         except (Stopped, TimedOut) as exc:
             fields["report"] = exc.report
             raise
@@ -448,69 +446,6 @@ def main(argv: list[str] | None = None) -> int:
     code = run_command(body, program=PROGRAM, json_errors=args.json, json_fields=fields)
     sys.stdout.flush()
     return code
-
-
-def _verdict(step, value: Any):
-    """The step's declared verdict on a command's result (None when the result is not the step's JSON form)."""
-    try:
-        return step.verdict(value) if isinstance(value, dict) and value else None
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-#: How a person goes on with the new product version when a command stops on the pin of the fence it holds.
-CLI_GO_ON = ("adopt the fence from a new holder on this version (arm-fence or run -adopt '<the old holder>', then "
-             "the later steps with the new -holder): it takes over what the old holder left and checks every step again")
-
-
-def _pinned(c: Command, step: str, tenant: str | None) -> None:
-    """A command given the ``-holder`` of the tenant's cutover fence runs only on the product version that armed
-    it, as ``run`` reuses its fence only on that version (:func:`nexus_cutover.code_version.check_reuse`): it stops
-    before it touches the tenant otherwise, naming both versions. A fence another holder holds is not this
-    command's pin (the step refuses it by itself where it must)."""
-    if not tenant:
-        return
-    try:
-        fence = steps.cutover_fence_in_force(c.engine, tenant)
-    except steps.SeveralCutoverFences:
-        return  # the step itself refuses that, naming them
-    if fence is not None and same_holder(fence.get("ArmedBy"), c.args.holder):
-        check_reuse(step, fence, fence_reason("cutover"), go_on=CLI_GO_ON)
-
-
-def recorded(c: Command, fn: Callable[[Command], tuple[int, dict[str, Any]]]) -> tuple[int, dict[str, Any]]:
-    """Run the command ``fn``, recorded as the declared step it runs (its events when it did it, ``stopped`` with
-    the reason when it refused, stopped or failed: the rows and figures a DAG's task of that step leaves); ``run``
-    records each of its steps itself; a command that runs no step (``plan``, ``status``, ``report``) records
-    nothing."""
-    step = CUTOVER.for_command(c.args.command)
-    tenant = getattr(c.args, "namespace", None)
-    if tenant is None and getattr(c.args, "pack_install_id", None):
-        tenant = steps.pack_namespace(c.engine, c.args.pack_install_id)
-    if step is None and fn is not cmd_run:
-        return fn(c)
-    c.recorder = command_recorder(c.args, program=PROGRAM, tenant=tenant, transition=CUTOVER)
-    if step is None:
-        return fn(c)
-    with timed(c.recorder, step.name, failure_of=failure_reason):
-        _pinned(c, step.name, tenant)
-    with timed(c.recorder, step.name, failure_of=failure_reason) as clock:
-        try:
-            code, result = fn(c)
-        except (Stopped, TimedOut) as exc:
-            if _verdict(step, exc.report) is not None and _verdict(step, exc.report).outcome is Outcome.WAIT:
-                clock.settled = True  # one look at a wait that goes on (drain without --wait): not a stop
-            raise
-        value = result if c.value is None else c.value
-        verdict = _verdict(step, value) if code != EXIT_OK else None
-        if code == EXIT_OK:
-            clock.passed(value)
-        elif verdict is not None and verdict.outcome is Outcome.WAIT:
-            clock.settled = True  # a wait's look that is not there yet (readiness): recorded when it passes
-        else:  # a refused checkpoint: its stop, as the DAG's task stops
-            clock.stopped(verdict.reason if verdict is not None and verdict.reason else f"{c.args.command}: exit {code}",
-                          failure=failure_reason(SystemExit(code)))
-    return code, result
 
 
 if __name__ == "__main__":
