@@ -31,6 +31,12 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+__all__ = ["ADMISSION_PAUSE", "ALL", "COUNTER", "DIGEST_ROWS_PER_S", "DRAIN_ETA", "DRAIN_RATE", "DRAIN_REMAINING",
+           "FAILURE_REASONS", "FENCE_ARMED_AT", "FENCE_HELD_OUTCOMES", "GAUGE", "LEDGER_CAUGHT_UP",
+           "LEDGER_PENDING", "LEDGER_SPOOLED", "LOCK_WAIT", "Metric", "ROLLOUT_HALTED", "ROLLOUT_TENANTS",
+           "STEP_DURATION", "STEP_FAILED", "StatsdSender", "TIMER", "WAVE_ETA", "epoch_seconds", "failure_reason",
+           "figures_of", "name_safe", "named", "pause_summary", "rollout_progress", "statsd_lines"]
+
 TIMER, GAUGE, COUNTER = "timer", "gauge", "counter"
 
 
