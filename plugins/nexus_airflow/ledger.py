@@ -18,16 +18,17 @@ Invariants:
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nexus_cutover import events as E
-from nexus_cutover import ledger_spool
-from nexus_cutover.recording import NOT_RECORDING, LedgerSink, MetricsSink, Origin, Recorder
+if TYPE_CHECKING:
+    from nexus_cutover.recording import Recorder
+
+# The domain's recording modules are imported where an event is recorded, not here: a DAG file parses this module
+# (through the question operators) and may load only the declarations (tests/dags/test_cutover_dag_integrity.py).
 
 log = logging.getLogger(__name__)
 
 LEDGER_CONN_ID = "nexus_ledger"
-TIMEOUT_S = ledger_spool.TIMEOUT_S
 
 
 # -- the connection ----------------------------------------------------------------------------------------------
@@ -76,22 +77,24 @@ def masked_ledger(conn_id: str = LEDGER_CONN_ID) -> str:
     return mask_dsn(dsn) if dsn else f"no connection {conn_id}"
 
 
-def open_ledger(conn_id: str = LEDGER_CONN_ID, *, timeout_s: float = TIMEOUT_S):
+def open_ledger(conn_id: str = LEDGER_CONN_ID, *, timeout_s: float | None = None):
     """An engine on the ledger (the caller disposes of it); :class:`~nexus_cutover.errors.BadInput` naming the
     connection when it is not defined."""
     from nexus_cutover.errors import BadInput
     from nexus_cutover.ledger import ledger_engine
+    from nexus_cutover.ledger_spool import TIMEOUT_S
 
     dsn = ledger_dsn(conn_id)
     if dsn is None:
         raise BadInput(f"no Airflow connection {conn_id!r}: the delivery ledger's database (runbook, \"Delivery ledger\")")
-    return ledger_engine(dsn, timeout_s=timeout_s)
+    return ledger_engine(dsn, timeout_s=TIMEOUT_S if timeout_s is None else timeout_s)
 
 
 def record(events: list) -> str:
     """Write ``events`` (:class:`~nexus_cutover.ledger.LedgerEvent`) to the ledger of :data:`LEDGER_CONN_ID`, this
     machine's spool first (:func:`nexus_cutover.ledger_spool.record`: never raises; an outage spools them)."""
     from nexus_airflow.metrics import emit
+    from nexus_cutover import ledger_spool
 
     return ledger_spool.record(events, ledger_dsn, where=f"Airflow connection {LEDGER_CONN_ID}", send=emit)
 
@@ -104,6 +107,7 @@ def recorder_for(context, *, figures: bool = True) -> Recorder:
     no tenant."""
     from nexus_airflow.metrics import emit
     from nexus_airflow.results import transition_of
+    from nexus_cutover.recording import NOT_RECORDING, LedgerSink, MetricsSink, Origin, Recorder
 
     params = context.get("params") or {}
     if not params.get("tenant") or params.get("dry_run"):
@@ -140,6 +144,8 @@ WAVE_DIGESTS_KEY = "ledger_evidence_digests"
 
 def wave_asked(context, wave: int, rows: list[dict[str, Any]], subject: str) -> None:
     """A rollout's wave question is asked: one ``wave_asked`` event per tenant it shows, with its evidence's digest."""
+    from nexus_cutover import events as E
+
     try:
         ready = {r["tenant"]: r for r in rows if r.get("evidence")}
         digests = {t: E.digest_of(r["evidence"]) for t, r in ready.items()}
@@ -155,6 +161,8 @@ def wave_asked(context, wave: int, rows: list[dict[str, Any]], subject: str) -> 
 
 def wave_answered(context, wave: int, answer: dict[str, Any]) -> None:
     """A wave's answer (``answer`` as the wave task pushes it): one ``wave_answer`` event per tenant it showed."""
+    from nexus_cutover import events as E
+
     ti = context["ti"]
     step = ti.task_id
     try:
@@ -171,6 +179,8 @@ def wave_answered(context, wave: int, answer: dict[str, Any]) -> None:
 
 def _wave_recorder(context, tenants) -> Recorder:
     """A rollout's question names its tenants in each event; the run itself is the rollout's (no tenant param)."""
+    from nexus_cutover.recording import NOT_RECORDING
+
     if not tenants:
         return NOT_RECORDING
     first = next(iter(tenants))

@@ -12,10 +12,9 @@ keeps its own pool and the process that creates it (the scheduler or the API ser
 pool and how to create it.
 
 The hook runs where Airflow creates task instances, inside that transaction: it reads the task instance, its
-run's conf and, through the run's own session, whether the pool exists (no connection, no Variable). Installed
-by ``plugins/airflow_local_settings.py`` (Airflow imports ``airflow_local_settings`` from the plugins folder on
-``sys.path``); a deployment with an ``airflow_local_settings`` of its own imports
-:func:`task_instance_mutation_hook` from there (docs/runbook.md).
+run's conf and, through the run's own session, whether the pool exists (no connection, no Variable). Registered
+with Airflow by the wheel's ``airflow.policy`` entry point (:mod:`nexus_airflow.policy_hooks`): every Airflow
+process that has the wheel installed applies it, whatever its ``airflow_local_settings``.
 """
 
 from __future__ import annotations

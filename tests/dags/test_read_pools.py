@@ -59,3 +59,30 @@ def test_a_rollout_takes_the_pool_from_the_tenant_connection_extra(monkeypatch):
     assert cluster_pool("nobody") is None  # no connection: the run stops at its first read, naming it
     with pytest.raises(ValueError, match="nexus_tenant_bad: extra nexus_read_pool='eu reads' is not an Airflow pool"):
         cluster_pool("bad")
+
+
+def test_airflow_applies_the_policy_from_the_wheels_entry_point_without_local_settings():
+    """Issue 49: the cluster policy is registered through Airflow's ``airflow.policy`` entry point (no
+    ``airflow_local_settings`` needed): Airflow's own plugin manager loads it, and Airflow's own
+    ``settings.task_instance_mutation_hook`` moves a heavy read to its run's pool and leaves any other task as it
+    is. A contract test: it fails when Airflow stops loading ``airflow.policy`` entry points or renames the hook."""
+    from importlib.metadata import entry_points
+    from types import SimpleNamespace
+
+    import pluggy
+    from airflow import policies, settings
+
+    assert [ep.value for ep in entry_points(group="airflow.policy") if ep.name == "nexus_cutover"] == [
+        "nexus_airflow.policy_hooks"]
+    manager = pluggy.PluginManager(policies.local_settings_hookspec.project_name)  # as Airflow builds its own
+    manager.add_hookspecs(policies)
+    settings.load_policy_plugins(manager)
+    assert "nexus_cutover" in dict(manager.list_name_plugin())
+    heavy = SimpleNamespace(dag_id=CUTOVER.name, task_id=HEAVY_READS[CUTOVER.name][0], pool="default_pool")
+    light = SimpleNamespace(dag_id=CUTOVER.name, task_id=CUTOVER.names[0], pool="default_pool")
+    from airflow.models.dagrun import DagRun
+
+    run = DagRun(dag_id=CUTOVER.name, run_id="r", conf={"read_pool": "tidb_eu_reads"})  # transient: no pool look-up
+    for ti in (heavy, light):
+        manager.hook.task_instance_mutation_hook(task_instance=ti, dag_run=run)
+    assert (heavy.pool, light.pool) == ("tidb_eu_reads", "default_pool")
