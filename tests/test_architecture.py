@@ -338,3 +338,40 @@ def test_an_xcom_is_pulled_by_a_spelled_task_id_only_in_the_declared_readers():
     found = [f for root in (PLUGINS, DAGS) for p in python_files(root) if p not in readers
              for f in spelled_task_ids(p, declared=declared)]
     assert not found, report("XComs are pulled through nexus_airflow.results or nexus_airflow.rollout's readers", found)
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the string expressions that are statements (docstrings, and strings standing as comments)."""
+    return {id(node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)}
+
+
+def spelled_step_names(path: Path, source: str | None = None, names: Collection[str] = ()) -> list[str]:
+    """``file:line`` of every string literal (an f-string's literal parts too) that equals one of the step ``names``;
+    docstrings and comments are not code and do not count."""
+    tree = ast.parse(source if source is not None else path.read_text(encoding="utf-8"), filename=str(path))
+    skipped = _docstrings(tree)
+    return [f"{where(path, node.lineno)} spells the step {node.value!r}" for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skipped
+            and node.value in names]
+
+
+def test_no_string_in_the_plugins_spells_a_declared_step_name():
+    """What each declared step *is* belongs to its declaration (``nexus_cutover.transition.Step``: its wait, its heavy
+    reads, the task it is fused into, its role), and the Airflow adapter reads those fields: no table or literal of
+    plugins/ names a step of the cutover or of Field History (issue 48, item 3). A reader that needs one step's
+    result asks for it by its declared role (``nexus_airflow.results.step_with``). (dags/ is not checked yet: its
+    task docs are keyed by step name until they are generated from the declaration.)"""
+    from nexus_cutover.field_history.transition import FIELD_HISTORY
+    from nexus_cutover.projection.transition import CUTOVER
+
+    names = set(CUTOVER.names) | set(FIELD_HISTORY.names)
+    assert {"arm_fence", "stage_3"} <= names
+    probe = PLUGINS / "nexus_airflow" / "probe.py"
+    source = ('"""Docstring naming arm_fence."""\n# a comment naming "arm_fence"\n'
+              'def f(ti):\n    """arm_fence"""\n    "arm_fence"\n    return pulled(ti, "arm_fence"), {"stage_3": 1}, '
+              'f"{x}" + f"stage_3{y}", f"{z}arm_fence", "arm_fences"\n')
+    spelled = sorted(f.rpartition(" ")[2] for f in spelled_step_names(probe, source, names))
+    assert spelled == ["'arm_fence'", "'arm_fence'", "'stage_3'", "'stage_3'"], spelled  # not the docstrings, comments
+    found = [f for p in python_files(PLUGINS) for f in spelled_step_names(p, names=names)]
+    assert not found, report("plugins/ must read what a step is from its declaration, never spell a step name", found)

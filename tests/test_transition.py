@@ -18,7 +18,7 @@ from nexus_cutover.cli import field_history as fh_cli
 from nexus_cutover.field_history.transition import FIELD_HISTORY, steps_of_stage
 from nexus_cutover.projection.next_actions import NEXT_ACTION
 from nexus_cutover.projection.transition import CUTOVER
-from nexus_cutover.transition import PROCEED, Kind, Outcome, Stage, Step, Transition, Verdict, verdict_line
+from nexus_cutover.transition import PROCEED, Kind, Outcome, Stage, Step, Transition, Verdict, Wait, verdict_line
 
 
 def test_every_declared_step_calls_its_own_body_in_the_steps_module():
@@ -60,6 +60,40 @@ def test_a_step_declared_twice_or_depending_on_a_later_step_is_refused():
         Transition("t", (Stage(1, "one", (_step("a"), _step("a"))),))
     with pytest.raises(ValueError, match="not declared before it"):
         Transition("t", (Stage(1, "one", (_step("b", per_pack_of="a"), _step("a"))),))
+
+
+def test_a_role_declared_twice_a_wait_on_a_step_that_does_not_wait_or_a_fusion_across_stages_is_refused():
+    with pytest.raises(ValueError, match="role is declared twice"):
+        Transition("t", (Stage(1, "one", (_step("a", role="r"), _step("b", role="r"))),))
+    with pytest.raises(ValueError, match="not a waiting step"):
+        Transition("t", (Stage(1, "one", (_step("a", wait=Wait("drain", ran_out="-", plan="-")),)),))
+    with pytest.raises(ValueError, match="not a step of its stage"):
+        Transition("t", (Stage(1, "one", (_step("a", fused_into="b"),)), Stage(2, "two", (_step("b", fused_into="b"),))))
+    t = Transition("t", (Stage(1, "one", (_step("a", role="r"), _step("b"))),))
+    assert t.with_role("r").name == "a"
+    with pytest.raises(KeyError, match="no step has the role 'x'"):
+        t.with_role("x")
+
+
+def test_what_the_adapters_ask_a_step_for_is_declared_on_it():
+    """The waits, the roles the adapters ask for, the heavy reads, the fused task and the cancel point are fields of
+    the declared steps (issue 48, item 3), not tables of the Airflow adapter."""
+    assert [s.name for s in CUTOVER.waits] == [s.name for s in CUTOVER if s.kind is Kind.WAITS]
+    assert all(s.wait.ran_out and s.wait.plan and s.bound and s.wait_action for s in CUTOVER.waits)
+    confirm = CUTOVER.with_role("confirmation")
+    assert confirm.kind is Kind.ASKS
+    # a wait before the person's confirmation can last (a backlog, a person): its tenant is late for its wave
+    assert [s.name for s in CUTOVER.waits if s.wait.late] == [
+        s.name for s in CUTOVER.waits if CUTOVER.names.index(s.name) < CUTOVER.names.index(confirm.name)]
+    for role in ("packs", "fence", "drain", "writers", "confirmation", "digest", "checkpoints", "release", "final"):
+        assert CUTOVER.with_role(role).name in CUTOVER.names
+    assert CUTOVER.with_role("checkpoints").per_pack_of == CUTOVER.with_role("packs").name
+    assert {s.name for s in CUTOVER if s.heavy_read} == {CUTOVER.with_role("digest").name, CUTOVER.with_role("final").name}
+    assert [s.name for s in FIELD_HISTORY if s.heavy_read] == [FIELD_HISTORY.with_role("decisions").name]
+    assert [s.name for s in CUTOVER if s.cancel_point] == [CUTOVER.with_role("digest").name]
+    fused = [s for s in CUTOVER if s.fused_into]
+    assert [s.name for s in fused] == [CUTOVER.with_role("readiness").name, CUTOVER.with_role("release").name]
+    assert {s.fused_into for s in fused} == {CUTOVER.with_role("release").name}
 
 
 def test_overall_stops_waits_or_proceeds_in_declared_order():

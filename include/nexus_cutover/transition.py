@@ -8,8 +8,12 @@ steps here changes all of them together; a test fails when one disagrees.
 
 Invariants:
 
-* A step's ``name`` is also its Airflow task id, unless the DAG runs it with its stage's neighbours in one fused
-  task (``nexus_airflow.declared.FUSED``, where its XCom value keeps its name); names are unique in a transition.
+* A step's ``name`` is also its Airflow task id, unless it is declared to run with its stage's neighbours in one
+  fused task (:attr:`Step.fused_into`; its XCom value keeps its name); names are unique in a transition.
+* What a step *is* is declared here, never in a table of an adapter keyed by its name: its kind, its wait
+  (:class:`Wait`), whether its reads are heavy, the task it is fused into, the role by which an adapter asks for
+  its result (:attr:`Step.role`, :meth:`Transition.with_role`). The Airflow adapter reads these fields and never
+  spells a step name (tests/test_architecture.py).
 * A step's :attr:`Step.verdict` is the only place that maps its result (the JSON
   form every caller sees: an XCom value, a ``-json`` field) to proceed / wait /
   stop / done; :func:`overall` is the only place that turns a run's verdicts into
@@ -102,6 +106,23 @@ class StepResult:
 
 
 @dataclass(frozen=True)
+class Wait:
+    """How a waiting step is waited on where a poller looks at it again and again (the DAG's sensor and trigger):
+    the kind of look, and the texts a person reads about the wait."""
+
+    #: The kind of look (the adapter runs its poller of that kind, over the step's body): ``drain``, ``pre_arm``,
+    #: ``old_writers``, ``readiness``.
+    poller: str
+    #: The stop when the wait cannot end within its bound (the step's :attr:`Step.bound`).
+    ran_out: str
+    #: A dry run's ``PLAN:`` line when the real run would wait here (it looks once and does not wait).
+    plan: str
+    #: A wait that can last (a backlog, a person): what a tenant parked in it is doing, as a rollout's wave question
+    #: names it (late: not waited for by its wave-mates). None: a wait that does not make a tenant late.
+    late: str | None = None
+
+
+@dataclass(frozen=True)
 class Step:
     """One step: its name (= its Airflow task id), what it does, its body, how its result is judged, its dry run."""
 
@@ -139,6 +160,21 @@ class Step:
     #: The command line's single-step commands that run this step alone (``nexus-cutover <command>``): each records
     #: what it did as this step (its events, its stop).
     commands: tuple[str, ...] = ()
+    #: A waiting step polled again and again (the DAG's sensor): how (:class:`Wait`).
+    wait: Wait | None = None
+    #: Its reads weigh on the tenant's database cluster (the full history digest and its verification, the
+    #: materialization's batches): the DAG runs its task in the run's ``read_pool``.
+    heavy_read: bool = False
+    #: Runs in one task with the neighbours of its stage that name the same step here, the task named after that
+    #: step (one of them): consecutive steps of one stage that no person and no wait separate (a wait may lead them),
+    #: none per pack, each still its own record (ADR 0011). None: its own task.
+    fused_into: str | None = None
+    #: How an adapter asks for this step when it needs one specific step's result (``packs``, ``fence``, ``drain``,
+    #: ``confirmation``, ``digest``, ...): :meth:`Transition.with_role`. Unique in a transition.
+    role: str | None = None
+    #: A cancelled caller (a rollout) stops the run before this step, the last safe point before what cannot be
+    #: undone: how the stop names that point. None: no cancel is looked at here.
+    cancel_point: str | None = None
 
     @property
     def out_key(self) -> str:
@@ -177,6 +213,14 @@ class Transition:
             if step.name in self._by_name:
                 raise ValueError(f"{self.name}: step {step.name!r} declared twice")
             self._by_name[step.name] = step
+        roles = [step.role for step in self.steps if step.role is not None]
+        if len(roles) != len(set(roles)):
+            raise ValueError(f"{self.name}: a role is declared twice: {sorted(r for r in roles if roles.count(r) > 1)}")
+        for step in self.steps:
+            if step.wait is not None and step.kind is not Kind.WAITS:
+                raise ValueError(f"{self.name}: {step.name!r} declares a wait but is not a waiting step")
+            if step.fused_into is not None and step.fused_into not in [s.name for s in self.stage_of(step.name).steps]:
+                raise ValueError(f"{self.name}: {step.name!r} is fused into {step.fused_into!r}, not a step of its stage")
         for step in self.steps:
             for other in (step.per_pack_of, *step.provisional_while):
                 if other is not None and self.names.index(other) >= self.names.index(step.name):
@@ -204,6 +248,18 @@ class Transition:
 
     def get(self, name: str) -> Step | None:
         return self._by_name.get(name)
+
+    def with_role(self, role: str) -> Step:
+        """The step declared with the role ``role`` (:attr:`Step.role`); KeyError when none is."""
+        found = next((step for step in self.steps if step.role == role), None)
+        if found is None:
+            raise KeyError(f"{self.name}: no step has the role {role!r}")
+        return found
+
+    @property
+    def waits(self) -> tuple[Step, ...]:
+        """The steps polled by a wait (:attr:`Step.wait` declared), in order."""
+        return tuple(step for step in self.steps if step.wait is not None)
 
     def for_command(self, command: str) -> Step | None:
         """The step the single-step command ``command`` runs (None: the command is no step's)."""

@@ -7,10 +7,10 @@ one), maps a per-pack step over the step it is declared per pack of, and chains
 them. A step the DAG file does not name, or a name the declaration lacks,
 fails the parse: the DAG cannot drift from the declaration.
 
-A fused task (:data:`FUSED`) runs consecutive steps of one declared stage that no person and no wait separate
-(a wait may lead them: the task waits, then runs the rest without a handoff), each step still its own record: its
-value in XCom under the step's name, its log section, its metric (issue 36, item 4). Whoever reads a step's result
-or names its task asks here (:func:`task_of`, :func:`steps_of`), never spells a task id of its own.
+A fused task (:data:`FUSED`, declared by its steps' ``fused_into``) runs consecutive steps of one declared stage that
+no person and no wait separate (a wait may lead them: the task waits, then runs the rest without a handoff), each step
+still its own record: its value in XCom under the step's name, its log section, its metric (issue 36, item 4). Whoever
+reads a step's result or names its task asks here (:func:`task_of`, :func:`steps_of`), never spells a task id of its own.
 """
 
 from __future__ import annotations
@@ -32,14 +32,27 @@ __all__ = ["CUTOVER", "FIELD_HISTORY", "FUSED", "HEAVY_READS", "PRIORITY_ARMED",
 #: tasks before arming (issue 36, item 3).
 PRIORITY_ARMED, PRIORITY_BEFORE_ARMING = 1000, 1  # 1000: above any downstream-weighted task of ours (<= ~100)
 
-#: DAG -> the steps whose reads weigh on the tenant's database cluster (the full history digest and its verification,
-#: the materialization's batches): their task instances run in the run's ``read_pool`` (:mod:`nexus_airflow.policies`).
-HEAVY_READS = {CUTOVER.name: ("history_digest", "final_old_writer_check"), FIELD_HISTORY.name: ("stage_2_materialize",)}
+#: DAG -> the steps whose reads weigh on the tenant's database cluster (declared
+#: :attr:`~nexus_cutover.transition.Step.heavy_read`): their task instances run in the run's ``read_pool``
+#: (:mod:`nexus_airflow.policies`).
+HEAVY_READS = {t.name: tuple(s.name for s in t if s.heavy_read) for t in (CUTOVER, FIELD_HISTORY)}
 
-#: DAG -> its fused tasks: task id -> the consecutive steps of one declared stage it runs, in order. Inside the
-#: admission pause every task costs Airflow a start and a handoff (~1.5 s, docs/performance.md): the new host's
-#: readiness wait and the release are one task, named for what it does to the tenant. The final check stays its
-#: own task: it is a heavy read that queues for the cluster's read pool, which must never delay the release.
+
+def fused_tasks(transition) -> dict[str, tuple[str, ...]]:
+    """The fused tasks the declaration asks for (:attr:`~nexus_cutover.transition.Step.fused_into`): task id -> its
+    steps, in the declared order (:func:`check_fused` checks their shape when the DAG is built)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for step in transition:
+        if step.fused_into is not None:
+            out[step.fused_into] = (*out.get(step.fused_into, ()), step.name)
+    return out
+
+
+#: DAG -> its fused tasks: task id -> the consecutive steps of one declared stage it runs, in order, as declared
+#: (:func:`fused_tasks`). Inside the admission pause every task costs Airflow a start and a handoff (~1.5 s,
+#: docs/performance.md): the new host's readiness wait and the release are one task, named for what it does to the
+#: tenant. The final check stays its own task: it is a heavy read that queues for the cluster's read pool, which must
+#: never delay the release.
 #:
 #: ``NEXUS_FUSED_TASKS=0`` (:data:`FUSED_ENV`) runs every step as its own task, as before: the switch that measures
 #: this lever alone (``make bench-stack``, part ``levers``). It changes the DAG's shape, so every Airflow component
@@ -47,8 +60,7 @@ HEAVY_READS = {CUTOVER.name: ("history_digest", "final_old_writer_check"), FIELD
 #: and no run may be in flight when it changes.
 FUSED_ENV = "NEXUS_FUSED_TASKS"
 FUSED: dict[str, dict[str, tuple[str, ...]]] = {} if os.environ.get(FUSED_ENV, "1").strip() == "0" else {
-    CUTOVER.name: {"resume_admission": ("verify_readiness", "resume_admission")},
-}
+    t.name: fused for t in (CUTOVER, FIELD_HISTORY) if (fused := fused_tasks(t))}
 
 
 def task_of(dag_id: str, step: str) -> str:

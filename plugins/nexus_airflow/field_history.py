@@ -239,8 +239,13 @@ class OutboxDrainPoller(_EnginePoller):
         stale_heartbeat_s: float,
         producer_release: str,
         initial_remaining: int | None = None,
+        *,
+        step: str | None = None,
     ):
-        super().__init__(conn_id, namespace, deadline, stale_heartbeat_s)
+        from nexus_cutover.field_history.transition import FIELD_HISTORY
+
+        # the sensor's step; without one (a trigger's kwargs from before it was passed), the declared outbox wait
+        super().__init__(conn_id, namespace, deadline, stale_heartbeat_s, step=step or FIELD_HISTORY.with_role("outbox").name)
         self.producer_release = producer_release
         self.initial = initial_remaining
 
@@ -248,7 +253,7 @@ class OutboxDrainPoller(_EnginePoller):
         from nexus_cutover.field_history.steps import FieldHistoryRun, run_step
         from nexus_cutover.transition import Outcome
 
-        looked = run_step("stage_2_drain_outbox", FieldHistoryRun(
+        looked = run_step(self.step, FieldHistoryRun(
             self.engine, namespace=self.namespace, producer_release=self.producer_release,
             heartbeat_window_s=self.stale.total_seconds()))
         state, report, verdict = looked.domain, looked.value, looked.verdict
@@ -297,6 +302,7 @@ class OutboxDrainSensor(StatusPollSensor):
             "deadline": deadline,
             "stale_heartbeat_s": p.stale_heartbeat,
             "producer_release": release,
+            "step": self.step,
         }
 
     def finish(self, context, result: dict[str, Any]) -> Any:
@@ -308,6 +314,6 @@ class OutboxDrainSensor(StatusPollSensor):
             context,
             self.log,
             f"the pre-cutover outbox drain is {result['state']}: {result.get('message')} "
-            "(no outbox row was changed); resolve it with the outbox worker, then clear stage_2_drain_outbox",
+            f"(no outbox row was changed); resolve it with the outbox worker, then clear {self.step}",
             report,
         )

@@ -453,7 +453,7 @@ class StartNewHostOperator(_StrictHITL):
         def by_controller(run) -> None:
             run.start_host = lambda run, _live: self._start(context, run)
 
-        return run_body(self, context, "start_new_host", prepare=by_controller)
+        return run_body(self, context, self.task_id, prepare=by_controller)
 
     def _start(self, context, run) -> dict[str, Any]:
         from nexus_airflow import host_controllers

@@ -6,9 +6,10 @@ and ``plan`` run too) with a run built from the task's params
 (:func:`cutover_run`): it logs what the body says (on a dry run the ``PLAN:``
 of the writes it would make, and writes nothing), pushes the body's further
 results to XCom, returns its value, and stops the task with the body's report
-when its verdict is ``stop``. What only Airflow has runs around the body, per
-step (:data:`BEFORE`, :data:`AFTER`): the form check of the run's first task, a
-cancelled rollout before the digest, the Asset event of the last step. The
+when its verdict is ``stop``. What only Airflow has runs around the body, as the
+declaration places it (:func:`before`, :func:`after`): the form check of the run's
+first step, a cancelled rollout at a step's declared ``cancel_point`` (before the
+digest), the Asset event of the last step. The
 waiting steps are sensors (:mod:`nexus_airflow.sensors`), the ones that ask a
 person human-in-the-loop operators (:mod:`nexus_airflow.hitl`); they run the
 same bodies.
@@ -95,13 +96,14 @@ class CutoverStepOperator(BaseOperator):
 
 
 def run_declared(op: BaseOperator, context, step: str, *, pack: str | None = None) -> Any:
-    """The step ``step`` as its task runs it: what Airflow adds before and after it (:data:`BEFORE`,
-    :data:`AFTER`) around its body (:func:`run_body`)."""
-    before, after = BEFORE.get(step), AFTER.get(step)
-    if before is not None:
-        before(op, context)
+    """The step ``step`` as its task runs it: what Airflow adds before and after it (:func:`before`,
+    :func:`after`) around its body (:func:`run_body`)."""
+    for hook in before(step):
+        hook(op, context)
     value = run_body(op, context, step, pack=pack)
-    return after(op, context, value) if after is not None else value
+    for hook in after(step):
+        value = hook(op, context, value)
+    return value
 
 
 def run_fused(op: BaseOperator, context, steps: tuple[str, ...], first: Any) -> Any:
@@ -135,31 +137,45 @@ def _check_the_form(op: BaseOperator, context) -> None:
         check_form(context, CUTOVER_FIELDS, CUTOVER_RULES)
 
 
-def _unless_cancelled(op: BaseOperator, context) -> None:
+def _unless_cancelled(op: BaseOperator, context, safe_point: str) -> None:
     from nexus_airflow.rollout import stop_if_cancelled
 
-    stop_if_cancelled(context, op.log, "the history digest (the last step before the checkpoints)")
+    stop_if_cancelled(context, op.log, safe_point)
 
 
-def _emit_the_asset_event(op: BaseOperator, context, value: dict[str, Any]) -> dict[str, Any]:
-    """The cutover's Asset event, with the per-pack cutoffs and the verified digest (not on a dry run)."""
+def _emit_the_asset_event(op: BaseOperator, context, value: dict[str, Any], step: str) -> dict[str, Any]:
+    """The cutover's Asset event after its last step ``step``, with the per-pack cutoffs and the verified digest
+    (not on a dry run)."""
     from airflow.sdk import Asset, AssetAlias
 
     p = params_of(context)
     if p.dry_run:
         return value
-    fault_point("final_old_writer_check.before_emit")
+    fault_point(f"{step}.before_emit")
     context["outlet_events"][AssetAlias(ASSET_ALIAS)].add(Asset(asset_uri(p.tenant)), extra=value)
     op.log.info("cutover complete for %s: %s. Do not restart an old writer after this point.", p.tenant, value)
     return value
 
 
-#: Per step, what runs in Airflow before its body (the task, the context).
-BEFORE: dict[str, Callable[[BaseOperator, Any], None]] = {
-    "resolve_packs": _check_the_form,
-    "history_digest": _unless_cancelled,
-}
-#: Per step, what runs in Airflow after its body passed (the task, the context, the value) -> the task's value.
-AFTER: dict[str, Callable[[BaseOperator, Any, Any], Any]] = {
-    "final_old_writer_check": _emit_the_asset_event,
-}
+def before(step: str) -> list[Callable[[BaseOperator, Any], None]]:
+    """What runs in Airflow before the body of the cutover's step ``step`` (the task, the context), read from the
+    declaration: the form check before its first step, a cancelled rollout's stop at a declared ``cancel_point``."""
+    from nexus_cutover.projection.transition import CUTOVER
+
+    hooks: list[Callable[[BaseOperator, Any], None]] = []
+    if step == CUTOVER.names[0]:
+        hooks.append(_check_the_form)
+    declared = CUTOVER.get(step)
+    if declared is not None and declared.cancel_point:
+        hooks.append(lambda op, context: _unless_cancelled(op, context, declared.cancel_point))
+    return hooks
+
+
+def after(step: str) -> list[Callable[[BaseOperator, Any, Any], Any]]:
+    """What runs in Airflow after the body of the cutover's step ``step`` passed (the task, the context, the value)
+    -> the task's value, read from the declaration: the Asset event after its last step."""
+    from nexus_cutover.projection.transition import CUTOVER
+
+    if step == CUTOVER.names[-1]:
+        return [lambda op, context, value: _emit_the_asset_event(op, context, value, step)]
+    return []

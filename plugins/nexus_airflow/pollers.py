@@ -1,7 +1,9 @@
 """Pollers for :class:`~nexus_airflow.triggers.StatusPollTrigger`: drain, old writers, new-host readiness.
 
-Each poller opens an engine from an Airflow connection id (never a DSN), runs
-its waiting step's body once per ``poll()`` (:mod:`nexus_cutover.projection.steps`,
+Each poller is the look of one kind (a declared :class:`~nexus_cutover.transition.Wait`'s
+``poller``: :attr:`_EnginePoller.kind`) at the waiting step it is given (``step``, the sensor's; without one
+the cutover's step declared with a wait of its kind). It opens an engine from an Airflow connection id (never a
+DSN), runs that step's body once per ``poll()`` (:mod:`nexus_cutover.projection.steps`,
 the look ``nexus-cutover run`` and ``plan`` take too) and returns a
 JSON-serializable dict: ``state`` (``waiting`` or a final state, from the body's
 verdict: :func:`wait_state`), ``verdict`` (that verdict), ``message`` (one
@@ -82,10 +84,29 @@ def deadline_in(seconds: float) -> str:
     return (_utcnow() + dt.timedelta(seconds=seconds)).isoformat()
 
 
+def declared_wait(kind: str) -> str:
+    """The cutover's waiting step whose declared wait is polled by the poller of ``kind``."""
+    from nexus_cutover.projection.transition import CUTOVER
+
+    return next(step.name for step in CUTOVER.waits if step.wait.poller == kind)
+
+
 class _EnginePoller:
-    def __init__(self, conn_id: str, namespace: str, deadline: str, stale_heartbeat_s: float):
+    #: The kind of look (the declared :attr:`~nexus_cutover.transition.Wait.poller` this poller serves).
+    kind = ""
+    #: The ``state`` a passing look reports.
+    done = ""
+    #: The XCom key the sensor pushes the poll's human report (``report_text``) under; None: it pushes none.
+    text_key: str | None = None
+    #: More of the poller's kwargs, from the run's params: (kwarg, RunParams field) pairs.
+    params: tuple[tuple[str, str], ...] = ()
+
+    def __init__(self, conn_id: str, namespace: str, deadline: str, stale_heartbeat_s: float, *,
+                 step: str | None = None):
         from nexus_airflow.hooks import NexusTenantHook
 
+        #: The waiting step this poller looks at (its body runs at each poll).
+        self.step = step or declared_wait(self.kind)
         self.namespace = namespace
         self.deadline = _parse(deadline)
         self.stale = dt.timedelta(seconds=float(stale_heartbeat_s))
@@ -95,13 +116,13 @@ class _EnginePoller:
     def close(self) -> None:
         self.engine.dispose()
 
-    def look(self, step: str, **more: Any):
+    def look(self, **more: Any):
         """One run of the waiting step's body (read only): its :class:`~nexus_cutover.transition.StepResult`."""
         from nexus_cutover.projection import steps
 
         run = steps.CutoverRun(self.engine, self.namespace, "(a wait's poll)", deadline=self.deadline,
                                stale_heartbeat_s=self.stale.total_seconds(), **more)
-        return steps.run_step(step, run)
+        return steps.run_step(self.step, run)
 
     def expired(self) -> bool:
         return _utcnow() >= self.deadline
@@ -117,9 +138,11 @@ class DrainPoller(_EnginePoller):
     Each poll's message ends with the measured drain rate and ETA (:func:`eta_text`) over the last
     ``RATE_SAMPLES`` polls of this poller (a restarted trigger measures again from its first poll)."""
 
+    kind, done, text_key = "drain", "drained", "report_text"
+
     def __init__(self, conn_id: str, namespace: str, deadline: str, stale_heartbeat_s: float,
-                 initial_remaining: int | None = None, sample_limit: int = 200):
-        super().__init__(conn_id, namespace, deadline, stale_heartbeat_s)
+                 initial_remaining: int | None = None, sample_limit: int = 200, *, step: str | None = None):
+        super().__init__(conn_id, namespace, deadline, stale_heartbeat_s, step=step)
         self.initial = initial_remaining
         self.previous: int | None = initial_remaining
         self.sample_limit = sample_limit
@@ -132,7 +155,7 @@ class DrainPoller(_EnginePoller):
 
         if not self.range_column:
             self.range_column = has_column(self.engine, catalog.INPUT_START_ORDINAL)
-        looked = self.look("wait_for_drain", drain_sample_limit=self.sample_limit, range_column=self.range_column)
+        looked = self.look(drain_sample_limit=self.sample_limit, range_column=self.range_column)
         report = looked.domain
         remaining = report.remaining
         trend = []
@@ -144,7 +167,7 @@ class DrainPoller(_EnginePoller):
             self.initial = remaining
         self.previous = remaining
         as_json = looked.value
-        state = wait_state(looked.verdict, "drained")
+        state = wait_state(looked.verdict, self.done)
         message = report.counts_text() + (f"; {', '.join(trend)}" if trend else "")
         if report.live_old_workers:
             message += f"; live old projection_workers: {len(report.live_old_workers)}"
@@ -182,11 +205,14 @@ class PreArmPoller(_EnginePoller):
     """The old backlog before the fence is armed: ``short`` (arm now), ``stuck`` (it cannot drain), ``timed_out``
     at the deadline, else waiting. One run of the step for the poller's life: its drain rate spans its polls."""
 
+    kind, done, text_key = "pre_arm", "short", "report_text"
+    params = (("arm_when_drain_below_s", "arm_when_drain_below"), ("drain_timeout_s", "drain_timeout"))
+
     def __init__(self, conn_id: str, namespace: str, deadline: str, stale_heartbeat_s: float,
-                 arm_when_drain_below_s: float = 0.0, drain_timeout_s: float = 3600.0):
+                 arm_when_drain_below_s: float = 0.0, drain_timeout_s: float = 3600.0, *, step: str | None = None):
         from nexus_cutover.projection import steps
 
-        super().__init__(conn_id, namespace, deadline, stale_heartbeat_s)
+        super().__init__(conn_id, namespace, deadline, stale_heartbeat_s, step=step)
         self.run = steps.CutoverRun(self.engine, namespace, "(a wait's poll)", stale_heartbeat_s=float(stale_heartbeat_s),
                                     arm_when_drain_below_s=float(arm_when_drain_below_s),
                                     drain_timeout_s=float(drain_timeout_s))
@@ -194,9 +220,9 @@ class PreArmPoller(_EnginePoller):
     def poll(self) -> dict[str, Any]:
         from nexus_cutover.projection import steps
 
-        looked = steps.run_step("wait_for_short_drain", self.run)
-        state = wait_state(looked.verdict, "short", expired=self.expired())
-        message = (f"arming: {looked.domain.counts_text()}" if state == "short" else looked.verdict.reason)
+        looked = steps.run_step(self.step, self.run)
+        state = wait_state(looked.verdict, self.done, expired=self.expired())
+        message = (f"arming: {looked.domain.counts_text()}" if state == self.done else looked.verdict.reason)
         return {"state": state, "verdict": verdict_json(looked.verdict), "message": message, "report": looked.value,
                 "report_text": looked.domain.report_text(), "progress": [looked.value["remaining"]]}
 
@@ -204,27 +230,31 @@ class PreArmPoller(_EnginePoller):
 class OldWritersPoller(_EnginePoller):
     """Old-protocol writers: ``stopped`` when all are stopped or silent, ``timed_out`` at the deadline."""
 
+    kind, done, text_key = "old_writers", "stopped", "evidence_md"
+
     def poll(self) -> dict[str, Any]:
-        looked = self.look("check_old_writers")
+        looked = self.look()
         ev = looked.domain
         live = [p["process_id"] for p in ev.live]
-        state = wait_state(looked.verdict, "stopped", expired=self.expired())
-        if state == "stopped":
+        state = wait_state(looked.verdict, self.done, expired=self.expired())
+        if state == self.done:
             message = f"every old-protocol writer of {self.namespace!r} is stopped or silent"
         else:
             message = f"{len(live)} old-protocol writer(s) still live: {', '.join(live[:20])}; stop them (keep the fence)"
         return {"state": state, "verdict": verdict_json(looked.verdict), "message": message, "report": looked.value,
-                "report_text": looked.keyed["evidence_md"]}
+                "report_text": looked.keyed[self.text_key]}
 
 
 class ReadinessPoller(_EnginePoller):
     """New host readiness: ``ready``, ``timed_out`` at the deadline, else ``waiting``."""
 
+    kind, done = "readiness", "ready"
+
     def poll(self) -> dict[str, Any]:
-        looked = self.look("verify_readiness")
+        looked = self.look()
         r = looked.domain
-        state = wait_state(looked.verdict, "ready", expired=self.expired())
-        if state == "ready":
+        state = wait_state(looked.verdict, self.done, expired=self.expired())
+        if state == self.done:
             message = f"ready: activated integration_host(s) {', '.join(h['process_id'] for h in r.ready_hosts)}"
         else:
             message = "not ready: " + "; ".join(r.reasons)

@@ -4,7 +4,9 @@ A step's result is serialized once, by the task that produces it (its
 ``as_json()``, XCom ``return_value``, or one of the keys below); every other
 task, the HITL steps and the rollout read it back here, typed, by the step's
 name from :data:`~nexus_cutover.projection.transition.CUTOVER` (never a task id
-string of their own). A name the declaration does not have is a programming
+string of their own); a reader that needs one specific step's result asks for the
+step by its declared role (:func:`step_with`: ``packs``, ``fence``, ``digest``, ...),
+never by a name of its own. A name the declaration does not have is a programming
 error (KeyError), not an empty result. The status view, which reads many runs'
 XComs in one query, names the steps and reads the values here too
 (:func:`task_ids`, :func:`stored`), by the declaration of the DAG that ran them
@@ -36,6 +38,14 @@ def transition_of(dag_id: str):
     from nexus_cutover.projection.transition import CUTOVER
 
     return {t.name: t for t in (CUTOVER, FIELD_HISTORY)}[dag_id]
+
+
+def step_with(role: str, dag_id: str | None = None) -> str:
+    """The name of the declared step with the role ``role`` (:attr:`~nexus_cutover.transition.Step.role`) in the
+    DAG ``dag_id`` (the cutover's when None); KeyError when no step has it."""
+    from nexus_cutover.projection.transition import CUTOVER
+
+    return transition_of(CUTOVER.name if dag_id is None else dag_id).with_role(role).name
 
 
 def task_id(step: str, dag_id: str | None = None) -> str:
@@ -113,52 +123,58 @@ def each(raw: Any) -> list[dict[str, Any]]:
 
 
 def packs(ti) -> list[str]:
-    """``resolve_packs``: the run's packs, ascending."""
-    return list(pulled(ti, "resolve_packs") or [])
+    """The step with the role ``packs`` (``resolve_packs``): the run's packs, ascending."""
+    return list(pulled(ti, step_with("packs")) or [])
 
 
 def fence(ti):
-    """``arm_fence``: its :class:`~nexus_cutover.projection.cutover_fence.FenceResult`, or None before it ran."""
+    """The step with the role ``fence`` (``arm_fence``): its
+    :class:`~nexus_cutover.projection.cutover_fence.FenceResult`, or None before it ran."""
     from nexus_cutover.projection.steps import FenceResult
 
-    raw = pulled(ti, "arm_fence")
+    raw = pulled(ti, step_with("fence"))
     return FenceResult.from_json(raw) if isinstance(raw, dict) and "outcome" in raw else None
 
 
 def checkpoints(ti) -> dict[str, int | None]:
-    """``audit_and_checkpoint``: pack -> its LegacyMaxOrdinal (None when not written), over every map index."""
-    return {r["pack_install_id"]: r.get("legacy_max_ordinal") for r in each(pulled(ti, "audit_and_checkpoint"))}
+    """The step with the role ``checkpoints`` (``audit_and_checkpoint``): pack -> its LegacyMaxOrdinal (None when
+    not written), over every map index."""
+    return {r["pack_install_id"]: r.get("legacy_max_ordinal") for r in each(pulled(ti, step_with("checkpoints")))}
 
 
 def digest(ti):
-    """``history_digest``: the full :class:`~nexus_cutover.projection.digest.HistoryDigest`, or None if absent."""
+    """The step with the role ``digest`` (``history_digest``): the full
+    :class:`~nexus_cutover.projection.digest.HistoryDigest`, or None if absent."""
     from nexus_cutover.projection.steps import HistoryDigest
 
-    raw = pulled(ti, "history_digest", key=DIGEST_KEY)
+    raw = pulled(ti, step_with("digest"), key=DIGEST_KEY)
     return None if raw is None else HistoryDigest.from_json(raw)
 
 
 def evidence_shown(ti, *, run_id: str | None = None) -> dict[str, Any] | None:
-    """``confirm_writers_stopped``: the old-writer evidence shown to the person (its ``as_json()``), if any."""
-    raw = pulled(ti, "confirm_writers_stopped", key=EVIDENCE_KEY, run_id=run_id, map_indexes=-1 if run_id else None)
+    """The step with the role ``confirmation`` (``confirm_writers_stopped``): the old-writer evidence shown to the
+    person (its ``as_json()``), if any."""
+    raw = pulled(ti, step_with("confirmation"), key=EVIDENCE_KEY, run_id=run_id, map_indexes=-1 if run_id else None)
     return raw if isinstance(raw, dict) else None
 
 
 def release(ti, *, run_id: str | None = None) -> dict[str, Any] | None:
-    """``resume_admission``: the release's result (its ``admission_pause_s``, ``armed_at``, ``released_at``), if any."""
-    raw = pulled(ti, "resume_admission", run_id=run_id, map_indexes=-1 if run_id else None)
+    """The step with the role ``release`` (``resume_admission``): the release's result (its ``admission_pause_s``,
+    ``armed_at``, ``released_at``), if any."""
+    raw = pulled(ti, step_with("release"), run_id=run_id, map_indexes=-1 if run_id else None)
     return raw if isinstance(raw, dict) else None
 
 
 def confirmation(ti, *, run_id: str | None = None) -> dict[str, Any] | None:
-    """``confirm_writers_stopped``: the accepted answer (``responded_by``, the evidence's age), if any."""
-    raw = pulled(ti, "confirm_writers_stopped", run_id=run_id, map_indexes=-1 if run_id else None)
+    """The step with the role ``confirmation``: the accepted answer (``responded_by``, the evidence's age), if any."""
+    raw = pulled(ti, step_with("confirmation"), run_id=run_id, map_indexes=-1 if run_id else None)
     return raw if isinstance(raw, dict) else None
 
 
 def drain(ti, *, run_id: str | None = None) -> dict[str, Any]:
-    """``wait_for_drain``: the last drain report (its ``as_json()``), empty before the step ran."""
-    raw = pulled(ti, "wait_for_drain", run_id=run_id, map_indexes=-1 if run_id else None)
+    """The step with the role ``drain`` (``wait_for_drain``): the last drain report (its ``as_json()``), empty
+    before the step ran."""
+    raw = pulled(ti, step_with("drain"), run_id=run_id, map_indexes=-1 if run_id else None)
     return raw if isinstance(raw, dict) else {}
 
 

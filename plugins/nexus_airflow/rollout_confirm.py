@@ -31,16 +31,17 @@ from nexus_airflow import ledger, results
 from nexus_airflow import rollout as ro
 from nexus_airflow.rollout_lanes import wave_triggers
 from nexus_airflow.rollout_render import wave_body
+from nexus_cutover.projection.transition import CUTOVER
 
 #: Where a tenant stands for its wave's question.
 READY, ON_ITS_WAY, LATE, ENDED, OWN_QUESTION = "ready", "on its way", "late", "ended", "asked on its own"
 
-#: The waits that can last (a backlog, a person): a tenant parked in one is late, not waited for.
-LATE_WAITS = {"wait_for_short_drain": "waiting for its old backlog to be short before it arms",
-              "wait_for_drain": "fenced, waiting for the rest of its old backlog to drain",
-              "check_old_writers": "waiting for a live old writer to be stopped"}
+#: The waits that can last (a backlog, a person), as declared (each wait's ``late``): step -> what a tenant parked in
+#: it is doing. A tenant parked in one is late, not waited for.
+LATE_WAITS = {step.name: step.wait.late for step in CUTOVER.waits if step.wait.late}
 PARKED = ("deferred", "up_for_reschedule")
-CONFIRM_STEP = "confirm_writers_stopped"
+#: The step that asks a person to confirm the old writers stopped (declared role ``confirmation``).
+CONFIRM_STEP = CUTOVER.with_role("confirmation").name
 LOOKED_AT = (*LATE_WAITS, CONFIRM_STEP)
 
 #: A tenant's ``confirm_writers_stopped`` waiting for its wave's answer, once it has published its evidence: it

@@ -1,4 +1,4 @@
-"""Sensors over domain pollers: wait_for_drain, check_old_writers, verify_readiness (and Field History's outbox drain).
+"""Sensors over domain pollers: the declared waits of the cutover (and Field History's outbox drain).
 
 :class:`StatusPollSensor` is the general base (also for other DAGs). It is an
 ordinary Airflow sensor: :meth:`~StatusPollSensor.poke` is one poll of the
@@ -262,8 +262,8 @@ def _base_kwargs(context, deadline: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class TenantWait:
-    """What one waiting step of the cutover waits with: its poller, its passing state, its stop (its bound is the
-    step's declared :attr:`~nexus_cutover.transition.Step.bound`)."""
+    """What one waiting step of the cutover waits with, read from its declaration (:func:`wait_of`): its poller,
+    its passing state, its stop (its bound is the step's declared :attr:`~nexus_cutover.transition.Step.bound`)."""
 
     poller_path: str
     done_state: str
@@ -274,39 +274,33 @@ class TenantWait:
     more: tuple[tuple[str, str], ...] = ()
 
 
-#: Per waiting step of the cutover (by its declared name, = its task id).
-WAITS = {
-    "wait_for_short_drain": TenantWait(
-        "nexus_airflow.pollers.PreArmPoller", "short",
-        "the old projection backlog did not get short enough to arm the fence within pre_arm_timeout: stopped and "
-        "reported (nothing was written; the fence is not armed)",
-        "wait until the old backlog would drain within arm_when_drain_below, then arm", "report_text",
-        more=(("arm_when_drain_below_s", "arm_when_drain_below"), ("drain_timeout_s", "drain_timeout")),
-    ),
-    "wait_for_drain": TenantWait(
-        "nexus_airflow.pollers.DrainPoller", "drained",
-        "the drain of old projection work cannot finish within drain_timeout: stopped and reported "
-        "(no WorkItem was changed; the fence stays armed)",
-        "wait for the drain", "report_text",
-    ),
-    "check_old_writers": TenantWait(
-        "nexus_airflow.pollers.OldWritersPoller", "stopped",
-        "old-protocol writers are still live after writers_stop_timeout: stop them (keep the fence), "
-        "then clear check_old_writers",
-        "wait until every old writer is stopped", "evidence_md",
-    ),
-    "verify_readiness": TenantWait(
-        "nexus_airflow.pollers.ReadinessPoller", "ready",
-        "the new host did not become ready within readiness_timeout; admission stays fenced. "
-        "Check the host's logs, fix, then clear resume_admission (it waits for readiness, then releases)",
-        "wait for the new host to be ready",
-    ),
+#: The cutover's pollers by the kind of look a declared wait names (:attr:`~nexus_cutover.transition.Wait.poller`).
+POLLERS = {
+    "pre_arm": "nexus_airflow.pollers.PreArmPoller",
+    "drain": "nexus_airflow.pollers.DrainPoller",
+    "old_writers": "nexus_airflow.pollers.OldWritersPoller",
+    "readiness": "nexus_airflow.pollers.ReadinessPoller",
 }
 
 
+def wait_of(step: str) -> TenantWait:
+    """How the cutover's waiting step ``step`` is waited on: its declared wait (its texts, the kind of look) and that
+    kind's poller (its passing state, its human report's key, the params it takes). KeyError: ``step`` declares no
+    wait, or one of a kind no poller serves."""
+    from nexus_cutover.projection.transition import CUTOVER
+
+    wait = CUTOVER[step].wait
+    if wait is None:
+        raise KeyError(f"{step}: no wait declared")
+    path = POLLERS[wait.poller]
+    poller = import_poller(path)
+    return TenantWait(path, poller.done, wait.ran_out, wait.plan, poller.text_key, poller.params)
+
+
 class TenantWaitSensor(StatusPollSensor):
-    """The waiting step of the cutover its task id names (wait_for_short_drain, wait_for_drain, check_old_writers),
-    or that leads the fused task's ``steps`` (verify_readiness, then resume_admission: :data:`nexus_airflow.declared.FUSED`).
+    """The waiting step of the cutover its task id names (a step with a declared wait: wait_for_short_drain,
+    wait_for_drain, check_old_writers), or that leads the fused task's ``steps`` (verify_readiness, then
+    resume_admission: :data:`nexus_airflow.declared.FUSED`).
 
     Passes on the wait's ``done_state``; a dry run looks once and logs the PLAN
     when the real run would wait; any other final state stops the run with the
@@ -323,19 +317,20 @@ class TenantWaitSensor(StatusPollSensor):
         self.step = self.steps[0]
         if len(self.steps) > 1:  # a fused task: its metrics and stops are its steps' (nexus_airflow.base)
             self.current_step = self.step
-        self.poller_path = WAITS[self.step].poller_path
+        self.poller_path = POLLERS[CUTOVER[self.step].wait.poller]
         self.timeout_param = CUTOVER[self.step].bound
 
     @property
     def spec(self) -> TenantWait:
-        return WAITS[self.step]
+        return wait_of(self.step)
 
     def wait_seconds(self, context) -> float:
         return float(getattr(params_of(context), self.timeout_param))
 
     def poller_kwargs(self, context, deadline: str) -> dict[str, Any]:
         p = params_of(context)
-        return {**_base_kwargs(context, deadline), **{kwarg: getattr(p, name) for kwarg, name in self.spec.more}}
+        return {**_base_kwargs(context, deadline), "step": self.step,
+                **{kwarg: getattr(p, name) for kwarg, name in self.spec.more}}
 
     def poll_only_once(self, context) -> bool:
         return params_of(context).dry_run

@@ -9,9 +9,9 @@ them. For each tenant (a run's ``conf["tenant"]``), the latest run of
   the read-equivalence comparison of ``stage_3``.
 
 Only summaries leave this module (never chunks, never a connection). The
-steps are named as declared; :mod:`nexus_airflow.results` maps them to task ids
-and reads their values (a step the declaration lacks is a KeyError, never an
-empty proof).
+steps are the ones declared with the proofs' roles (:data:`PROOF_ROLES`);
+:mod:`nexus_airflow.results` maps them to task ids and reads their values (a step
+the declaration lacks is a KeyError, never an empty proof).
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ CUTOVER_DAG = "connector_projection_cutover"
 FIELD_HISTORY_DAG = "field_history_eligibility"
 log = logging.getLogger(__name__)
 MAX_RUNS = 5000  # the newest runs looked at, all tenants together (a fleet of 2,000 has two DAGs)
+#: Per DAG, the declared roles (:attr:`nexus_cutover.transition.Step.role`) of the steps whose results are the
+#: proofs: the cutover's history digest and the final check that verifies it; Field History's decisions digest of
+#: the materialization and the read-equivalence comparison of the read switch.
+PROOF_ROLES = {CUTOVER_DAG: ("digest", "final"), FIELD_HISTORY_DAG: ("decisions", "read_switch")}
 #: The declared steps whose results are the proofs, per DAG.
-TASKS = {
-    CUTOVER_DAG: ("history_digest", "final_old_writer_check"),
-    FIELD_HISTORY_DAG: ("stage_2_materialize", "stage_3"),
-}
+TASKS = {dag_id: tuple(results.step_with(role, dag_id) for role in roles) for dag_id, roles in PROOF_ROLES.items()}
 
 
 def _value(raw: Any) -> Any:
@@ -118,9 +119,10 @@ def _xcoms(session, runs: dict[tuple[str, str], str]) -> dict[tuple[str, str, st
 
 def cutover_proof(run_id: str, xcoms: dict[tuple[str, str, str], Any]) -> dict[str, Any]:
     """The history digest of one cutover run and its verification, as the page shows it."""
-    digest = results.stored(xcoms, run_id, "history_digest", dag_id=CUTOVER_DAG)
-    final = results.stored(xcoms, run_id, "final_old_writer_check", dag_id=CUTOVER_DAG) or {}
-    stopped = results.stored(xcoms, run_id, "final_old_writer_check", dag_id=CUTOVER_DAG, key=results.REPORT_KEY)
+    digest_step, final_step = TASKS[CUTOVER_DAG]
+    digest = results.stored(xcoms, run_id, digest_step, dag_id=CUTOVER_DAG)
+    final = results.stored(xcoms, run_id, final_step, dag_id=CUTOVER_DAG) or {}
+    stopped = results.stored(xcoms, run_id, final_step, dag_id=CUTOVER_DAG, key=results.REPORT_KEY)
     report = (stopped or {}).get("history")
     out: dict[str, Any] = {"run_id": run_id, "digest": None, "verified": None}
     if not digest or "hash" not in digest:
@@ -128,7 +130,7 @@ def cutover_proof(run_id: str, xcoms: dict[tuple[str, str, str], Any]) -> dict[s
         return out
     out["digest"] = {k: digest.get(k) for k in ("hash", "rows", "chunks", "taken_at")}
     rows = ", ".join(f"{n.removeprefix('_System_')} {r}" for n, r in (digest.get("rows") or {}).items())
-    if (final.get("history_digest") or {}).get("verified"):
+    if (final.get(digest_step) or {}).get("verified"):  # the final check reports its verification under its name
         out["verified"] = True
         out["text"] = f"history digest {digest['hash']} ({rows}) verified: no history row changed"
     elif report:
@@ -143,14 +145,15 @@ def cutover_proof(run_id: str, xcoms: dict[tuple[str, str, str], Any]) -> dict[s
 def field_history_proof(run_id: str, xcoms: dict[tuple[str, str, str], Any]) -> dict[str, Any]:
     """The decisions digest of stage 2 and the read-equivalence comparison of stage 3 of one Field History run."""
     out: dict[str, Any] = {"run_id": run_id}
-    stage_2 = _report(xcoms, run_id, "stage_2_materialize")
+    decisions, read_switch = TASKS[FIELD_HISTORY_DAG]  # each proof shown under its step's name
+    stage_2 = _report(xcoms, run_id, decisions)
     counts = stage_2.get("counts") or {}
     if "decided_digest" in counts:
-        out["stage_2_materialize"] = {"passed": stage_2.get("passed"), "decided_rows": counts.get("decided_rows"),
+        out[decisions] = {"passed": stage_2.get("passed"), "decided_rows": counts.get("decided_rows"),
                                       "decided_digest": counts["decided_digest"]}
-    comparison = _report(xcoms, run_id, "stage_3").get("comparison") or {}
+    comparison = _report(xcoms, run_id, read_switch).get("comparison") or {}
     if comparison:
-        out["stage_3"] = {"equal": comparison.get("equal"), "chunks": comparison.get("chunks"),
+        out[read_switch] = {"equal": comparison.get("equal"), "chunks": comparison.get("chunks"),
                           "compat_accepted": comparison.get("compat_accepted"),
                           "boolean_only_accepted": comparison.get("boolean_only_accepted"),
                           "differences": len(comparison.get("differences") or [])}

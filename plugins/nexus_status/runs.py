@@ -21,7 +21,8 @@ Invariants:
   them equal): shown for a failed step and for a step waiting for a person;
 * the link is the run in the Airflow UI: ``/dags/<dag_id>/runs/<run_id>``;
 * with the tenant's state (:func:`with_tenant_state`, the row's), a cutover run waiting at a declared waiting
-  step (deferred, rescheduled or running ``wait_for_drain``, ``check_old_writers``, ``verify_readiness``) says
+  step (deferred, rescheduled or running a step of a role of :data:`WAIT_RESULTS`: ``wait_for_drain``,
+  ``check_old_writers``, ``verify_readiness``) says
   what it waits for -- the step's own verdict on that state: the live old writers by id, a stuck drain's causes
   with their counts, the host's reasons -- and the step's ``wait_action`` as the next action; a cutover run that
   succeeded, with no Field History run yet and Field History not at its last stage, names that DAG as next.
@@ -188,15 +189,16 @@ def latest_runs(tenants: list[str], holders: dict[str, str | None] | None = None
     return out
 
 
-#: The waiting steps of the cutover, and how the tenant's state (``nexus_cutover.tenant_status``) reads as the
-#: result their verdict judges (``nexus_cutover.projection.transition``).
+#: The waiting steps of the cutover by their declared role (``nexus_cutover.projection.transition``): the section of
+#: the tenant's state (``nexus_cutover.tenant_status``) it is read from, and how it reads as the result their verdict
+#: judges.
 WAIT_RESULTS = {
-    "wait_for_drain": lambda st: {"state": (st.get("drain") or {}).get("state"),
-                                  "remaining": (st.get("drain") or {}).get("remaining"),
-                                  "blocker_totals": (st.get("drain") or {}).get("blockers") or {}},
-    "check_old_writers": lambda st: {"live": (st.get("host") or {}).get("live_old_writers") or []},
-    "verify_readiness": lambda st: {"ready": (st.get("host") or {}).get("ready"),
-                                    "reasons": (st.get("host") or {}).get("reasons") or []},
+    "drain": ("drain", lambda st: {"state": (st.get("drain") or {}).get("state"),
+                                   "remaining": (st.get("drain") or {}).get("remaining"),
+                                   "blocker_totals": (st.get("drain") or {}).get("blockers") or {}}),
+    "writers": ("host", lambda st: {"live": (st.get("host") or {}).get("live_old_writers") or []}),
+    "readiness": ("host", lambda st: {"ready": (st.get("host") or {}).get("ready"),
+                                      "reasons": (st.get("host") or {}).get("reasons") or []}),
 }
 WAITING_STATES = ("deferred", "up_for_reschedule", "running", "queued", "scheduled")
 FIELD_HISTORY_LAST_STAGE = 3
@@ -209,9 +211,12 @@ def with_tenant_state(runs: dict[str, Any], state: dict[str, Any]) -> dict[str, 
     cutover = runs.get("cutover")
     if not cutover:
         return runs
+    from nexus_cutover.projection.transition import CUTOVER
+
     cutover = dict(cutover)
     task = cutover.get("task")
-    if task in WAIT_RESULTS and cutover.get("task_state") in WAITING_STATES:
+    declared = CUTOVER.get(task) if isinstance(task, str) else None
+    if declared is not None and declared.role in WAIT_RESULTS and cutover.get("task_state") in WAITING_STATES:
         cutover.update(_wait_explained(task, state))
     elif cutover.get("state") == "success" and not runs.get("field_history"):
         fh = state.get("field_history") or {}
@@ -225,11 +230,11 @@ def _wait_explained(task: str, state: dict[str, Any]) -> dict[str, Any]:
     from nexus_cutover.projection.transition import CUTOVER
     from nexus_cutover.transition import Outcome
 
-    section = "drain" if task == "wait_for_drain" else "host"
+    step = CUTOVER[task]
+    section, result_of = WAIT_RESULTS[step.role]
     if "error" in (state.get(section) or {}) or "stale" in state:
         return {}  # no reading of the tenant to explain the wait with: the task log's word stands
-    step = CUTOVER[task]
-    verdict = step.verdict(WAIT_RESULTS[task](state))
+    verdict = step.verdict(result_of(state))
     if verdict.outcome is Outcome.PROCEED:
         return {"reason": f"waiting: its next look should pass ({task} is done by the tenant's state); the run goes "
                           "on by itself"}

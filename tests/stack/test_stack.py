@@ -121,8 +121,8 @@ def test_triggers_import_in_the_triggerers_environment(stack):
     sys.path) imports the trigger and every poller the DAGs hand it."""
     code = ("import airflow.configuration, airflow.settings; "
             "from nexus_airflow.triggers import StatusPollTrigger, import_poller; "
-            "from nexus_airflow.sensors import WAITS; "
-            "[import_poller(w.poller_path) for w in WAITS.values()]; "
+            "from nexus_airflow.sensors import POLLERS; "
+            "[import_poller(path) for path in POLLERS.values()]; "
             "print(StatusPollTrigger('x', {}, 10).serialize()[0])")
     for name in ("triggerer-1", "triggerer-2"):
         comp = stack.components[name]

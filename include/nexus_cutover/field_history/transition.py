@@ -44,13 +44,16 @@ FIELD_HISTORY = Transition("field_history_eligibility", (
         Step("stage_2_producers", Kind.READS, f"{STEPS}:stage_2_producers", records=f"{STEPS}:events", verdict=gate_verdict,
              dry_run=NO_DRY_RUN, next_action="fix the producer, then clear"),
         Step("stage_2_drain_outbox", Kind.WAITS, f"{STEPS}:stage_2_drain_outbox", verdict=outbox_verdict,
-             dry_run=NO_DRY_RUN, next_action="resolve it with the outbox worker, then clear stage_2_drain_outbox"),
+             dry_run=NO_DRY_RUN, next_action="resolve it with the outbox worker, then clear stage_2_drain_outbox",
+             role="outbox"),
         Step("stage_2_materialize", Kind.WRITES, f"{STEPS}:stage_2_materialize", records=f"{STEPS}:events", verdict=gate_verdict,
+             heavy_read=True, role="decisions",
              dry_run=NO_DRY_RUN, next_action="a broken read equivalence names its rows; a timeout keeps committed batches: "
              "clear to finish"),
     )),
     Stage(3, "The read switch", steps=(
         Step("stage_3", Kind.WRITES, f"{STEPS}:stage_3", records=f"{STEPS}:events", verdict=gate_verdict,
+             role="read_switch",
              dry_run="`field-history-eligibility stage3 -check`: what stage 3 would find, switching nothing",
              next_action="upgrade the producers or let the outbox drain (a failed outbox row: redeliver or retire it); "
              "a flip names its rows; clear"),

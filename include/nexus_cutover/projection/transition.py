@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..transition import PROCEED, Kind, Outcome, Stage, Step, Transition, Verdict
+from ..transition import PROCEED, Kind, Outcome, Stage, Step, Transition, Verdict, Wait
 
 STEPS = "nexus_cutover.projection.steps"
 
@@ -126,7 +126,7 @@ def final_verdict(result: dict[str, Any]) -> Verdict:
 CUTOVER = Transition("connector_projection_cutover", (
     Stage(1, "Additive schema and the admission fence", group_id="step_1_fence", steps=(
         Step("resolve_packs", Kind.READS, f"{STEPS}:resolve_packs",
-             key="packs",
+             key="packs", role="packs",
              dry_run="the same read; a tenant another holder holds stops here too",
              next_action="fix the form or the connection; trigger again. A tenant another run or command holds: the "
              "message names the holder and how to take it over (`adopt`)"),
@@ -143,9 +143,14 @@ CUTOVER = Transition("connector_projection_cutover", (
              "with the old runtime. One that does not drain fast enough: let the old runtime catch up (more old "
              "workers), or trigger with a larger arm_when_drain_below (0 arms at once, as before). Clear the task",
              wait_action="nothing: the old runtime drains its backlog while admission stays open; the run arms the "
-             "fence by itself once the rest would drain within arm_when_drain_below"),
+             "fence by itself once the rest would drain within arm_when_drain_below",
+             wait=Wait("pre_arm",
+                       ran_out="the old projection backlog did not get short enough to arm the fence within "
+                       "pre_arm_timeout: stopped and reported (nothing was written; the fence is not armed)",
+                       plan="wait until the old backlog would drain within arm_when_drain_below, then arm",
+                       late="waiting for its old backlog to be short before it arms")),
         Step("arm_fence", Kind.WRITES, f"{STEPS}:arm_fence", records=f"{STEPS}.fence:events",
-             commands=("arm-fence",),
+             commands=("arm-fence",), role="fence",
              key="fence", verdict=fence_verdict,
              dry_run="whether it would arm, reuse or adopt the fence; refusals as in the real run",
              next_action="active overrides: have L2 revoke them, then clear. Several cutover fences: have L2 release "
@@ -161,7 +166,13 @@ CUTOVER = Transition("connector_projection_cutover", (
              next_action="read the report (grouped by cause, with WorkIds). Resolve with the old runtime or a "
              "separately reviewed operational decision. **Never change WorkItem status to proceed.** Clear the task",
              wait_action="nothing while it drains: the old runtime finishes its work and the run goes on by itself. "
-             "Stuck items (named by cause) need the old runtime or a separately reviewed operational decision"),
+             "Stuck items (named by cause) need the old runtime or a separately reviewed operational decision",
+             role="drain",
+             wait=Wait("drain",
+                       ran_out="the drain of old projection work cannot finish within drain_timeout: stopped and "
+                       "reported (no WorkItem was changed; the fence stays armed)",
+                       plan="wait for the drain",
+                       late="fenced, waiting for the rest of its old backlog to drain")),
     )),
     Stage(3, "Old writers stopped, confirmed; the history digest", group_id="step_3_old_writers", steps=(
         Step("check_old_writers", Kind.WAITS, f"{STEPS}:check_old_writers",
@@ -170,16 +181,23 @@ CUTOVER = Transition("connector_projection_cutover", (
              dry_run="one look at the old writers: the run would wait for every live one",
              next_action="stop it; clear the task",
              wait_action="stop every live old writer named (keep the fence); the run goes on by itself once none is "
-             "live, then asks you to confirm"),
+             "live, then asks you to confirm",
+             role="writers",
+             wait=Wait("old_writers",
+                       ran_out="old-protocol writers are still live after writers_stop_timeout: stop them (keep the "
+                       "fence), then clear check_old_writers",
+                       plan="wait until every old writer is stopped",
+                       late="waiting for a live old writer to be stopped")),
         Step("confirm_writers_stopped", Kind.ASKS, f"{STEPS}:confirm_writers_stopped",
              commands=("confirm-writers",),
-             key="confirmation", planned=False, verdict=confirmation_verdict,
+             key="confirmation", planned=False, verdict=confirmation_verdict, role="confirmation",
              dry_run="asks nothing; logs the evidence it would show",
              next_action="confirm only when no old binary can resume; the database cannot prove it. If a writer came "
              "back: stop it, clear `check_old_writers`"),
         Step("history_digest", Kind.READS, f"{STEPS}:history_digest", records=f"{STEPS}.history:events",
              commands=("digest",),
-             planned=False,
+             planned=False, heavy_read=True, role="digest",
+             cancel_point="the history digest (the last step before the checkpoints)",
              dry_run="the same read (once the schema exists)",
              next_action="it is read only and wrote nothing: a timeout or a lost connection, clear the task; a "
              "missing column, clear `apply_schema` first"),
@@ -187,7 +205,7 @@ CUTOVER = Transition("connector_projection_cutover", (
     Stage(4, "Audit and one-time checkpoint, per pack", group_id="step_4_checkpoint", steps=(
         Step("audit_and_checkpoint", Kind.WRITES, f"{STEPS}:audit_and_checkpoint", records=f"{STEPS}.checkpoints:events",
              commands=("checkpoint", "activate-pack"),
-             key="checkpoints", verdict=checkpoint_verdict,
+             key="checkpoints", verdict=checkpoint_verdict, role="checkpoints",
              per_pack_of="resolve_packs", provisional_while=("wait_for_drain",),
              dry_run="the audit, and the LegacyMaxOrdinal it would write",
              next_action="a fence finding: clear `arm_fence` (or have L2 revoke the override), then this task; a "
@@ -207,16 +225,25 @@ CUTOVER = Transition("connector_projection_cutover", (
              dry_run="one look at the new host's readiness (the run starts the host first: not part of the verdict)",
              next_action="check the host's log; clear",
              wait_action="start or fix the new host (its log says why it is not ready); the run goes on by itself "
-             "once it is ready"),
+             "once it is ready",
+             role="readiness",
+             # one task with the release: inside the admission pause every task costs Airflow a start and a handoff
+             fused_into="resume_admission",
+             wait=Wait("readiness",
+                       ran_out="the new host did not become ready within readiness_timeout; admission stays fenced. "
+                       "Check the host's logs, fix, then clear resume_admission (it waits for readiness, then releases)",
+                       plan="wait for the new host to be ready")),
         Step("resume_admission", Kind.WRITES, f"{STEPS}:resume_admission", records=f"{STEPS}.release:events",
              commands=("release-fence",),
-             key="release", planned=False,
+             key="release", planned=False, role="release", fused_into="resume_admission",
              dry_run="the fence it would release once ready",
              next_action="check the new host's log, then clear `resume_admission` (in the DAG it waits for readiness "
              "again, then releases); a fence held by another run is that run's to release"),
         Step("final_old_writer_check", Kind.READS, f"{STEPS}:final_old_writer_check", records=f"{STEPS}.final_check:events",
              commands=("verify",),
-             key="final", planned=False, verdict=final_verdict,
+             key="final", planned=False, verdict=final_verdict, role="final",
+             # its own task: a heavy read queues for the cluster's read pool, which must never delay the release
+             heavy_read=True,
              dry_run="the run's verdict (proceed, wait for what, or stop and why) from every step's dry run",
              next_action="**do not restart an old writer after this point**: stop it and review what it admitted. A "
              "history difference names the rows changed since the digest: stop whatever changed them and review "
