@@ -50,6 +50,8 @@ AIRFLOW_PATHS = [
     "tests/status_view/test_status_view.py",
     "tests/status_view/test_fleet_scale.py",
     "tests/test_wheel_install.py",  # the wheel in a fresh venv, its own `airflow standalone`
+    # make dist's outputs in a fresh venv, `airflow standalone` on PostgreSQL, a real cutover of a TLS tenant
+    "tests/test_install_path.py",
 ]
 #: Two builds of the wheel, a venv of its own, an `airflow standalone` restarted on an upgrade (~5 min).
 PINNING_PATHS = ["tests/pinning"]
@@ -85,7 +87,7 @@ def lanes(pytest_args: list[str], tidb_suites: list[str], tidb_args: list[str]) 
     # Not in the tidb lane, whose separate run never loaded it.
     first = ["--durations=15", "-p", "tests.dags.airflow_harness"]
     # Balanced by the lanes' times in CI's run of 2026-12-02 (seconds): stack ~1050 + pinning ~280 + tidb 365 |
-    # dags 817 + rollout ~550 | airflow 588 (+ the wheel's ~200 since) + main 636 + bench 102. Stack and rollout
+    # dags 817 + rollout ~550 | airflow 588 (+ the wheel's ~200 and the install path's ~150 since) + main 636 + bench 102. Stack and rollout
     # (the two deployments of their own) in different queues; at the usual times rollout starts when dags ends,
     # after airflow: two deployments at once.
     return [
