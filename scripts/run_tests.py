@@ -13,7 +13,8 @@ Lanes (:func:`lanes`; three queues run at once, each runs its lanes in order):
 * ``dags``: ``tests/dags``, the DAGs run in process (``dag.test()``), then ``tidb``: the TiDB-semantics pass
   (``NEXUS_TIDB_SEMANTICS=1``) over its suites;
 * ``airflow``: the other suites that start an ``airflow standalone`` each (the browser tests, ``make demo``,
-  the status view's API-server tests, the upgrade under a parked run), one after another, then ``main``: every other test under ``tests/``
+  the status view's API-server tests, the upgrade under a parked run, the wheel in a fresh venv and the whole install path
+  from ``make dist`` to a real cutover over TLS), one after another, then ``main``: every other test under ``tests/``
   (anything not named by another lane lands here, so a new test file is never left out), then ``bench``: the
   ``make bench QUICK=1`` smoke test.
 
