@@ -13,7 +13,8 @@ Lanes (:func:`lanes`; three queues run at once, each runs its lanes in order):
 * ``dags``: ``tests/dags``, the DAGs run in process (``dag.test()``), then ``tidb``: the TiDB-semantics pass
   (``NEXUS_TIDB_SEMANTICS=1``) over its suites;
 * ``airflow``: the other suites that start an ``airflow standalone`` each (the browser tests, ``make demo``,
-  the status view's API-server tests, the upgrade under a parked run), one after another, then ``main``: every other test under ``tests/``
+  the status view's API-server tests, the upgrade under a parked run, the wheel in a fresh venv and the whole install path
+  from ``make dist`` to a real cutover over TLS), one after another, then ``main``: every other test under ``tests/``
   (anything not named by another lane lands here, so a new test file is never left out), then ``bench``: the
   ``make bench QUICK=1`` smoke test.
 
@@ -50,6 +51,8 @@ AIRFLOW_PATHS = [
     "tests/status_view/test_status_view.py",
     "tests/status_view/test_fleet_scale.py",
     "tests/test_wheel_install.py",  # the wheel in a fresh venv, its own `airflow standalone`
+    # make dist's outputs in a fresh venv, `airflow standalone` on PostgreSQL, a real cutover of a TLS tenant
+    "tests/test_install_path.py",
 ]
 #: Two builds of the wheel, a venv of its own, an `airflow standalone` restarted on an upgrade (~5 min).
 PINNING_PATHS = ["tests/pinning"]
@@ -85,7 +88,7 @@ def lanes(pytest_args: list[str], tidb_suites: list[str], tidb_args: list[str]) 
     # Not in the tidb lane, whose separate run never loaded it.
     first = ["--durations=15", "-p", "tests.dags.airflow_harness"]
     # Balanced by the lanes' times in CI's run of 2026-12-02 (seconds): stack ~1050 + pinning ~280 + tidb 365 |
-    # dags 817 + rollout ~550 | airflow 588 (+ the wheel's ~200 since) + main 636 + bench 102. Stack and rollout
+    # dags 817 + rollout ~550 | airflow 588 (+ the wheel's ~200 and the install path's ~150 since) + main 636 + bench 102. Stack and rollout
     # (the two deployments of their own) in different queues; at the usual times rollout starts when dags ends,
     # after airflow: two deployments at once.
     return [

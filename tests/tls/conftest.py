@@ -1,11 +1,9 @@
 """A TLS MariaDB for the TLS tests, next to the plain one of ``scripts/with-mariadb.sh`` (``NEXUS_TEST_MYSQL_URL``).
 
-The session's :func:`tls_server` makes its certificates with ``openssl`` (a CA; a server certificate signed by it
-for the name ``localhost`` only, so ``127.0.0.1`` is a host name the certificate does not carry; a client
-certificate signed by it; a second, unrelated CA) and starts a throwaway MariaDB as ``with-mariadb.sh`` does
-(``mariadb-install-db``, then ``mariadbd`` on a free port with its own datadir and socket) serving TLS with
-``--ssl-cert/--ssl-key/--ssl-ca``. Its users: ``tls_user`` (``REQUIRE SSL``, refused in plain text) and
-``x509_user`` (``REQUIRE X509``: only with a client certificate the CA signed).
+The session's :func:`tls_server` is :func:`tests.tls.server.tls_mariadb` (its certificates made with ``openssl``: a
+CA; a server certificate signed by it for the name ``localhost`` only; a client certificate signed by it; a second,
+unrelated CA; a throwaway MariaDB serving TLS, its users ``tls_user`` (``REQUIRE SSL``) and ``x509_user``
+(``REQUIRE X509``)).
 
 :mod:`tests.dags.airflow_harness` is imported first (a temporary ``AIRFLOW_HOME`` before anything imports
 Airflow): the hook tests read connections from ``AIRFLOW_CONN_*`` variables.
@@ -13,121 +11,20 @@ Airflow): the hook tests read connections from ``AIRFLOW_CONN_*`` variables.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import pathlib
-import shutil
-import socket
-import subprocess
-import tempfile
-import time
-from urllib.parse import urlencode
 
 import pytest
 
 import tests.dags.airflow_harness  # noqa: F401 - imported for its environment setup, first
-
-TLS_PASSWORD = "Tls-pw-5c9e1d"
-X509_PASSWORD = "X509-pw-0b7a44"
-
-
-@dataclasses.dataclass(frozen=True)
-class TlsServer:
-    port: int
-    certs: pathlib.Path
-    socket: str
-
-    @property
-    def ca(self) -> str:
-        return str(self.certs / "ca.pem")
-
-    @property
-    def other_ca(self) -> str:
-        return str(self.certs / "other-ca.pem")
-
-    @property
-    def client_cert(self) -> str:
-        return str(self.certs / "client.pem")
-
-    @property
-    def client_key(self) -> str:
-        return str(self.certs / "client.key")
-
-    def dsn(self, database: str = "tls_tenant", *, host: str = "localhost", user: str = "tls_user",
-            password: str = TLS_PASSWORD, **tls) -> str:
-        """A DSN to this server; ``tls``: its TLS query parameters (``ssl_mode=...``, ``ssl_ca=...``)."""
-        query = f"?{urlencode(tls)}" if tls else ""
-        return f"mysql+pymysql://{user}:{password}@{host}:{self.port}/{database}{query}"
-
-
-def _openssl(*args: str, cwd: pathlib.Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def make_certificates(where: pathlib.Path) -> None:
-    """ca.pem (+key), server.pem/.key for DNS:localhost, client.pem/.key, other-ca.pem: all signed as named."""
-    for ca in ("ca", "other-ca"):
-        _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{ca}.key", "-out", f"{ca}.pem",
-                 "-days", "2", "-subj", f"/CN=nexus test {ca}", cwd=where)
-    (where / "server.ext").write_text("subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n"
-                                      "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n")
-    (where / "client.ext").write_text("basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n")
-    for name, cn in (("server", "localhost"), ("client", "nexus test client")):
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
-                 "-subj", f"/CN={cn}", cwd=where)
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-                 "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext", cwd=where)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.tls.server import TLS_PASSWORD, X509_PASSWORD, TlsServer, make_certificates, tls_mariadb  # noqa: F401
 
 
 @pytest.fixture(scope="session")
 def tls_server():
-    """A MariaDB serving TLS (see the module docstring); stopped and removed after the session."""
-    mariadbd = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
-    work = pathlib.Path(tempfile.mkdtemp(prefix="nexus-tls-mariadb."))
-    certs = work / "certs"
-    certs.mkdir()
-    (work / "tmp").mkdir()
-    make_certificates(certs)
-    sock = str(work / "sock")
-    port = _free_port()
-    subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={work / 'data'}", f"--tmpdir={work / 'tmp'}",
-                    "--user=root", "--auth-root-authentication-method=normal", "--skip-test-db"],
-                   check=True, capture_output=True)
-    server = subprocess.Popen(
-        [mariadbd, "--no-defaults", f"--datadir={work / 'data'}", f"--tmpdir={work / 'tmp'}", f"--socket={sock}",
-         f"--port={port}", "--bind-address=127.0.0.1", "--user=root", f"--log-error={work / 'error.log'}",
-         "--innodb-buffer-pool-size=64M", "--skip-name-resolve",
-         f"--ssl-ca={certs / 'ca.pem'}", f"--ssl-cert={certs / 'server.pem'}", f"--ssl-key={certs / 'server.key'}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(200):
-            ping = subprocess.run(["mariadb-admin", "--no-defaults", f"--socket={sock}", "-uroot", "ping"],
-                                  capture_output=True)
-            if ping.returncode == 0:
-                break
-            if server.poll() is not None:
-                pytest.fail("the TLS MariaDB exited at start: " + (work / "error.log").read_text()[-2000:])
-            time.sleep(0.1)
-        sql = (f"CREATE DATABASE tls_tenant; "
-               f"CREATE USER 'tls_user'@'127.0.0.1' IDENTIFIED BY '{TLS_PASSWORD}' REQUIRE SSL; "
-               f"GRANT ALL ON *.* TO 'tls_user'@'127.0.0.1'; "
-               f"CREATE USER 'x509_user'@'127.0.0.1' IDENTIFIED BY '{X509_PASSWORD}' REQUIRE X509; "
-               f"GRANT ALL ON *.* TO 'x509_user'@'127.0.0.1';")
-        subprocess.run(["mariadb", "--no-defaults", f"--socket={sock}", "-uroot", "-e", sql], check=True, capture_output=True)
-        yield TlsServer(port=port, certs=certs, socket=sock)
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        shutil.rmtree(work, ignore_errors=True)
+    """A MariaDB serving TLS (:func:`tests.tls.server.tls_mariadb`); stopped and removed after the session."""
+    with tls_mariadb() as server:
+        yield server
 
 
 @pytest.fixture
