@@ -356,12 +356,12 @@ def spelled_step_names(path: Path, source: str | None = None, names: Collection[
             and node.value in names]
 
 
-def test_no_string_in_the_plugins_spells_a_declared_step_name():
+def test_no_string_in_the_plugins_or_the_dags_spells_a_declared_step_name():
     """What each declared step *is* belongs to its declaration (``nexus_cutover.transition.Step``: its wait, its heavy
     reads, the task it is fused into, its role), and the Airflow adapter reads those fields: no table or literal of
     plugins/ names a step of the cutover or of Field History (issue 48, item 3). A reader that needs one step's
-    result asks for it by its declared role (``nexus_airflow.results.step_with``). (dags/ is not checked yet: its
-    task docs are keyed by step name until they are generated from the declaration.)"""
+    result asks for it by its declared role (``nexus_airflow.results.step_with``). The DAG files name their operators
+    by role or kind, and their docs are the declaration's (issue 51, item 5)."""
     from nexus_cutover.field_history.transition import FIELD_HISTORY
     from nexus_cutover.projection.transition import CUTOVER
 
@@ -373,5 +373,6 @@ def test_no_string_in_the_plugins_spells_a_declared_step_name():
               'f"{x}" + f"stage_3{y}", f"{z}arm_fence", "arm_fences"\n')
     spelled = sorted(f.rpartition(" ")[2] for f in spelled_step_names(probe, source, names))
     assert spelled == ["'arm_fence'", "'arm_fence'", "'stage_3'", "'stage_3'"], spelled  # not the docstrings, comments
-    found = [f for p in python_files(PLUGINS) for f in spelled_step_names(p, names=names)]
-    assert not found, report("plugins/ must read what a step is from its declaration, never spell a step name", found)
+    found = [f for root in (PLUGINS, DAGS) for p in python_files(root) for f in spelled_step_names(p, names=names)]
+    assert not found, report("plugins/ and dags/ must read what a step is from its declaration, never spell a step "
+                             "name", found)

@@ -175,6 +175,12 @@ class Step:
     #: A cancelled caller (a rollout) stops the run before this step, the last safe point before what cannot be
     #: undone: how the stop names that point. None: no cancel is looked at here.
     cancel_point: str | None = None
+    #: What the task doc of this step tells a person in Airflow's UI (what it does to the tenant, when it stops and
+    #: what to do then): the DAG's task docs and its overview are generated from these (``nexus_airflow.declared``).
+    task_doc: str = ""
+    #: How the DAG overview says what this step does when its kind alone would mislead (a step that asks a person
+    #: only with one controller): default its kind.
+    kind_text: str | None = None
 
     @property
     def out_key(self) -> str:

@@ -1,11 +1,10 @@
 """A DAG's tasks built from a declared transition (:mod:`nexus_cutover.transition`): the order is the declaration's.
 
-A DAG file names, per step, the operator class and the task doc a UI user
-reads (:func:`task`), to which the step's declared dry run is added; :func:`build`
-creates one task per declared step, in the declared order, inside one TaskGroup per declared stage (when the stage names
-one), maps a per-pack step over the step it is declared per pack of, and chains
-them. A step the DAG file does not name, or a name the declaration lacks,
-fails the parse: the DAG cannot drift from the declaration.
+A DAG file names its operators by declared role or kind (never a step's name); :func:`build` creates one task per
+declared step, in the declared order, inside one TaskGroup per declared stage (when the stage names one), each with
+the task doc the declaration gives it (and its dry run), maps a per-pack step over the step it is declared per pack
+of, and chains them. A step no operator is given for fails the parse: the DAG cannot drift from the declaration,
+and its docs (:func:`steps_md`, the task docs) are the declaration's.
 
 A fused task (:data:`FUSED`, declared by its steps' ``fused_into``) runs consecutive steps of one declared stage that
 no person and no wait separate (a wait may lead them: the task waits, then runs the rest without a handoff), each step
@@ -16,14 +15,16 @@ reads a step's result or names its task asks here (:func:`task_of`, :func:`steps
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from nexus_cutover.field_history.transition import FIELD_HISTORY
 from nexus_cutover.projection.transition import CUTOVER
+from nexus_cutover.transition import Kind
 
-__all__ = ["CUTOVER", "FIELD_HISTORY", "FUSED", "HEAVY_READS", "PRIORITY_ARMED", "PRIORITY_BEFORE_ARMING", "build",
-           "steps_md", "steps_of", "task", "task_of"]
+__all__ = ["CUTOVER", "FIELD_HISTORY", "FUSED", "HEAVY_READS", "Kind", "PRIORITY_ARMED", "PRIORITY_BEFORE_ARMING", "build",
+           "steps_md", "steps_of", "task_of"]
 
 #: Absolute task priorities (``weight_rule="absolute"``): Airflow's scheduler and executors take queued work by
 #: priority, and its default rule (``downstream``) ranks a run's first tasks above its last ones, so a new tenant's
@@ -100,31 +101,30 @@ class TaskSpec:
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-def task(operator: type, doc_md: str, **kwargs: Any) -> TaskSpec:
-    """How the DAG runs one declared step: its operator class, its task doc and any other operator argument."""
-    return TaskSpec(operator, doc_md, kwargs)
+def build(transition, operators: Mapping[Any, type], *, default: type | None = None, first: type | None = None,
+          last: Mapping[str, Any] | None = None, armed_by: str | None = None) -> dict[str, Any]:
+    """Inside a ``with DAG(...)`` block: the declared steps as tasks (by name), chained in the declared order, each
+    with its task doc from the declaration (:attr:`~nexus_cutover.transition.Step.task_doc` and its dry run).
 
-
-def build(transition, specs: dict[str, TaskSpec], *, armed_by: str | None = None,
-          default: type | None = None) -> dict[str, Any]:
-    """Inside a ``with DAG(...)`` block: the declared steps as tasks (by name), chained in the declared order.
-
-    ``default``: the operator of a declared step ``specs`` does not name (its task doc then says what the
-    declaration says of it); without one such a step fails the parse.
-
-    ``armed_by``: the step that arms the admission fence; the steps after it get :data:`PRIORITY_ARMED`, it and
-    those before it :data:`PRIORITY_BEFORE_ARMING` (None: Airflow's default priorities)."""
+    A step's operator is the one ``operators`` names for its declared role, else for its kind, else ``first`` for
+    the first declared step (the run's form is checked there), else ``default``; a step none of them gives fails
+    the parse, naming it. ``last``: further operator arguments of the last declared step (the run's outlets, its
+    success notice). ``armed_by``: the step that arms the admission fence; the steps after it get
+    :data:`PRIORITY_ARMED`, it and those before it :data:`PRIORITY_BEFORE_ARMING` (None: Airflow's default)."""
     from airflow.sdk import TaskGroup, chain
 
     check_fused(transition)
     task_ids = list(dict.fromkeys(task_of(transition.name, name) for name in transition.names))
-    unknown, missing = set(specs) - set(transition.names), set(transition.names) - set(specs)
-    if default is not None:
-        specs = {**{name: task(default, declared_doc(transition[name])) for name in missing}, **specs}
-        missing = set()
-    if unknown or missing:
-        raise ValueError(f"{transition.name}: tasks without a declared step {sorted(unknown)}, "
-                         f"declared steps without a task {sorted(missing)}")
+    specs: dict[str, TaskSpec] = {}
+    for i, step in enumerate(transition):
+        operator = operators.get(step.role) if step.role is not None else None
+        operator = operator or operators.get(step.kind) or (first if i == 0 else None) or default
+        if operator is not None:
+            kwargs = dict(last or {}) if step.name == transition.names[-1] else {}
+            specs[step.name] = TaskSpec(operator, step.task_doc or declared_doc(step), kwargs)
+    if missing := [name for name in transition.names if name not in specs]:
+        raise ValueError(f"{transition.name}: declared steps without an operator {missing} (give their role or kind "
+                         "one, or a default)")
     tasks: dict[str, Any] = {}
     weights = priorities(transition, armed_by)
     for stage in transition.stages:
@@ -190,9 +190,17 @@ def declared_doc(step) -> str:
 
 
 def steps_md(transition) -> str:
-    """The declared steps as the DAG doc's numbered list: per stage its title, then each step with its kind."""
+    """The DAG's tasks as its doc's numbered list, from the declaration: per stage its title, then each task (a
+    fused task with the steps it runs) with what it does (its kind, or its declared ``kind_text``). The names are
+    the DAG's task ids, so the doc never names a task the DAG does not have."""
     lines = []
     for stage in transition.stages:
-        steps = ", ".join(f"**{s.name}** ({s.kind}{', one per pack' if s.per_pack_of else ''})" for s in stage.steps)
-        lines.append(f"{stage.number}. {stage.title}: {steps};")
+        tasks = list(dict.fromkeys(task_of(transition.name, s.name) for s in stage.steps))
+        parts = []
+        for task_id in tasks:
+            steps = [transition[name] for name in steps_of(transition.name, task_id)]
+            said = "; then ".join(f"{s.kind_text or s.kind}{', one per pack' if s.per_pack_of else ''}" for s in steps)
+            fused = f": {', then '.join(s.name for s in steps)} in one task" if len(steps) > 1 else ""
+            parts.append(f"**{task_id}** ({said}{fused})")
+        lines.append(f"{stage.number}. {stage.title}: {', '.join(parts)};")
     return "\n".join(lines)

@@ -272,3 +272,28 @@ def test_the_form_still_reads_checkpoint_timeout_as_lock_timeout(airflow_db):
     with pytest.raises(BadInput, match="checkpoint_timeout .* and lock_timeout are both given"):
         check_form(context({"tenant": "acme", "checkpoint_timeout": 45, "lock_timeout": 12}), CUTOVER_FIELDS)
     assert shared_conf({"cutover_conf": {"checkpoint_timeout": 60}}) == {"lock_timeout": 60}
+
+
+@pytest.mark.parametrize("dag_id", [DAG_ID, FIELD_HISTORY.name])
+def test_the_docs_come_from_the_declaration_and_name_only_the_dags_own_tasks(airflow_db, dag_id):
+    """Issue 51, item 5: the DAG's overview lists exactly its tasks (a fused task once, with the steps it runs), every
+    task's doc is its step's declared doc, and no doc names a declared step as a task the DAG does not have (the
+    fused readiness wait has no task of its own; only its fused task's doc names it, as one of its steps)."""
+    import re
+
+    from nexus_airflow.declared import steps_of
+
+    dag = load_dag(dag_id)
+    transition = {DAG_ID: CUTOVER, FIELD_HISTORY.name: FIELD_HISTORY}[dag_id]
+    declared = set(transition.names)
+    listed = [n for n in re.findall(r"\*\*([a-z0-9_]+)\*\*", dag.doc_md) if n in declared]
+    assert sorted(set(listed)) == sorted(dag.task_ids)
+    for task in dag.tasks:
+        own = set(steps_of(dag_id, task.task_id))
+        named = {n for n in re.findall(r"[*`]+([a-z0-9_]+)[*`]+", task.doc_md or "") if n in declared}
+        assert named <= set(dag.task_ids) | own, (task.task_id, named - set(dag.task_ids))
+        for step in own:
+            assert transition[step].task_doc.split("**")[0][:60] in task.doc_md, (task.task_id, step)
+    if dag_id == DAG_ID:  # the controllers, as the form chooses them: a person is asked only with `manual`
+        host = CUTOVER.with_role("host")
+        assert f"**{host.name}** ({host.kind_text})" in dag.doc_md and "only when it is `manual`" in dag.doc_md

@@ -126,16 +126,27 @@ def final_verdict(result: dict[str, Any]) -> Verdict:
 CUTOVER = Transition("connector_projection_cutover", (
     Stage(1, "Additive schema and the admission fence", group_id="step_1_fence", steps=(
         Step("resolve_packs", Kind.READS, f"{STEPS}:resolve_packs",
+             task_doc=("Reads the tenant's active packs (or checks `pack_install_ids`). Writes nothing. **Stops** on an "
+             "unknown/inactive/foreign pack or a namespace without active packs: fix the form."),
              key="packs", role="packs",
              dry_run="the same read; a tenant another holder holds stops here too",
              next_action="fix the form or the connection; trigger again. A tenant another run or command holds: the "
              "message names the holder and how to take it over (`adopt`)"),
         Step("apply_schema", Kind.WRITES, f"{STEPS}:apply_schema",
+             task_doc=("Additive DDL only: `_System_WorkItem.InputStartOrdinal` and `_System_ConnectorProjectionProtocol`, "
+             "each skipped when present. **Refuses** when the v2 prerequisite `ReplayOfWorkId` is missing (it is "
+             "never manufactured): land the WorkItem-only v2 handoff first, then clear."),
              commands=("apply-schema",),
              key="schema",
              dry_run="the DDL it would run, one PLAN line per missing object",
              next_action="land the v2 handoff first, then clear the task"),
         Step("wait_for_short_drain", Kind.WAITS, f"{STEPS}:wait_for_short_drain",
+             task_doc=("Deferrable, before the fence: waits, with admission still open, until the old projection backlog "
+             "would drain within `arm_when_drain_below` seconds at its measured rate (two looks give the rate), so "
+             "the admission pause holds only a short residual drain; 0 arms at once. Writes nothing and holds "
+             "nothing. **Stops and reports** (nothing written, the fence not armed) when the backlog cannot drain "
+             "(its blockers by cause) or at `pre_arm_timeout` (the remaining work and the rate). The drain the "
+             "cutover relies on is still `wait_for_drain`, after the fence."),
              key="pre_arm", bound="pre_arm_timeout", verdict=pre_arm_verdict,
              dry_run="one look at the old projection backlog (its rate needs a second look): the run would wait, "
              "with the fence not armed, while it would take longer than arm_when_drain_below to drain",
@@ -150,6 +161,11 @@ CUTOVER = Transition("connector_projection_cutover", (
                        plan="wait until the old backlog would drain within arm_when_drain_below, then arm",
                        late="waiting for its old backlog to be short before it arms")),
         Step("arm_fence", Kind.WRITES, f"{STEPS}:arm_fence", records=f"{STEPS}.fence:events",
+             task_doc=("Arms one non-expiring namespace-wide `*` admission fence held by this run (`ArmedBy`), reuses it on "
+             "rerun, or adopts the one a failed/finished run left. **Stops** at once, writing nothing, while "
+             "another unfinished run holds the tenant (named in XCom `report`), and while any fence override is "
+             "active (listed; it revokes nothing): have L2 revoke them, then clear. Keep the old workers and "
+             "dependency resolvers running."),
              commands=("arm-fence",), role="fence",
              key="fence", verdict=fence_verdict,
              dry_run="whether it would arm, reuse or adopt the fence; refusals as in the real run",
@@ -160,6 +176,12 @@ CUTOVER = Transition("connector_projection_cutover", (
     )),
     Stage(2, "Old projection work drains", group_id="step_2_drain", steps=(
         Step("wait_for_drain", Kind.WAITS, f"{STEPS}:wait_for_drain", records=f"{STEPS}.draining:events",
+             task_doc=("Deferrable: waits until no old projection WorkItem is pending, blocked, retry or processing, logging "
+             "the remaining counts and trend each poll. **Stops and reports** (XCom `report`, log) as soon as the "
+             "drain provably cannot finish within `drain_timeout` -- retry not due before the deadline, blocked on "
+             "an external dependency while no live old dependency_resolver heartbeats (with one, blocked items are "
+             "progressing), expired lease, no live old worker -- or at the timeout, reporting everything still "
+             "remaining. It never changes a WorkItem. Resolve the blockers with the old runtime, then clear."),
              commands=("drain",),
              key="drain", bound="drain_timeout", verdict=drain_verdict,
              dry_run="one look: drained, stuck (a stop) or still draining (the run would wait)",
@@ -176,6 +198,9 @@ CUTOVER = Transition("connector_projection_cutover", (
     )),
     Stage(3, "Old writers stopped, confirmed; the history digest", group_id="step_3_old_writers", steps=(
         Step("check_old_writers", Kind.WAITS, f"{STEPS}:check_old_writers",
+             task_doc=("Now stop every old ingress_writer, receipt_materializer, projection_worker and dependency_resolver "
+             "(keep the fence). Waits until `_System_ProcessRegistry` shows each one stopped or silent beyond "
+             "`stale_heartbeat`; the evidence is in XCom. **Stops** at `writers_stop_timeout`."),
              commands=("writers",),
              key="writers", bound="writers_stop_timeout", verdict=writers_verdict,
              dry_run="one look at the old writers: the run would wait for every live one",
@@ -189,12 +214,21 @@ CUTOVER = Transition("connector_projection_cutover", (
                        plan="wait until every old writer is stopped",
                        late="waiting for a live old writer to be stopped")),
         Step("confirm_writers_stopped", Kind.ASKS, f"{STEPS}:confirm_writers_stopped",
+             task_doc=("Human in the loop: shows the process evidence (and when it was taken) and asks the engineer to "
+             "confirm that no old writer will resume. The registry is read again when the answer arrives: a writer "
+             "that is live, or started or heartbeated since the evidence, fails the run. No default: **Reject or "
+             "no answer** ends the run FAILED, cutover not performed, fence still armed, no checkpoint written."),
              commands=("confirm-writers",),
              key="confirmation", planned=False, verdict=confirmation_verdict, role="confirmation",
              dry_run="asks nothing; logs the evidence it would show",
              next_action="confirm only when no old binary can resume; the database cannot prove it. If a writer came "
              "back: stop it, clear `check_old_writers`"),
         Step("history_digest", Kind.READS, f"{STEPS}:history_digest", records=f"{STEPS}.history:events",
+             task_doc=("Read only: the digest of every history `_System_Event` / `_System_WorkItem` row of the tenant "
+             "(chunks by primary key, each checksum computed in the server), taken now that no old writer can "
+             "change them. Summary (hash, rows, chunks) in the log and XCom; `final_old_writer_check` verifies it "
+             "at the end. **Stops** at `digest_timeout` or on a missing column (named): it wrote nothing, clear "
+             "it."),
              commands=("digest",),
              planned=False, heavy_read=True, role="digest",
              cancel_point="the history digest (the last step before the checkpoints)",
@@ -204,6 +238,11 @@ CUTOVER = Transition("connector_projection_cutover", (
     )),
     Stage(4, "Audit and one-time checkpoint, per pack", group_id="step_4_checkpoint", steps=(
         Step("audit_and_checkpoint", Kind.WRITES, f"{STEPS}:audit_and_checkpoint", records=f"{STEPS}.checkpoints:events",
+             task_doc=("One per pack: the Controlplane lifecycle entrypoint (same as `connector-projection-cutover`) with a "
+             "bounded `lock_timeout`. Under the namespace/pack locks it verifies the fence is in force with no "
+             "active override, audits retained responsibility and writes only `LegacyMaxOrdinal`; an existing "
+             "checkpoint is returned unchanged. **Refusals** fail with every finding in the log and XCom `report`: "
+             "they need a separately reviewed recovery decision."),
              commands=("checkpoint", "activate-pack"),
              key="checkpoints", verdict=checkpoint_verdict, role="checkpoints",
              per_pack_of="resolve_packs", provisional_while=("wait_for_drain",),
@@ -214,12 +253,21 @@ CUTOVER = Transition("connector_projection_cutover", (
              "clear and rerun"),
     )),
     Stage(5, "New host, admission resumes, the proofs", group_id="step_5_release", steps=(
-        Step("start_new_host", Kind.ASKS, f"{STEPS}:start_new_host", records=f"{STEPS}.new_host:events",
+        Step("start_new_host", Kind.ASKS, f"{STEPS}:start_new_host",
+             role="host", kind_text="starts the new host by `host_controller`; asks a person only when it is `manual`",
+             records=f"{STEPS}.new_host:events",
+             task_doc=("Starts the matching new host per `host_controller`: `manual` asks you (HITL) to start it, `command` "
+             "runs the Variable `nexus_host_command` (default: the reference `nexus-host`), `http` POSTs to the "
+             "deployer connection. Skips when a new host already runs. **Abort** fails the run; the fence stays "
+             "armed."),
              commands=("start-host",),
              key="host", planned=False,
              dry_run="how it would start the host, and the new hosts live now",
              next_action="fix the host, clear the task"),
         Step("verify_readiness", Kind.WAITS, f"{STEPS}:verify_readiness",
+             task_doc=("Deferrable: waits for a registered ProjectionProtocol=1 integration_host with ActivatedAt and a "
+             "fresh heartbeat, and no live old writer. **Stops** at `readiness_timeout`: check the host log, "
+             "clear."),
              commands=("readiness",),
              key="readiness", bound="readiness_timeout", verdict=readiness_verdict, dry_run_judged=False,
              dry_run="one look at the new host's readiness (the run starts the host first: not part of the verdict)",
@@ -234,12 +282,19 @@ CUTOVER = Transition("connector_projection_cutover", (
                        "Check the host's logs, fix, then clear resume_admission (it waits for readiness, then releases)",
                        plan="wait for the new host to be ready")),
         Step("resume_admission", Kind.WRITES, f"{STEPS}:resume_admission", records=f"{STEPS}.release:events",
+             task_doc=("Re-checks readiness, then releases the fence this run holds (sets ReleasedAt): admission resumes "
+             "through L2 and the new host. Already released: no-op success; held by another run: stops."),
              commands=("release-fence",),
              key="release", planned=False, role="release", fused_into="resume_admission",
              dry_run="the fence it would release once ready",
              next_action="check the new host's log, then clear `resume_admission` (in the DAG it waits for readiness "
              "again, then releases); a fence held by another run is that run's to release"),
         Step("final_old_writer_check", Kind.READS, f"{STEPS}:final_old_writer_check", records=f"{STEPS}.final_check:events",
+             task_doc=("Reports any old-protocol writer seen after the fence release (**do not restart an old writer after "
+             "this point**), then verifies the history digest: any history row changed, missing or extra since "
+             "`history_digest` fails the task, named by key with the columns that differ (rows admitted above the "
+             "cutoffs and range work may change). On success emits the Asset event nexus://<tenant>/connector- "
+             "projection-ranges with the per-pack cutoffs and the verified digest as extra."),
              commands=("verify",),
              key="final", planned=False, verdict=final_verdict, role="final",
              # its own task: a heavy read queues for the cluster's read pool, which must never delay the release
