@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
-from nexus_cutover import db
+from nexus_cutover import db, deadlines
 from nexus_cutover.db import Deadline, classify, mask_dsn, parse_dsn
 from nexus_cutover.errors import BadInput, CutoverError, LockTimeout, MissingSchema, Unreachable
 
@@ -228,9 +228,9 @@ def test_translate_errors_reraises_as_the_contract_error_from_the_driver_error()
 
 @pytest.fixture
 def clock(monkeypatch):
-    """A settable monotonic clock for nexus_cutover.db (only that module's view of ``time``)."""
+    """A settable monotonic clock for :class:`Deadline` (only its module's view of ``time``: nexus_cutover.deadlines)."""
     now = types.SimpleNamespace(value=1000.0)
-    monkeypatch.setattr(db, "time", types.SimpleNamespace(monotonic=lambda: now.value))
+    monkeypatch.setattr(deadlines, "time", types.SimpleNamespace(monotonic=lambda: now.value))
     return now
 
 

@@ -1,9 +1,15 @@
-"""Connections to a tenant database: DSN handling, engines, deadlines, error mapping.
+"""Connections to a tenant database: engines, the session check, TLS, error mapping; the door to DSNs and deadlines.
+
+What it holds: :func:`make_engine` and what it hangs on an engine (the session check, TLS, SQLite's BEGIN), and the
+mapping of driver errors to the contract's errors. The DSN handling (:mod:`nexus_cutover.dsn`) and the deadlines
+with their session bounds (:mod:`nexus_cutover.deadlines`) live beside it and are re-exported here, so every
+importer keeps ``from .db import ...``. The MySQL/MariaDB/TiDB error numbers (and PostgreSQL's SQLSTATEs) are spelled
+here and nowhere else in the product.
 
 Invariants:
 
 * A DSN comes only from the environment (or, in Airflow, from a connection);
-  it is validated here and only ever printed through :func:`mask_dsn`.
+  it is validated (:func:`parse_dsn`) and only ever printed through :func:`mask_dsn` (:mod:`nexus_cutover.dsn`).
 * Two dialect families are supported: MySQL protocol (TiDB, MySQL, MariaDB via
   ``mysql+pymysql`` / ``mysql+mysqldb``) and SQLite (the embedded default).
 * On SQLite, a transaction opened with ``execution_options(sqlite_begin="IMMEDIATE")``
@@ -31,30 +37,45 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import os
 import re
 import ssl
-import time
 import weakref
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
-from urllib.parse import quote_plus
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL
 
 from . import catalog, tls
+from .deadlines import (  # noqa: F401 - re-exported: importers know these as db's
+    Deadline,
+    bound_lock_waits,
+    bounded_session,
+    is_mysql,
+    is_sqlite,
+    session_execute,
+)
+from .dsn import (  # noqa: F401 - re-exported: importers know these as db's
+    DSN_ENV_CUTOVER,
+    DSN_ENV_LEDGER,
+    DSN_ENV_TENANT,
+    MALFORMED,
+    MASK,
+    MIN_SECRET_SEARCHED,
+    SECRET_PARAMETER_ENDINGS,
+    SECRET_PARAMETER_WORDS,
+    SQLITE_DRIVERS,
+    dsn_from_env,
+    dsn_secrets,
+    hide_dsn_secrets,
+    host_environment,
+    is_secret_parameter,
+    mask_dsn,
+    parse_dsn,
+    withheld_from_host,
+)
 from .errors import BadInput, CutoverError, LockTimeout, MissingSchema, Unreachable
-
-DSN_ENV_CUTOVER = "CONNECTOR_CUTOVER_DSN"
-DSN_ENV_TENANT = "NEXUS_TENANT_DSN"
-#: The delivery ledger's database (``nexus-cutover report``; :mod:`nexus_cutover.ledger`): never a tenant's.
-DSN_ENV_LEDGER = "NEXUS_LEDGER_DSN"
-
-_MYSQL_DRIVERS = {"mysql", "mysql+pymysql", "mysql+mysqldb", "mariadb+pymysql", "mariadb+mysqldb"}
-_SQLITE_DRIVERS = {"sqlite", "sqlite+pysqlite"}
 
 # MySQL/MariaDB/TiDB error numbers we classify: the only place the project spells them.
 _LOCK_WAIT_TIMEOUT = 1205
@@ -68,152 +89,6 @@ _ACCESS_DENIED = {1044, 1045}
 _UNKNOWN_DATABASE = 1049
 _NO_SUCH_TABLE = 1146
 _NO_SUCH_COLUMN = 1054
-
-
-def dsn_from_env(*names: str) -> str:
-    """The first non-empty variable of ``names``; :class:`BadInput` naming them all if none."""
-    for name in names:
-        value = os.environ.get(name, "").strip()
-        if value:
-            return value
-    raise BadInput(
-        "no tenant database given: set "
-        + " or ".join(names)
-        + " to an SQLAlchemy URL such as mysql+pymysql://user:pw@host:3306/tenant_db or sqlite:///path"
-    )
-
-
-def parse_dsn(dsn: str) -> URL:
-    """Validate ``dsn``; :class:`BadInput` (never echoing the password) when malformed."""
-    try:
-        url = make_url(dsn)
-    except (sa_exc.ArgumentError, ValueError) as exc:
-        raise BadInput(
-            "malformed DSN: expected an SQLAlchemy URL such as "
-            "mysql+pymysql://user:pw@host:3306/tenant_db or sqlite:///path"
-        ) from exc
-    driver = url.drivername
-    if driver in _SQLITE_DRIVERS:
-        is_file = url.database and url.database != ":memory:" and not url.database.startswith("file:")
-        if is_file and not os.path.exists(url.database):
-            raise BadInput(f"malformed DSN: SQLite database file {url.database!r} does not exist")
-        return url
-    if driver in _MYSQL_DRIVERS:
-        if not url.host:
-            raise BadInput(f"malformed DSN: {mask_dsn(url)} has no host")
-        if "@" in url.host:  # an unencoded '@' in the password: its tail was taken for the host
-            raise BadInput("malformed DSN: the host contains '@'; write an '@' of the user name or password as %40")
-        if not url.database:
-            raise BadInput(f"malformed DSN: {mask_dsn(url)} names no database (the tenant schema)")
-        return url
-    raise BadInput(
-        f"malformed DSN: unsupported scheme {driver!r}; use mysql+pymysql://, mysql+mysqldb:// or sqlite:///"
-    )
-
-
-#: Query-parameter names (lower case, ``-`` read as ``_``) whose value :func:`mask_dsn` hides, by what they contain.
-SECRET_PARAMETER_WORDS = ("password", "passwd", "pwd", "secret", "token", "credential")
-#: ...and by how they end: TLS key material (``ssl_key``, ``ssl-key``, ``key``, ``private_key``, ``api_key``).
-SECRET_PARAMETER_ENDINGS = ("key",)
-#: The ``ssl`` parameter is hidden unless it is one of these words: as an Airflow connection's ``ssl`` extra it is a
-#: mapping (``{'ca': ..., 'key': ...}``) that may carry key material.
-_PLAIN_SSL_VALUES = {"", "0", "1", "true", "false", "yes", "no", "on", "off", "required", "disabled", "preferred"}
-MASK = "***"
-MALFORMED = "<malformed DSN>"
-_MASK_TOKEN = "NEXUSMASKEDVALUE"  # rendered as is by SQLAlchemy, then shown as MASK
-
-
-def is_secret_parameter(name: str, value: str = "") -> bool:
-    """Whether :func:`mask_dsn` hides the value of the DSN query parameter ``name`` (see its docstring)."""
-    key = name.strip().lower().replace("-", "_")
-    if any(word in key for word in SECRET_PARAMETER_WORDS) or key.endswith(SECRET_PARAMETER_ENDINGS):
-        return True
-    return key == "ssl" and str(value).strip().lower() not in _PLAIN_SSL_VALUES
-
-
-def mask_dsn(dsn: str | URL) -> str:
-    """``dsn`` as it may be shown: every secret it carries replaced by ``***``; never raises.
-
-    The one masking function of the project: every log line, message and page that shows a DSN shows this.
-    Hidden: the password before the ``@``; the value of every query parameter whose name (case-insensitive,
-    ``-`` read as ``_``) contains ``password``, ``passwd``, ``pwd``, ``secret``, ``token`` or ``credential``
-    (PyMySQL takes ``?password=``/``?passwd=`` as the password), or ends in ``key`` (``ssl_key``, ``ssl-key``,
-    ``key``: TLS key material; PyMySQL reads ``ssl_key`` as a file path, but a path to a private key is hidden too,
-    since the text cannot tell a path from key contents); and ``ssl`` unless it is a plain switch such as
-    ``true`` (an Airflow connection's ``ssl`` extra is a mapping that may hold the key). Certificate paths
-    (``ssl_ca``, ``ssl_cert``) and every other parameter are shown: they are not secret and they help find a
-    wrong setting. A DSN that cannot be parsed, or whose host contains ``@`` (part of an unencoded password,
-    see :func:`parse_dsn`), is shown as ``<malformed DSN>``.
-    """
-    try:
-        url = dsn if isinstance(dsn, URL) else make_url(dsn)
-        if url.host and "@" in url.host:
-            return MALFORMED
-        query = {name: tuple(_MASK_TOKEN if is_secret_parameter(name, v) else v for v in values)
-                 if isinstance(values, tuple) else (_MASK_TOKEN if is_secret_parameter(name, values) else values)
-                 for name, values in url.query.items()}
-        return url.set(query=query).render_as_string(hide_password=True).replace(_MASK_TOKEN, MASK)
-    except Exception:  # noqa: BLE001 - a malformed DSN is shown as a placeholder only
-        return MALFORMED
-
-
-def dsn_secrets(dsn: str) -> list[str]:
-    """The secret values ``dsn`` carries (those :func:`mask_dsn` hides), as written and percent-decoded; never raises."""
-    found = {dsn}  # the whole DSN, should a message quote it
-    try:
-        url = make_url(dsn)
-    except Exception:  # noqa: BLE001 - unparseable: only the whole text is known to be secret
-        return [dsn] if dsn else []
-    if url.password:
-        found.add(str(url.password))
-    for name, values in url.query.items():
-        for value in values if isinstance(values, tuple) else (values,):
-            if is_secret_parameter(name, value):
-                found.update({value, quote_plus(value)})
-    if url.host and "@" in url.host:  # an unencoded '@' in the password: everything between '://' and the last '@'
-        found.add(dsn.split("://", 1)[-1].rsplit("@", 1)[0])
-    return sorted((s for s in found if len(s) >= MIN_SECRET_SEARCHED), key=len, reverse=True)
-
-
-def host_environment(environ: Mapping[str, str], dsn: str) -> dict[str, str]:
-    """The environment a new host is started with: ``environ`` (its starter's) without what the host must not hold,
-    and ``dsn`` as ``NEXUS_TENANT_DSN``, the one secret it needs (with its TLS parameters, so it connects as the run
-    does). Withheld (:func:`withheld_from_host`): Airflow's configuration and connections (``AIRFLOW*``: the metadata
-    database's URL, the Fernet key, the broker's password, every other tenant's connection), the other DSN variable,
-    and every variable whose name says it holds a secret (as :func:`mask_dsn` reads a parameter's name)."""
-    env = {name: value for name, value in environ.items() if not withheld_from_host(name)}
-    if dsn:
-        env[DSN_ENV_TENANT] = dsn
-    return env
-
-
-def withheld_from_host(name: str) -> bool:
-    """Whether :func:`host_environment` leaves the variable ``name`` out."""
-    key = name.strip().upper()
-    return key.startswith("AIRFLOW") or key in (DSN_ENV_TENANT, DSN_ENV_CUTOVER) or is_secret_parameter(name)
-
-
-#: Secrets shorter than this are not searched for in free text by :func:`hide_dsn_secrets`: they would hide ordinary
-#: words and protect nothing (a password that short is no secret).
-MIN_SECRET_SEARCHED = 4
-
-
-def hide_dsn_secrets(text: str, dsn: str) -> str:
-    """``text`` (an error message, a driver's text) with the whole ``dsn`` shown masked and each secret it carries
-    (:func:`dsn_secrets`) replaced by ``***``: the last guard before an error line is printed."""
-    if dsn and dsn in text:
-        text = text.replace(dsn, mask_dsn(dsn))
-    for secret in dsn_secrets(dsn):
-        text = text.replace(secret, MASK)
-    return text
-
-
-def is_sqlite(bind: Engine | Connection) -> bool:
-    return bind.dialect.name == "sqlite"
-
-
-def is_mysql(bind: Engine | Connection) -> bool:
-    return bind.dialect.name in ("mysql", "mariadb")
 
 
 #: The session isolations the transaction policy works with (MySQL spells them with dashes).
@@ -267,7 +142,7 @@ def make_engine(dsn: str | URL, *, connect_timeout: float = 10.0, **kwargs) -> E
     connection is secured as the DSN's TLS parameters say (:mod:`nexus_cutover.tls`) and checked by
     :func:`session_problem` first."""
     url = dsn if isinstance(dsn, URL) else parse_dsn(dsn)
-    if url.drivername in _SQLITE_DRIVERS:
+    if url.drivername in SQLITE_DRIVERS:
         engine = create_engine(
             url,
             connect_args={"timeout": max(0.1, connect_timeout), "check_same_thread": False},
@@ -307,7 +182,7 @@ def tls_report(engine: Engine, conn: Connection | None = None) -> dict[str, Any]
         return None
     report = {**settings.report(), "text": settings.describe()}
     if conn is not None:
-        rows = _session_execute(conn, "SHOW SESSION STATUS LIKE 'Ssl_version'")
+        rows = session_execute(conn, "SHOW SESSION STATUS LIKE 'Ssl_version'")
         report["in_use"] = (str(rows[0][1]) or None) if rows else None
     return report
 
@@ -407,75 +282,6 @@ def _configure_sqlite(engine: Engine) -> None:
         mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
         conn.exec_driver_sql(f"BEGIN {'IMMEDIATE' if mode == 'IMMEDIATE' else 'DEFERRED'}")
 
-
-@dataclass
-class Deadline:
-    """A monotonic deadline shared by every wait of one call (``-timeout``)."""
-
-    seconds: float
-    started: float = field(default_factory=time.monotonic)
-
-    def remaining(self) -> float:
-        return self.seconds - (time.monotonic() - self.started)
-
-    def expired(self) -> bool:
-        return self.remaining() <= 0
-
-    def check(self, what: str) -> None:
-        if self.expired():
-            raise LockTimeout(f"timed out after {self.seconds:g}s while {what}; nothing written")
-
-    def whole_seconds(self) -> int:
-        """Remaining time rounded up to a whole second, at least 1 (InnoDB's unit)."""
-        return max(1, int(math.ceil(self.remaining())))
-
-
-def _session_execute(conn: Connection, sql: str, params: tuple = ()) -> list:
-    """Run a session-level statement on the raw DBAPI connection (no SQLAlchemy autobegin)."""
-    cursor = conn.connection.dbapi_connection.cursor()
-    try:
-        cursor.execute(sql, params) if params else cursor.execute(sql)
-        return list(cursor.fetchall()) if cursor.description else []
-    finally:
-        cursor.close()
-
-
-def bound_lock_waits(conn: Connection, deadline: Deadline) -> None:
-    """Bound every row-lock wait of ``conn`` by what is left of ``deadline`` (see :func:`bounded_session`)."""
-    if is_mysql(conn):
-        _session_execute(conn, "SET SESSION innodb_lock_wait_timeout = %s", (deadline.whole_seconds(),))
-    elif is_sqlite(conn):
-        _session_execute(conn, f"PRAGMA busy_timeout = {max(1, int(deadline.remaining() * 1000))}")
-
-
-@contextlib.contextmanager
-def bounded_session(conn: Connection, deadline: Deadline, *, statements: bool = False) -> Iterator[None]:
-    """Bound lock waits (and, with ``statements``, each statement's run time) by ``deadline``.
-
-    The settings are session-level, so they are restored on exit: a pooled
-    connection never carries one call's limits into the next.
-    """
-    saved_busy = None
-    if is_sqlite(conn):
-        saved_busy = _session_execute(conn, "PRAGMA busy_timeout")[0][0]
-    bound_lock_waits(conn, deadline)
-    mariadb = getattr(conn.dialect, "is_mariadb", False)
-    if statements and is_mysql(conn):
-        if mariadb:
-            _session_execute(conn, "SET SESSION max_statement_time = %s", (max(0.001, deadline.remaining()),))
-        else:
-            _session_execute(conn, "SET SESSION max_execution_time = %s", (max(1, int(deadline.remaining() * 1000)),))
-    try:
-        yield
-    finally:
-        with contextlib.suppress(Exception):
-            if is_mysql(conn):
-                _session_execute(conn, "SET SESSION innodb_lock_wait_timeout = DEFAULT")
-                if statements:
-                    name = "max_statement_time" if mariadb else "max_execution_time"
-                    _session_execute(conn, f"SET SESSION {name} = DEFAULT")
-            elif saved_busy is not None:
-                _session_execute(conn, f"PRAGMA busy_timeout = {int(saved_busy)}")
 
 
 def driver_error_code(exc: BaseException) -> int | None:

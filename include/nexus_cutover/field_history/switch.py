@@ -19,7 +19,7 @@ status (a failed row is redelivered or retired by a separately reviewed decision
 
 The steps (each a transaction of the one policy, READ COMMITTED on MySQL):
 
-1. **Preconditions, then reservation off** (:func:`.gates.stage_3` with
+1. **Preconditions, then reservation off** (:func:`.stage3_gate.stage_3` with
    :func:`reservation_off_in`, under the namespace lock when given): no deployed producer older than the
    release, no pre-cutover outbox work, no failed outbox row; then
    ``FieldHistorySequenceReservationEnabled = false`` is committed. It stays off
@@ -50,7 +50,7 @@ The steps (each a transaction of the one policy, READ COMMITTED on MySQL):
    the same transaction. While it holds the sequence locks no reservation can
    commit, so no eligible NULL row can appear between the last check and the switch.
 
-:func:`preview_in` is what ``stage3 -check`` reads (:func:`.gates.stage_3_check` decides
+:func:`preview_in` is what ``stage3 -check`` reads (:func:`.stage3_gate.stage_3_check` decides
 on it with the switch's own rules): :func:`switch_checks` without a barrier, the open
 outbox rows and the live outbox workers, read-only, switching nothing.
 """
