@@ -94,6 +94,9 @@ def test_a_dag_run_the_run_command_and_the_step_by_step_commands_record_the_same
         airflow_db, three_tenants, tenant_connection, tmp_path, monkeypatch):
     from nexus_airflow import metrics
 
+    # this machine's ledger spool, empty: what an earlier test left in the default one would be caught up here and
+    # counted (nexus.ledger.caught_up) on one path only
+    monkeypatch.setenv("NEXUS_LEDGER_SPOOL_DIR", str(tmp_path / "spool"))
     ledger_file = tmp_path / "ledger.db"
     ledger = f"sqlite:///{ledger_file}"
     tenant_connection("nexus_ledger", raw_json=json.dumps({"conn_type": "sqlite", "host": str(ledger_file)}))
