@@ -25,6 +25,8 @@ from tests.support import mysql_database
 PREFIX = "everypath"
 HOLDER_RUN, HOLDER_STEPS = "cli:run-of-acme", "cli:steps-of-acme"
 FAST = ["-poll-interval", "200ms", "-stale-heartbeat", "30s"]
+#: Figures sent only once measured: a drain's rate needs two looks 0.2 s apart or more.
+MEASURED = {"nexus.drain.rate"}
 
 
 @pytest.fixture
@@ -141,8 +143,10 @@ def test_a_dag_run_the_run_command_and_the_step_by_step_commands_record_the_same
     assert by_run[("nexus-cutover", HOLDER_STEPS)] == dag_kinds  # step by step: the same again
     actors = {r["actor"] for r in rows if r["run_id"] == HOLDER_STEPS}
     assert actors == {"dana"}  # -actor names the person on every row of the command line's run
-    # the same metric names on both paths (the CLI's plain StatsD, the DAG's Airflow client)
-    assert dag_names and run_names == dag_names == steps_names, (dag_names ^ run_names, dag_names ^ steps_names)
+    # the same metric names on both paths (the CLI's plain StatsD, the DAG's Airflow client); a drain's rate is sent
+    # only once two looks measured it, which depends on how fast the old runtime drained this tenant, not on the path
+    assert dag_names and run_names - MEASURED == dag_names - MEASURED == steps_names - MEASURED, (
+        dag_names ^ run_names, dag_names ^ steps_names)
 
 
 def _stop(pid) -> None:
