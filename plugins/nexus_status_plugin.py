@@ -1,6 +1,7 @@
 """Registers the tenant status view (``plugins/nexus_status``): a FastAPI app and two nav entries (tenants, rollouts),
 the API server middleware that makes a refused trigger form's answer readable (``nexus_status.form_errors``), and, in the
-API server, one HITL question per try (``nexus_airflow.hitl_tries``: a cleared confirmation asks with its own evidence).
+API server, one HITL question per try (``nexus_airflow.compat.install_question_per_try``: a cleared confirmation asks
+with its own evidence; ``NEXUS_AIRFLOW_COMPAT_QUESTION_PER_TRY=0`` leaves Airflow's sessions untouched).
 
 Airflow loads every plugin in every process it starts, each task's included (to integrate macros and listeners);
 only the API server reads ``fastapi_apps`` and ``fastapi_root_middlewares``. So the FastAPI app and the middleware
@@ -42,9 +43,9 @@ class NexusStatusPlugin(AirflowPlugin):
     def fastapi_apps(self) -> list[dict]:
         from nexus_status.app import app
 
-        from nexus_airflow import hitl_tries
+        from nexus_airflow.compat import install_question_per_try
 
-        hitl_tries.install()  # a cleared HITL task asks its own question (issue 34.4): the API server clears tasks
+        install_question_per_try()  # a cleared HITL task asks its own question (issue 34.4): the API server clears tasks
 
         return [{"app": app, "url_prefix": URL_PREFIX, "name": "Nexus tenant status"}]
 

@@ -252,6 +252,32 @@ def test_nothing_imports_a_private_module_of_airflow():
     assert not found, report("only Airflow's public modules may be imported", found)
 
 
+#: Airflow's modules that are not its public interface for a plugin, a provider or a task (issue 49): reached only
+#: through ``nexus_airflow.compat``, with its version range, its contract test and its switch.
+AIRFLOW_INTERNALS = ("airflow.models", "airflow.utils.session", "airflow.sdk.execution_time", "airflow.sdk.bases")
+COMPAT = PLUGINS / "nexus_airflow" / "compat.py"
+
+
+def test_airflow_internals_are_reached_only_through_the_compat_module():
+    """Issue 49, item 1: Airflow's ORM models, its sessions, the Task SDK's supervisor channel and XCom base class are
+    imported in ``plugins/nexus_airflow/compat.py`` only, and only it names ``SUPERVISOR_COMMS`` or listens on an ORM
+    session's events (a platform team re-validates that one module at an Airflow upgrade)."""
+    found = sorted({f"{where(p, line)} imports {mod}" for root in (PLUGINS, DAGS) for p in python_files(root)
+                    if p != COMPAT for line, mod in imports(p) if mod.startswith(AIRFLOW_INTERNALS)})
+    for root in (PLUGINS, DAGS):
+        for p in python_files(root):
+            if p == COMPAT:
+                continue
+            for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Name) and node.id == "SUPERVISOR_COMMS":
+                    found.append(f"{where(p, node.lineno)} names SUPERVISOR_COMMS")
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "listen"
+                        and isinstance(node.func.value, ast.Name) and node.func.value.id == "event"):
+                    found.append(f"{where(p, node.lineno)} listens on an event")
+    assert not found, report("Airflow's internals are reached only through nexus_airflow.compat", found)
+    assert any(mod.startswith(AIRFLOW_INTERNALS) for _, mod in imports(COMPAT))  # the check looks where they are
+
+
 #: What the plugins and the command lines may import of the cutover's domain (``nexus_cutover.projection``): its
 #: declaration, its door (the step bodies, what they return and raise, the reads callers show), the fleet's
 #: preflight and dry run over it, and the DAG's parse-time limits. Nothing deeper (issue 35, item 2).

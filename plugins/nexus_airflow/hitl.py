@@ -13,7 +13,7 @@ Invariants:
   otherwise the run fails ("cutover not performed"), nothing is confirmed and
   the fence stays armed. The answer's log and XCom say how old the evidence was.
 * A question shows the evidence of the try that asks it, with its time and try number: a cleared step asks a
-  question of its own (``nexus_airflow.hitl_tries``), and refuses to park under an earlier try's question that
+  question of its own (``nexus_airflow.compat``), and refuses to park under an earlier try's question that
   Airflow kept (apache/airflow#72155).
 * On a dry run nothing is asked: the step logs what it would ask.
 * Who may answer: with ``approvers`` set, only they (HITL ``assigned_users``, and
@@ -171,8 +171,8 @@ class _StrictHITL(HITLOperator):
 
     def _refuse_a_carried_over_question(self, context) -> None:
         """Stop rather than park under a question this try did not write (an earlier try's, kept by Airflow when
-        a process without :mod:`nexus_airflow.hitl_tries` cleared the task): its evidence would be that try's."""
-        from nexus_airflow.hitl_tries import stored_question
+        a process without :mod:`nexus_airflow.compat` cleared the task): its evidence would be that try's."""
+        from nexus_airflow.compat import stored_question
 
         subject, body = stored_question(self, context["ti"].id)
         if (subject, body) != (self.subject, self.body):

@@ -51,14 +51,8 @@ def task_instance_mutation_hook(task_instance, dag_run=None) -> None:
 
 
 def pool_exists(pool: str, dag_run) -> bool | None:
-    """Whether Airflow has the pool ``pool``, read on the session ``dag_run`` belongs to (the transaction that is
-    creating its task instances); None when the run has no session to read on."""
-    from airflow.models.pool import Pool
-    from sqlalchemy import select
-    from sqlalchemy.orm import object_session
+    """Whether Airflow has the pool ``pool`` (:func:`nexus_airflow.compat.pool_exists`: read on the transaction that
+    is creating the run's task instances); None when the run has no session to read on."""
+    from nexus_airflow.compat import pool_exists as exists
 
-    session = object_session(dag_run) if dag_run is not None else None
-    if session is None:
-        return None
-    with session.no_autoflush:
-        return session.scalar(select(Pool.id).where(Pool.pool == pool)) is not None
+    return exists(pool, dag_run)

@@ -274,18 +274,16 @@ class WaveAnswerPoller:
         self.deadline = _parse(deadline)
 
     def poll(self) -> dict[str, Any]:
-        from airflow.sdk.bases.xcom import BaseXCom
-        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
-
         from nexus_airflow import rollout as ro
+        from nexus_airflow.compat import dag_run_state, xcom_of_run
 
         def xcom(key: str) -> Any:
-            return BaseXCom.get_one(key=key, dag_id=ro.ROLLOUT_DAG, task_id=ro.wave_task(self.wave, ro.CONFIRM_TASK),
-                                    run_id=self.rollout_run_id, map_index=-1)
+            return xcom_of_run(key=key, dag_id=ro.ROLLOUT_DAG, task_id=ro.wave_task(self.wave, ro.CONFIRM_TASK),
+                               run_id=self.rollout_run_id, map_index=-1)
 
         answer = xcom(ro.ANSWER_KEY)
         state = ro.wave_wait_state(answer, xcom(ro.SHOWN_KEY) if not answer else None,
-                                   RuntimeTaskInstance.get_dagrun_state(ro.ROLLOUT_DAG, self.rollout_run_id) if not answer
+                                   dag_run_state(ro.ROLLOUT_DAG, self.rollout_run_id) if not answer
                                    else "running", self.tenant)
         return {"state": WAITING if state == "waiting" else state,
                 "message": f"wave {self.wave} of rollout {self.rollout_run_id}: {state.replace('_', ' ')}"}

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nexus_airflow import results
+from nexus_airflow.compat import model
+from nexus_airflow.compat import session as metadata_session
 
 CUTOVER_DAG = "connector_projection_cutover"
 FIELD_HISTORY_DAG = "field_history_eligibility"
@@ -74,7 +76,7 @@ def runs_that_matter(session, tenants: set[str], holders: dict[str, str | None] 
     triggered after it (a second run refused while the tenant is held, a dry run) does not take its place: it
     is listed in ``later``. Without a holder among the runs, and for the Field History DAG, the newest run.
     """
-    from airflow.models.dagrun import DagRun
+    DagRun = model("DagRun")
     from sqlalchemy import select
 
     rows = session.execute(
@@ -103,7 +105,7 @@ def _latest_runs(session, tenants: set[str]) -> dict[tuple[str, str], str]:
 
 def _xcoms(session, runs: dict[tuple[str, str], str]) -> dict[tuple[str, str, str], Any]:
     """(run_id, task_id, key) -> value of the proof tasks' ``return_value`` and ``report`` XComs of ``runs``."""
-    from airflow.models.xcom import XComModel
+    XComModel = model("XComModel")
     from sqlalchemy import select
 
     if not runs:
@@ -170,9 +172,8 @@ def _report(xcoms: dict[tuple[str, str, str], Any], run_id: str, step: str) -> d
 def latest_proofs(tenants: list[str]) -> dict[str, dict[str, Any]]:
     """tenant -> {"cutover": ..., "field_history": ...} for the tenants that have runs; {} without a metadata DB."""
     try:
-        from airflow.utils.session import create_session
 
-        with create_session() as session:
+        with metadata_session() as session:
             runs = _latest_runs(session, set(tenants))
             xcoms = _xcoms(session, runs)
     except Exception as exc:  # noqa: BLE001 - no metadata DB (a unit call): the tenant databases still show

@@ -43,13 +43,15 @@ import math
 import statistics
 from typing import Any
 
+from nexus_airflow.compat import model
+from nexus_airflow.compat import session as metadata_session
 from nexus_status.runs import xcom_value as _json
 
 LATEST = 5
 
 
 def _rollout_runs(session, limit: int, run_id: str | None = None) -> list[dict[str, Any]]:
-    from airflow.models.dagrun import DagRun
+    DagRun = model("DagRun")
     from sqlalchemy import select
 
     from nexus_airflow import rollout as contract
@@ -68,7 +70,7 @@ def _iso(value) -> str | None:
 def _rollout_xcoms(session, runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """run_id -> {"plan": ..., "waves": {k: ...}, "summary": ...} from one XCom query (on the primary key's
     ``dag_run_id`` prefix: a rollout's history of XComs is never scanned)."""
-    from airflow.models.xcom import XComModel
+    XComModel = model("XComModel")
     from sqlalchemy import select
 
     from nexus_airflow import rollout as contract
@@ -103,7 +105,7 @@ def _rollout_xcoms(session, runs: list[dict[str, Any]]) -> dict[str, dict[str, A
 
 def _controls(session, run_ids: list[str]) -> dict[str, str]:
     """rollout run_id -> the raw value of its control Variable (absent: none set)."""
-    from airflow.models.variable import Variable
+    Variable = model("Variable")
     from sqlalchemy import select
 
     from nexus_airflow import rollout as contract
@@ -124,7 +126,7 @@ def control_state(raw: str | None) -> str:
 
 def _tenant_runs(session, run_ids: list[str]) -> dict[str, dict[str, Any]]:
     """cutover run_id -> {"state", "start_date", "end_date"} for the runs that exist (chunked IN queries)."""
-    from airflow.models.dagrun import DagRun
+    DagRun = model("DagRun")
     from sqlalchemy import select
 
     from nexus_airflow import rollout as contract
@@ -140,9 +142,8 @@ def _tenant_runs(session, run_ids: list[str]) -> dict[str, dict[str, Any]]:
 
 def membership(rollout_run_id: str | None) -> tuple[str | None, dict[str, int]]:
     """(the rollout run, tenant -> wave) of ``rollout_run_id`` or the latest rollout run ({} if none)."""
-    from airflow.utils.session import create_session
 
-    with create_session() as session:
+    with metadata_session() as session:
         runs = _rollout_runs(session, 1, rollout_run_id)
         if not runs:
             return rollout_run_id, {}
@@ -153,12 +154,11 @@ def membership(rollout_run_id: str | None) -> tuple[str | None, dict[str, int]]:
 
 def rollouts(limit: int = LATEST, cache=None) -> dict[str, Any]:
     """The latest ``limit`` rollout runs as the page shows them (see the module docstring)."""
-    from airflow.utils.session import create_session
 
     from nexus_airflow import rollout as contract
     from nexus_status.runs import summaries, task_states
 
-    with create_session() as session:
+    with metadata_session() as session:
         runs = _rollout_runs(session, limit)
         ids = [r["run_id"] for r in runs]
         xcoms = _rollout_xcoms(session, runs)
@@ -174,9 +174,8 @@ def rollouts(limit: int = LATEST, cache=None) -> dict[str, Any]:
 
 def preflight_rows(run_id: str) -> list[dict[str, Any]] | None:
     """The preflight table of the rollout run ``run_id`` (None: no such run, or no table yet)."""
-    from airflow.utils.session import create_session
 
-    with create_session() as session:
+    with metadata_session() as session:
         runs = _rollout_runs(session, 1, run_id)
         return _rollout_xcoms(session, runs)[run_id]["preflight"] if runs else None
 

@@ -34,6 +34,9 @@ import json
 from typing import Any
 from urllib.parse import quote
 
+from nexus_airflow.compat import model
+from nexus_airflow.compat import session as metadata_session
+
 ACTIVE = ("awaiting_input", "running", "deferred", "up_for_reschedule", "up_for_retry", "restarting", "queued",
           "scheduled")
 STOPPED = ("failed",)
@@ -51,7 +54,7 @@ def _chunks(items: list, size: int = CHUNK):
 
 def task_states(session, dag_id: str, run_ids: list[str]) -> dict[str, list[tuple[str, str]]]:
     """run_id -> [(task_id, state)] of the tasks of ``dag_id``'s runs that are active or failed."""
-    from airflow.models.taskinstance import TaskInstance as TI
+    TI = model("TaskInstance")
     from sqlalchemy import select
 
     out: dict[str, list[tuple[str, str]]] = {}
@@ -67,7 +70,7 @@ def task_states(session, dag_id: str, run_ids: list[str]) -> dict[str, list[tupl
 
 def failure_reports(session, dag_id: str, failed: dict[str, str]) -> dict[str, Any]:
     """run_id -> the XCom ``report`` of its failed task (``failed``: run_id -> task_id)."""
-    from airflow.models.xcom import XComModel
+    XComModel = model("XComModel")
     from sqlalchemy import select
 
     out: dict[str, Any] = {}
@@ -167,9 +170,8 @@ def latest_runs(tenants: list[str], holders: dict[str, str | None] | None = None
     from nexus_status import proofs
 
     try:
-        from airflow.utils.session import create_session
 
-        with create_session() as session:
+        with metadata_session() as session:
             chosen = proofs.runs_that_matter(session, set(tenants), holders)
             xcoms = proofs._xcoms(session, {k: c.run_id for k, c in chosen.items()})
             by_dag: dict[str, dict[str, str]] = {}

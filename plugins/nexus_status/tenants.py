@@ -36,6 +36,9 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
+from nexus_airflow.compat import model
+from nexus_airflow.compat import session as metadata_session
+
 PREFIX = "nexus_tenant_"
 ENV_PREFIX = "AIRFLOW_CONN_" + PREFIX.upper()
 REFRESH_S = float(os.environ.get("NEXUS_STATUS_REFRESH_S", "10"))
@@ -53,11 +56,10 @@ def tenant_conn_ids() -> list[str]:
     """Every tenant connection id, sorted: the metadata DB's (one indexed LIKE query) and the environment's."""
     ids: set[str] = set()
     try:
-        from airflow.models.connection import Connection
-        from airflow.utils.session import create_session
+        Connection = model("Connection")
         from sqlalchemy import select
 
-        with create_session() as session:
+        with metadata_session() as session:
             ids.update(session.execute(select(Connection.conn_id).where(Connection.conn_id.like(f"{PREFIX}%"))).scalars())
     except Exception:  # noqa: BLE001 - no metadata DB (e.g. a unit test): the environment still counts
         pass

@@ -1,7 +1,7 @@
 """A re-asked confirmation shows the evidence of the try that asks it (issue 34.4; real runs, real metadata DB).
 
 Airflow 3.3.2 carries a HITL task's question over to its next try (apache/airflow#72155, see
-``nexus_airflow.hitl_tries``). Here a person clears ``check_old_writers`` (and its downstream, as the UI's Clear
+``nexus_airflow.compat``). Here a person clears ``check_old_writers`` (and its downstream, as the UI's Clear
 does) through the same REST endpoint the UI calls, while the first question waits; ``dag.test()`` then runs the
 cleared tasks again in the same run, and the second try's question is read as the person sees it.
 """
@@ -83,18 +83,19 @@ def test_a_cleared_confirmation_asks_again_with_the_evidence_of_its_own_try(dag,
 
 @pytest.fixture
 def without_question_per_try():
-    """A process that clears without ``nexus_airflow.hitl_tries`` (e.g. ``airflow tasks clear``)."""
+    """A process that clears without the question-per-try fix (e.g. ``airflow tasks clear``, or an API server with
+    ``NEXUS_AIRFLOW_COMPAT_QUESTION_PER_TRY=0``)."""
     from sqlalchemy import event
     from sqlalchemy.orm import Session
 
-    from nexus_airflow import hitl_tries
+    from nexus_airflow import compat
 
-    hitl_tries.install()
-    event.remove(Session, "before_flush", hitl_tries._drop_archived_questions)
+    compat.install_question_per_try()
+    event.remove(Session, "before_flush", compat._drop_archived_questions)
     try:
         yield
     finally:
-        event.listen(Session, "before_flush", hitl_tries._drop_archived_questions)
+        event.listen(Session, "before_flush", compat._drop_archived_questions)
 
 
 def test_a_question_airflow_carried_over_from_an_earlier_try_is_never_asked(dag, tenant, without_question_per_try):
