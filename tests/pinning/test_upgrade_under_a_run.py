@@ -87,7 +87,10 @@ def _parked(stack, run_id: str) -> bool:
     if stack.dag_run(DAG, run_id)["state"] in ("success", "failed"):
         raise AssertionError(f"run {run_id} ended before the confirmation: "
                              f"{[(t['task_id'], t['state']) for t in stack.task_instances(DAG, run_id)]}")
-    return any(d["task_instance"]["task_id"] == CONFIRM_TASK for d in stack.pending_hitl(DAG, run_id))
+    # parked, and the scheduler has handled the parked try's exit: a deploy (a restart) before that leaves the exit
+    # unhandled, and the answer's step is then never resumed (the run's wait is the executor's, not the product's)
+    return (any(d["task_instance"]["task_id"] == CONFIRM_TASK for d in stack.pending_hitl(DAG, run_id))
+            and stack.park_handled(DAG, run_id, CONFIRM_TASK))
 
 
 def _conf(**more) -> dict:
