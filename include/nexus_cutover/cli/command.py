@@ -127,7 +127,8 @@ def recorded(c: Command, fn: Callable[[Command], tuple[int, dict[str, Any]]], *,
         try:
             code, result = fn(c)
         except (Stopped, TimedOut) as exc:
-            if _verdict(step, exc.report) is not None and _verdict(step, exc.report).outcome is Outcome.WAIT:
+            looked = _verdict(step, exc.report)
+            if looked is not None and looked.outcome is Outcome.WAIT:
                 clock.settled = True  # one look at a wait that goes on (drain without --wait): not a stop
             raise
         value = result if c.value is None else c.value
