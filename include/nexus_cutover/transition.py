@@ -110,8 +110,8 @@ class Wait:
     """How a waiting step is waited on where a poller looks at it again and again (the DAG's sensor and trigger):
     the kind of look, and the texts a person reads about the wait."""
 
-    #: The kind of look (the adapter runs its poller of that kind, over the step's body): ``drain``, ``pre_arm``,
-    #: ``old_writers``, ``readiness``.
+    #: The kind of look: ``drain``, ``pre_arm``, ``old_writers``, ``readiness`` (a name for the look, in texts and
+    #: a trigger's kwargs from earlier releases).
     poller: str
     #: The stop when the wait cannot end within its bound (the step's :attr:`Step.bound`).
     ran_out: str
@@ -120,6 +120,14 @@ class Wait:
     #: A wait that can last (a backlog, a person): what a tenant parked in it is doing, as a rollout's wave question
     #: names it (late: not waited for by its wave-mates). None: a wait that does not make a tenant late.
     late: str | None = None
+    #: The step's :class:`~nexus_cutover.watch.Watch`, dotted (``module:Class``, in the step's own module): what one
+    #: look is, on every path that repeats it (the command line, the trigger, a sensor).
+    watch: str = ""
+
+    def watch_class(self):
+        """The declared watch class (imported when asked: the DAG files read the declaration at parse time)."""
+        module, _, name = self.watch.partition(":")
+        return getattr(importlib.import_module(module), name)
 
 
 @dataclass(frozen=True)

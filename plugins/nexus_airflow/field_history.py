@@ -39,7 +39,7 @@ from nexus_airflow.params import (
     poll_interval_field,
     resolve,
 )
-from nexus_airflow.pollers import WAITING, _EnginePoller
+from nexus_airflow.pollers import StepPoller
 from nexus_airflow.sensors import StatusPollSensor
 
 VERSION_PATTERN = r"^\d+(\.\d+)*$"
@@ -228,52 +228,16 @@ class Stage1Operator(GateOperator):
         return super().execute(context)
 
 
-class OutboxDrainPoller(_EnginePoller):
-    """Pre-cutover Audit V2 outbox work: ``drained``, ``stuck`` (failed rows, no live worker), ``timed_out`` or waiting."""
+class OutboxDrainPoller(StepPoller):
+    """Stage 2's outbox wait (:class:`nexus_cutover.field_history.steps.OutboxWatch`) from a connection id."""
 
-    def __init__(
-        self,
-        conn_id: str,
-        namespace: str,
-        deadline: str,
-        stale_heartbeat_s: float,
-        producer_release: str,
-        initial_remaining: int | None = None,
-        *,
-        step: str | None = None,
-    ):
+    kind = "outbox"
+
+    @staticmethod
+    def transition():
         from nexus_cutover.field_history.transition import FIELD_HISTORY
 
-        # the sensor's step; without one (a trigger's kwargs from before it was passed), the declared outbox wait
-        super().__init__(conn_id, namespace, deadline, stale_heartbeat_s, step=step or FIELD_HISTORY.with_role("outbox").name)
-        self.producer_release = producer_release
-        self.initial = initial_remaining
-
-    def poll(self) -> dict[str, Any]:
-        from nexus_cutover.field_history.steps import FieldHistoryRun, run_step
-        from nexus_cutover.transition import Outcome
-
-        looked = run_step(self.step, FieldHistoryRun(
-            self.engine, namespace=self.namespace, producer_release=self.producer_release,
-            heartbeat_window_s=self.stale.total_seconds()))
-        state, report, verdict = looked.domain, looked.value, looked.verdict
-        if self.initial is None:
-            self.initial = state.remaining
-        progress = f"{state.remaining} pre-cutover outbox row(s) open {state.open_rows}"
-        if self.initial:
-            progress += f", {self.initial - state.remaining} of {self.initial} delivered since start"
-        if verdict.proceeds:
-            return {"state": "drained", "message": "pre-cutover outbox work drained", "report": report}
-        if verdict.outcome is Outcome.STOP:
-            return {"state": "stuck", "message": progress + "; stuck: " + "; ".join(state.stuck_reasons), "report": report}
-        if self.expired():
-            return {"state": "timed_out", "message": progress + "; drain_timeout reached", "report": report}
-        return {
-            "state": WAITING,
-            "message": progress + f"; {state.live_workers} live worker(s)",
-            "remaining": state.remaining,
-            "report": report,
-        }
+        return FIELD_HISTORY
 
 
 class OutboxDrainSensor(StatusPollSensor):

@@ -292,9 +292,8 @@ def wait_of(step: str) -> TenantWait:
     wait = CUTOVER[step].wait
     if wait is None:
         raise KeyError(f"{step}: no wait declared")
-    path = POLLERS[wait.poller]
-    poller = import_poller(path)
-    return TenantWait(path, poller.done, wait.ran_out, wait.plan, poller.text_key, poller.params)
+    watch = wait.watch_class()
+    return TenantWait(POLLERS[wait.poller], watch.done, wait.ran_out, wait.plan, watch.text_key, watch.params)
 
 
 class TenantWaitSensor(StatusPollSensor):

@@ -12,19 +12,18 @@ import logging
 import os
 import subprocess
 import sys
-import time
 from typing import Any
 
 from .. import polling
 from ..clock import utcnow
 from ..db import DSN_ENV_TENANT
 from ..errors import BadInput
-from ..events import drain_looked
 from ..metrics import failure_reason
 from ..projection import dry_run, steps
 from ..projection.transition import CUTOVER
 from ..recording import timed
 from ..transition import PROCEED, Outcome, Transition, Verdict, verdict_line
+from ..watch import WAITING
 from .command import CLI_TAKE_OVER, EXIT_OK, EXIT_REFUSED, PROGRAM, Command, Stopped, TimedOut, save_digest
 
 log = logging.getLogger(PROGRAM)
@@ -120,36 +119,20 @@ def _stop_message(step: str, result) -> str:
 
 
 def _wait(c: Command, run: steps.CutoverRun, step):
-    """Run a waiting step's body until its verdict is no longer ``wait``; at its bound (the flag named by the
-    step's :attr:`~nexus_cutover.transition.Step.bound`) a stop that says it timed out. A look that counts
-    remaining work (a drain's) sends its figures, as the DAG's poller does: remaining, rate, ETA."""
+    """Poll a waiting step's declared watch (the one the DAG's trigger polls) until its look no longer waits; at its
+    bound (the flag named by the step's :attr:`~nexus_cutover.transition.Step.bound`) a stop that says it timed out.
+    The figures a look measures (a drain's remaining work, rate and ETA) go to the invocation's recorder."""
     timeout_s = float(getattr(c.args, step.bound))
     run.deadline = _now() + dt.timedelta(seconds=timeout_s)
-    samples: list[tuple[float, int]] = []
-
-    def look():
-        result = steps.run_step(step.name, run)
-        send_look_figures(c, step.name, result.value, samples)
-        return result
-
-    result, ran_out = polling.wait_until(look, lambda looked: looked.verdict.outcome is Outcome.WAIT,
+    watch = step.wait.watch_class()(run.engine, run.namespace, step.name, run.deadline,
+                                    stale_heartbeat_s=run.stale_heartbeat_s, record=c.recorder.emit, run=run)
+    looked, ran_out = polling.wait_until(watch.poll, lambda look: look["state"] == WAITING,
                                          poll_interval=c.args.poll_interval, timeout_s=timeout_s)
-    if ran_out:
+    result = watch.last
+    if ran_out or looked["state"] == "timed_out":
         result.verdict = Verdict(Outcome.STOP, f"{step.name} did not pass within {timeout_s:g}s: "
                                  f"{result.verdict.reason}", timed_out=True)
     return result
-
-
-def send_look_figures(c: Command, step: str, value: Any, samples: list[tuple[float, int]]) -> None:
-    """A wait's look that counts remaining work (a drain's) as figures, as the DAG's poller sends them: remaining,
-    the rate over the looks so far (``samples``, kept by the caller), the ETA."""
-    remaining = value.get("remaining") if isinstance(value, dict) else None
-    if not isinstance(remaining, int):
-        return
-    samples.append((time.monotonic(), remaining))
-    rate = value.get("rate_per_min", polling.measured_rate(samples[-steps.RATE_SAMPLES:]))
-    eta = value.get("eta_s", polling.eta_seconds(remaining, rate))
-    c.recorder.emit([drain_looked(remaining, rate, eta, step=step)])
 
 
 def _confirm(c: Command, ev) -> str:

@@ -36,6 +36,7 @@ from ..projection import steps
 from ..projection.digest_limits import DEFAULT_DIGEST_CONNECTIONS, MAX_DIGEST_CONNECTIONS
 from ..projection.transition import CUTOVER, DEFAULT_ARM_WHEN_DRAIN_BELOW_S
 from ..transition import Outcome
+from ..watch import WAITING
 from .command import (
     CLI_TAKE_OVER,
     EXIT_OK,
@@ -60,7 +61,7 @@ from .common import (
     run_command,
     utc_time_arg,
 )
-from .cutover_run import _confirm, _start_new_host, cmd_plan, cmd_run, send_look_figures
+from .cutover_run import _confirm, _start_new_host, cmd_plan, cmd_run
 from .recording import default_actor
 
 __all__ = ["CLI_TAKE_OVER", "COMMANDS", "Command", "EXIT_OK", "EXIT_REFUSED", "EXIT_TIMEOUT", "Stopped", "TimedOut",
@@ -96,25 +97,22 @@ def cmd_arm_fence(c: Command) -> tuple[int, dict[str, Any]]:
     return EXIT_OK, result.as_json()
 
 
-def _drain_once(c: Command, deadline: dt.datetime):
-    return steps.drain(c.engine, c.args.namespace, deadline=deadline, stale_heartbeat=c.stale)
-
-
 def cmd_drain(c: Command) -> tuple[int, dict[str, Any]]:
-    """One look (exit 0 drained, 3 stuck, 4 not yet), or with --wait the sensor's wait (0 drained, 3 stuck, 4 timeout)."""
+    """One look (exit 0 drained, 3 stuck, 4 not yet), or with --wait the sensor's wait (0 drained, 3 stuck, 4 timeout):
+    the declared watch of the drain (the DAG's trigger polls the same), its figures to the invocation's recorder."""
     deadline = utcnow() + dt.timedelta(seconds=c.args.drain_timeout)
     step = CUTOVER.for_command(c.args.command)
-
-    samples: list[tuple[float, int]] = []
+    watch = step.wait.watch_class()(c.engine, c.args.namespace, step.name, deadline,
+                                    stale_heartbeat_s=c.stale.total_seconds(), record=c.recorder.emit)
 
     def look():
-        report = _drain_once(c, deadline)
-        c.say(report.counts_text())
-        send_look_figures(c, step.name, report.as_json(), samples)
-        return report, step.verdict(report.as_json())
+        looked = watch.poll()
+        c.say(watch.last.domain.counts_text())
+        return looked
 
-    (report, verdict), _ = polling.wait_until(look, lambda looked: c.args.wait and looked[1].outcome is Outcome.WAIT,
-                                              poll_interval=c.args.poll_interval)
+    polling.wait_until(look, lambda looked: c.args.wait and looked["state"] == WAITING,
+                       poll_interval=c.args.poll_interval)
+    report, verdict = watch.last.domain, watch.last.verdict
     if verdict.proceeds:
         return EXIT_OK, report.as_json()
     c.say(report.report_text())

@@ -25,7 +25,8 @@ from sqlalchemy import Engine
 from .. import events as E
 from ..db import Deadline
 from ..events import Event
-from ..transition import StepResult
+from ..transition import Outcome, StepResult
+from ..watch import WAITING, Watch
 from . import gates
 from .transition import FIELD_HISTORY
 
@@ -121,3 +122,35 @@ def events(step: str, r: dict) -> list[Event]:
     return [Event(E.GATE_PASSED, step, outcome=f"stage {r.get('stage')} passed" + (" (already done)" if r.get("already_done") else ""),
                   reason=r.get("summary"),
                   detail={"stage": r.get("stage"), "actions": r.get("actions") or [], "counts": r.get("counts") or {}})]
+
+
+class OutboxWatch(Watch):
+    """Stage 2's wait on the pre-cutover Audit V2 outbox: ``drained``, ``stuck`` (failed rows, no live worker),
+    ``timed_out`` at the deadline, else waiting (with the rows still open and how many were delivered since the
+    watch's first look)."""
+
+    done = "drained"
+
+    def __init__(self, engine, namespace: str, step: str, deadline, *, stale_heartbeat_s: float,
+                 producer_release: str, initial_remaining: int | None = None, record=None) -> None:
+        super().__init__(engine, namespace, step, deadline, record=record)
+        self.run = FieldHistoryRun(engine, namespace=namespace, producer_release=producer_release,
+                                   heartbeat_window_s=float(stale_heartbeat_s))
+        self.initial = initial_remaining
+
+    def poll(self) -> dict[str, Any]:
+        looked = self.last = run_step(self.step, self.run)
+        state, report, verdict = looked.domain, looked.value, looked.verdict
+        if self.initial is None:
+            self.initial = state.remaining
+        progress = f"{state.remaining} pre-cutover outbox row(s) open {state.open_rows}"
+        if self.initial:
+            progress += f", {self.initial - state.remaining} of {self.initial} delivered since start"
+        if verdict.proceeds:
+            return {"state": self.done, "message": "pre-cutover outbox work drained", "report": report}
+        if verdict.outcome is Outcome.STOP:
+            return {"state": "stuck", "message": progress + "; stuck: " + "; ".join(state.stuck_reasons), "report": report}
+        if self.expired():
+            return {"state": "timed_out", "message": progress + "; drain_timeout reached", "report": report}
+        return {"state": WAITING, "message": progress + f"; {state.live_workers} live worker(s)",
+                "remaining": state.remaining, "report": report}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..transition import PROCEED, Kind, Outcome, Stage, Step, Transition, Verdict
+from ..transition import PROCEED, Kind, Outcome, Stage, Step, Transition, Verdict, Wait
 
 STEPS = "nexus_cutover.field_history.steps"
 NO_DRY_RUN = "none: the gate checks before it acts, and acts only when every check holds"
@@ -54,7 +54,11 @@ FIELD_HISTORY = Transition("field_history_eligibility", (
              "logging the remaining count each poll. **Stops and reports** failed pre-cutover rows, open rows "
              "without a live `audit_outbox_worker`, or `drain_timeout`. It never changes an outbox row."),
              dry_run=NO_DRY_RUN, next_action="resolve it with the outbox worker, then clear stage_2_drain_outbox",
-             role="outbox"),
+             role="outbox",
+             wait=Wait("outbox", watch=f"{STEPS}:OutboxWatch",
+                       ran_out="the pre-cutover outbox work did not drain within drain_timeout: stopped and reported "
+                       "(no outbox row was changed)",
+                       plan="wait for the pre-cutover outbox work to drain")),
         Step("stage_2_materialize", Kind.WRITES, f"{STEPS}:stage_2_materialize", records=f"{STEPS}:events", verdict=gate_verdict,
              task_doc=("Sets NULL rows with a FieldId and a HistorySequence to TRUE where an interval proves eligibility and "
              "FALSE where none does, in keyset batches of `batch_size`, each its own transaction, never "

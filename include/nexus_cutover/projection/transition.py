@@ -155,7 +155,7 @@ CUTOVER = Transition("connector_projection_cutover", (
              "workers), or trigger with a larger arm_when_drain_below (0 arms at once, as before). Clear the task",
              wait_action="nothing: the old runtime drains its backlog while admission stays open; the run arms the "
              "fence by itself once the rest would drain within arm_when_drain_below",
-             wait=Wait("pre_arm",
+             wait=Wait("pre_arm", watch=f"{STEPS}.pre_arm:PreArmWatch",
                        ran_out="the old projection backlog did not get short enough to arm the fence within "
                        "pre_arm_timeout: stopped and reported (nothing was written; the fence is not armed)",
                        plan="wait until the old backlog would drain within arm_when_drain_below, then arm",
@@ -190,7 +190,7 @@ CUTOVER = Transition("connector_projection_cutover", (
              wait_action="nothing while it drains: the old runtime finishes its work and the run goes on by itself. "
              "Stuck items (named by cause) need the old runtime or a separately reviewed operational decision",
              role="drain",
-             wait=Wait("drain",
+             wait=Wait("drain", watch=f"{STEPS}.draining:DrainWatch",
                        ran_out="the drain of old projection work cannot finish within drain_timeout: stopped and "
                        "reported (no WorkItem was changed; the fence stays armed)",
                        plan="wait for the drain",
@@ -208,7 +208,7 @@ CUTOVER = Transition("connector_projection_cutover", (
              wait_action="stop every live old writer named (keep the fence); the run goes on by itself once none is "
              "live, then asks you to confirm",
              role="writers",
-             wait=Wait("old_writers",
+             wait=Wait("old_writers", watch=f"{STEPS}.writers:WritersWatch",
                        ran_out="old-protocol writers are still live after writers_stop_timeout: stop them (keep the "
                        "fence), then clear check_old_writers",
                        plan="wait until every old writer is stopped",
@@ -277,7 +277,7 @@ CUTOVER = Transition("connector_projection_cutover", (
              role="readiness",
              # one task with the release: inside the admission pause every task costs Airflow a start and a handoff
              fused_into="resume_admission",
-             wait=Wait("readiness",
+             wait=Wait("readiness", watch=f"{STEPS}.new_host:ReadinessWatch",
                        ran_out="the new host did not become ready within readiness_timeout; admission stays fenced. "
                        "Check the host's logs, fix, then clear resume_admission (it waits for readiness, then releases)",
                        plan="wait for the new host to be ready")),

@@ -9,6 +9,7 @@ from ...events import Event
 from ...transition import StepResult
 from .. import actions
 from .context import CutoverRun, _judged
+from .watching import CutoverWatch
 
 
 def start_new_host(run: CutoverRun) -> StepResult:
@@ -45,3 +46,16 @@ def events(step: str, r: dict) -> list[Event]:
     return [Event(E.HOST_STARTED, step, outcome=outcome, actor=r.get("responded_by"),
                   detail={k: v for k, v in r.items() if k in ("already_running", "host_pid", "controller", "status",
                                                               "responded_at")})]
+
+
+class ReadinessWatch(CutoverWatch):
+    """The new host's readiness: ``ready``, ``timed_out`` at the deadline, else ``waiting``."""
+
+    done = "ready"
+
+    def poll(self) -> dict:
+        looked = self.look()
+        r = looked.domain
+        message = (f"ready: activated integration_host(s) {', '.join(h['process_id'] for h in r.ready_hosts)}"
+                   if looked.verdict.proceeds else "not ready: " + "; ".join(r.reasons))
+        return self.looked(looked, message, report_text=message)

@@ -11,6 +11,7 @@ from ...transition import StepResult
 from .. import actions
 from ..drain import live_old_work_ids
 from .context import CutoverRun, _judged
+from .watching import CutoverWatch
 
 #: How many looks the old backlog's drain rate is measured over (an old burst does not skew the ETA for long).
 RATE_SAMPLES = 20
@@ -50,3 +51,22 @@ def _backlog_rate(run: CutoverRun, remaining: int) -> float | None:
     finishing = measured_rate([(s, -n) for s, n in run.backlog_finished])
     return finishing if finishing else measured_rate(run.backlog_samples)
 
+
+
+class PreArmWatch(CutoverWatch):
+    """The old backlog before the fence is armed: ``short`` (arm now), ``stuck`` (it cannot drain), ``timed_out``
+    at the deadline, else waiting. One run of the step for the watch's life: its drain rate spans its looks."""
+
+    done, text_key = "short", "report_text"
+    params = (("arm_when_drain_below_s", "arm_when_drain_below"), ("drain_timeout_s", "drain_timeout"))
+
+    def __init__(self, engine, namespace: str, step: str, deadline, *, arm_when_drain_below_s: float = 0.0,
+                 drain_timeout_s: float = 3600.0, **kwargs) -> None:
+        super().__init__(engine, namespace, step, deadline, arm_when_drain_below_s=float(arm_when_drain_below_s),
+                         drain_timeout_s=float(drain_timeout_s), **kwargs)
+
+    def poll(self) -> dict:
+        looked = self.look()
+        message = (f"arming: {looked.domain.counts_text()}" if looked.verdict.proceeds else looked.verdict.reason)
+        return self.looked(looked, message, report_text=looked.domain.report_text(),
+                           progress=[looked.value["remaining"]])

@@ -10,6 +10,7 @@ from ...errors import Refused
 from ...transition import StepResult
 from .. import actions
 from .context import CutoverRun, _judged
+from .watching import CutoverWatch
 
 #: The question a person answers at ``confirm_writers_stopped`` (``{tenant}`` filled in), on every path that asks.
 QUESTION = ("Every old ingress_writer, receipt_materializer, projection_worker and dependency_resolver of {tenant} is "
@@ -78,3 +79,18 @@ def confirm_writers_stopped(run: CutoverRun) -> StepResult:
     return _judged("confirm_writers_stopped", {"confirmed_by": confirmed_by, **answer.value},
                    keyed={"evidence": ev.as_json()})
 
+
+
+class WritersWatch(CutoverWatch):
+    """The old-protocol writers: ``stopped`` when all are stopped or silent, ``timed_out`` at the deadline."""
+
+    done, text_key = "stopped", "evidence_md"
+
+    def poll(self) -> dict:
+        looked = self.look()
+        live = [p["process_id"] for p in looked.domain.live]
+        if looked.verdict.proceeds:
+            message = f"every old-protocol writer of {self.namespace!r} is stopped or silent"
+        else:
+            message = f"{len(live)} old-protocol writer(s) still live: {', '.join(live[:20])}; stop them (keep the fence)"
+        return self.looked(looked, message, report_text=looked.keyed[self.text_key])
