@@ -247,6 +247,16 @@ def _cut_over(ti) -> str:
         f"{pause:.1f} s" if isinstance(pause, (int, float)) else "-")
 
 
+def _cut_over_before(ti) -> str | None:
+    """:func:`nexus_airflow.results.cut_over_before` (None when it cannot be read: the notice is then sent)."""
+    from nexus_airflow import results
+
+    try:
+        return results.cut_over_before(ti) if ti is not None else None
+    except Exception:  # noqa: BLE001 - a notice is never lost to a failed read
+        return None
+
+
 def _task_label(ti) -> str:
     map_index = getattr(ti, "map_index", -1)
     return ti.task_id if map_index is None or map_index < 0 else f"{ti.task_id}[{map_index}]"
@@ -309,6 +319,9 @@ class CutoverNotifier(BaseNotifier):
         params = context.get("params") or {}
         if self.event == SUCCESS and params.get("dry_run"):
             return  # a dry run cuts nothing over
+        if self.event == SUCCESS and (before := _cut_over_before(context.get("ti"))):
+            self.log.info("no cut-over notice: %s", before)  # a rerun cut nothing over: nobody is told it did
+            return
         if self.event == FAILURE and (params.get("rollout") or {}).get("run_id") and decided_by_rollout(
                 self._report(context)):
             self.log.info("this stop is the rollout's decision: its message reports it, with the wave's tenants")

@@ -148,9 +148,14 @@ def _emit_the_asset_event(op: BaseOperator, context, value: dict[str, Any], step
     (not on a dry run)."""
     from airflow.sdk import Asset, AssetAlias
 
+    from nexus_airflow.results import cut_over_before
+
     p = params_of(context)
     if p.dry_run:
         return value
+    if (before := cut_over_before(context["ti"])) is not None:  # a rerun: nothing was cut over by this run
+        op.log.info("%s: %s. No Asset event: this run changed nothing.", p.tenant, before)
+        return {**value, "already_cut_over": before} if isinstance(value, dict) else value
     fault_point(f"{step}.before_emit")
     context["outlet_events"][AssetAlias(ASSET_ALIAS)].add(Asset(asset_uri(p.tenant)), extra=value)
     op.log.info("cutover complete for %s: %s. Do not restart an old writer after this point.", p.tenant, value)

@@ -136,6 +136,15 @@ def fence(ti):
     return FenceResult.from_json(raw) if isinstance(raw, dict) and "outcome" in raw else None
 
 
+def cut_over_before(ti) -> str | None:
+    """When the run found its tenant cut over before it (its fence step: ``not_needed``), what it says: when and by
+    which run (:func:`nexus_cutover.projection.steps.already_cut_over`); else None."""
+    from nexus_cutover.projection.steps import already_cut_over
+
+    found = fence(ti)
+    return already_cut_over(found.as_json()) if found is not None and found.not_needed else None
+
+
 def checkpoints(ti) -> dict[str, int | None]:
     """The step with the role ``checkpoints`` (``audit_and_checkpoint``): pack -> its LegacyMaxOrdinal (None when
     not written), over every map index."""

@@ -218,23 +218,37 @@ def test_a_reject_states_the_tenants_real_state(dag, tenant):
 
 
 def test_a_rerun_of_a_cut_over_tenant_ends_success_without_asking(dag, tenant, tenant_connection):
+    """A rerun of a cut-over tenant asks nothing and writes nothing; it says when and by which run the tenant was cut
+    over, sends no cut-over notice and emits no Asset event (issue 51, item 4)."""
+    from tests.dags.test_cutover_dag_runs import asset_events
+    from tests.notify_sinks import SmtpSink
+
     engine, conn_id = tenant
     drained_tenant().write(engine)
-    with Deployer(engine) as deployer:
+    uri = f"nexus://{NS}/connector-projection-ranges"
+    with Deployer(engine) as deployer, SmtpSink() as mail:
         tenant_connection("nexus_deployer_test", raw_json=deployer.connection_json)
+        tenant_connection("nexus_notify_rerun", raw_json=mail.connection_json())
         with HitlAnswerer(DAG_ID, {"confirm_writers_stopped": CONFIRM}):
-            first = run_dag(dag, base_conf(conn_id))
+            first = run_dag(dag, base_conf(conn_id, notify_conn_id="nexus_notify_rerun"))
         assert first.state == "success", first.task_states
-        before = snapshot(engine)
+        cut_over_notices = [m["Subject"] for m in mail.messages if "CUT OVER" in m["Subject"]]
+        assert len(cut_over_notices) == 1, [m["Subject"] for m in mail.messages]  # the first run's, once
+        before, events_before, sent_before = snapshot(engine), len(asset_events(uri)), len(mail.messages)
         # a question, if one parked, would be seen and left unanswered (the run would then fail at its timeout)
         with HitlAnswerer(DAG_ID, {"confirm_writers_stopped": lambda detail: None}) as nobody:
-            again = run_dag(dag, base_conf(conn_id, confirm_timeout=60))
+            again = run_dag(dag, base_conf(conn_id, confirm_timeout=60, notify_conn_id="nexus_notify_rerun"))
+        sent_by_rerun = [m["Subject"] for m in mail.messages[sent_before:]]
     assert again.state == "success", again.task_states
     assert nobody.seen == []
     assert again.xcom("arm_fence")["outcome"] == "not_needed"
     assert again.xcom("confirm_writers_stopped")["outcome"] == "nothing_to_confirm"
     assert again.xcom("resume_admission")["outcome"] == "already_released"
     assert snapshot(engine) == before
+    said = again.xcom("final_old_writer_check")["already_cut_over"]
+    released_at = first.xcom("resume_admission")["released_at"].replace("T", " ")[:19]
+    assert said.startswith(f"already cut over at {released_at} UTC by airflow:{DAG_ID}:{first.run_id}"), said
+    assert sent_by_rerun == [] and len(asset_events(uri)) == events_before
 
 
 def test_the_form_refuses_unknown_keys_before_reading_anything(dag, tenant):

@@ -248,7 +248,11 @@ def _arm(
         if not is_cut_over(packs=len(packs), checkpointed=len(packs), cutover_fences=0, above_cutoff=len(above)):
             raise OldWorkAboveCutoff(namespace, above)
         last = last_released_cutover_fence(conn, namespace)
-        return FenceResult(namespace, "not_needed", last["FenceId"] if last else None, others)
+        if last is None:
+            return FenceResult(namespace, "not_needed", None, others)
+        # who cut the tenant over and when (the last released cutover fence): what a rerun says instead of cutting over
+        return FenceResult(namespace, "not_needed", last["FenceId"], others, previous_holder=last.get("ArmedBy"),
+                           armed_at=last.get("ArmedAt"), released_at=last.get("ReleasedAt"))
     if dry_run:
         return FenceResult(namespace, "would_arm", None, others, holder=decide.me)
     if seam is not None:

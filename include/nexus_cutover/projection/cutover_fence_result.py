@@ -57,7 +57,7 @@ class FenceResult:
     def from_json(cls, raw: dict[str, Any]) -> FenceResult:
         """The result :meth:`as_json` serialized (what another task reads back)."""
         return cls(raw["namespace"], raw["outcome"], raw.get("fence_id"), list(raw.get("other_fences_in_force") or []),
-                   raw.get("previous_holder"), raw.get("holder"))
+                   raw.get("previous_holder"), raw.get("holder"), raw.get("armed_at"), raw.get("released_at"))
 
     @property
     def not_needed(self) -> bool:

@@ -37,8 +37,7 @@ def arm_fence(run: CutoverRun) -> StepResult:
         value["old_work_above_cutoff"] = _above_cutoff(run)
         return _judged("arm_fence", value, fields=_above_field(value))
     if result.not_needed:
-        run.say(f"every pack of {run.namespace} is already cut over and no cutover fence is in force: not fencing "
-                f"again (last released cutover fence: {result.fence_id})")
+        run.say(f"every pack of {run.namespace} is {already_cut_over(value)}: not fencing again")
         return _judged("arm_fence", value)
     run.say(f"fence {result.fence_id}: {result.outcome} on namespace {run.namespace}"
             + (f" (taken over from {result.previous_holder})" if result.previous_holder else ""))
@@ -46,6 +45,16 @@ def arm_fence(run: CutoverRun) -> StepResult:
         run.say(f"other fences in force (left as they are): {result.other_fences_in_force}")
     run.seam("arm_fence.after_write")
     return _judged("arm_fence", value)
+
+
+def already_cut_over(fence: dict[str, Any]) -> str:
+    """What a run says of a tenant cut over before it (its fence step found nothing to fence, ``not_needed``): when
+    the last cutover fence was released and by which run (its holder), or that no release was found."""
+    if not fence.get("released_at"):
+        return "already cut over (every pack checkpointed, no cutover fence in force; no released cutover fence found)"
+    at = str(fence["released_at"]).replace("T", " ")[:19]
+    return (f"already cut over at {at} UTC by {fence.get('previous_holder') or 'an unrecorded holder'} "
+            f"(cutover fence {fence.get('fence_id')} released; every pack checkpointed)")
 
 
 def _above_field(value: dict[str, Any]) -> dict[str, Any]:
