@@ -40,6 +40,8 @@ LEDGER_KINDS = (FENCE_ARMED, FENCE_REUSED, FENCE_ADOPTED, DRAIN_DONE, EVIDENCE_S
 STEP_PASSED = "step_passed"
 #: One look of a drain wait (remaining, rate, ETA: figures only).
 DRAIN_LOOKED = "drain_looked"
+#: A run of the whole transition ended (``outcome``: ``cut_over``): what a notice tells; each step recorded its own.
+RUN_ENDED = "run_ended"
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,12 @@ def time_of(value: Any) -> dt.datetime | None:
 
 def passed(step: str, *, seconds: float | None = None, lock_wait_s: float | None = None) -> Event:
     return Event(STEP_PASSED, step, outcome="passed", seconds=seconds, lock_wait_s=lock_wait_s)
+
+
+def run_ended(outcome: str, *, checkpoints: dict[str, Any], admission_pause_s: float | None) -> Event:
+    """A run of every declared step ended (``cut_over``), with its cutoffs per pack and its admission pause."""
+    return Event(RUN_ENDED, "", outcome=outcome,
+                 detail={"checkpoints": checkpoints, "admission_pause_s": admission_pause_s})
 
 
 def stopped(step: str, reason: str, *, error: str | None = None, failure: str = "error", seconds: float | None = None,

@@ -33,31 +33,28 @@ from __future__ import annotations
 
 import contextlib
 import html
-import json
-import re
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from airflow.sdk import BaseNotifier
 
-FAILURE = "failure"
-NEEDS_CONFIRMATION = "needs_confirmation"
-SUCCESS = "success"
-FENCE_WAITING = "fence_waiting"
-#: The words of each event in a message's subject.
-WORDS = {FAILURE: "FAILED", NEEDS_CONFIRMATION: "NEEDS CONFIRMATION", SUCCESS: "CUT OVER",
-         FENCE_WAITING: "FENCED AND WAITING"}
+from nexus_cutover import notices
+from nexus_cutover.notices import (  # noqa: F401 - the words the adapter's other notices use, from the one module
+    FAILURE,
+    FENCE_WAITING,
+    NEEDS_CONFIRMATION,
+    SUCCESS,
+    WORDS,
+    Message,
+    cut_over_facts,
+    decided_by_rollout,
+    report_summary,
+    scrub,
+)
+
 VARIABLE = "nexus_notify_conn_id"
-MAX_REASON = 2000
-_CREDENTIALS_IN_URL = re.compile(r"(\b[a-zA-Z][\w+.-]*://[^:/@\s]*:)[^@\s]*@")
 #: The status view's own pages (the plugin's FastAPI app: ``plugins/nexus_status_plugin.py``'s URL prefix).
 STATUS_PREFIX = "/nexus-status"
-
-
-def scrub(text: str) -> str:
-    """``text`` with the password of any ``scheme://user:password@`` URL replaced by ``***``."""
-    return _CREDENTIALS_IN_URL.sub(r"\1***@", text)
 
 
 # -- links ---------------------------------------------------------------------------------------------------------
@@ -116,21 +113,6 @@ def links(context, *, question: bool = False, tenant: str | None = None) -> list
 
 
 # -- the message and where it goes ----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Message:
-    """One event as a person reads it: a subject, ``key: value`` lines, free text and the links."""
-
-    subject: str
-    facts: list[tuple[str, str]] = field(default_factory=list)
-    text: str = ""
-    links: list[str] = field(default_factory=list)
-
-    @property
-    def body(self) -> str:
-        lines = [f"{k}: {scrub(str(v))[:MAX_REASON]}" for k, v in self.facts]
-        return "\n".join([*lines, *([""] + [scrub(self.text)] if self.text else []), *([""] + self.links if self.links else [])])
-
 
 def channel_of(params: Any) -> str:
     """The connection id events of a run are sent through: its ``notify_conn_id``, else the Variable
@@ -201,50 +183,15 @@ def _deliver(conn_id: str, subject: str, body: str, context) -> None:
 
 # -- a tenant run's events -------------------------------------------------------------------------------------------
 
-def _blockers(report: dict[str, Any]) -> str:
-    parts = []
-    for cause, items in report["blockers"].items():
-        ids = [str(i.get("work_id")) for i in items[:5] if isinstance(i, dict)]
-        more = f" +{len(items) - len(ids)} more" if len(items) > len(ids) else ""
-        parts.append(f"{cause}: {len(items)} ({', '.join(ids)}{more})")
-    return "blockers: " + "; ".join(parts)
-
-
-def _report_summary(report: Any) -> str:
-    if isinstance(report, dict) and isinstance(report.get("blockers"), dict):
-        return _blockers(report)
-    if isinstance(report, dict) and isinstance(report.get("findings"), list):
-        kinds: dict[str, int] = {}
-        for f in report["findings"]:
-            kind = f.get("finding", "?") if isinstance(f, dict) else str(f)
-            kinds[kind] = kinds.get(kind, 0) + 1
-        return "findings: " + ", ".join(f"{k} x{n}" for k, n in kinds.items())
-    if isinstance(report, dict):  # the stop's message is already the reason: the rest of the report, not it again
-        report = {k: v for k, v in report.items() if k != "message"}
-    return "report: " + json.dumps(report, default=str)[:500]
-
-
-def decided_by_rollout(report: Any) -> bool:
-    """Whether a tenant's stop is its rollout's own decision (its wave's question rejected, unanswered or refused,
-    the rollout cancelled): the rollout's message reports it, with every tenant it stopped."""
-    if not isinstance(report, dict):
-        return False
-    answer = report.get("wave_answer")
-    return bool(report.get("cancelled_by_rollout")) or (isinstance(answer, dict) and answer.get("answer") != "approved")
-
-
 def _cut_over(ti) -> str:
     """A successful run's facts: each pack's cutoff and the admission pause its release recorded."""
     from nexus_airflow import results
 
     try:
         released = results.release(ti) or {}
-        cutoffs = ", ".join(f"{pack} {cutoff}" for pack, cutoff in results.checkpoints(ti).items()) or "none"
+        return cut_over_facts(results.checkpoints(ti), released.get("admission_pause_s"))
     except Exception:  # noqa: BLE001 - the message is sent without them
         return "cut over (read the run's XComs for its checkpoints)"
-    pause = released.get("admission_pause_s")
-    return f"checkpoints (LegacyMaxOrdinal per pack): {cutoffs}; admission paused " + (
-        f"{pause:.1f} s" if isinstance(pause, (int, float)) else "-")
 
 
 def _cut_over_before(ti) -> str | None:
@@ -263,16 +210,14 @@ def _task_label(ti) -> str:
 
 
 def tenant_message(context, event: str, reason: str, text: str, *, question: bool = False) -> Message:
-    """A tenant run's event: the subject names the event, the tenant and the step; the body the run and reason."""
+    """A tenant run's event (:func:`nexus_cutover.notices.tenant_message`) from the task's context, with its links."""
     ti = context.get("ti")
     tenant = (context.get("params") or {}).get("tenant", "?")
     dag_id = getattr(ti, "dag_id", None) or getattr(context.get("dag"), "dag_id", "?")
     task = _task_label(ti) if ti is not None else "?"
-    what = WORDS[event]
-    facts = [("event", what), ("tenant", tenant), ("dag", dag_id), ("run", context.get("run_id", "?")),
-             ("task", f"{task} (try {getattr(ti, 'try_number', '?')})"), ("reason", reason)]
-    return Message(f"[nexus] {what}: tenant {tenant}, {dag_id}.{task}", facts, text,
-                   links(context, question=question, tenant=tenant))
+    return notices.tenant_message(event, tenant=tenant, dag_id=dag_id, run_id=context.get("run_id", "?"), task=task,
+                                  task_detail=f"{task} (try {getattr(ti, 'try_number', '?')})", reason=reason,
+                                  text=text, links=links(context, question=question, tenant=tenant))
 
 
 class CutoverNotifier(BaseNotifier):
@@ -300,18 +245,13 @@ class CutoverNotifier(BaseNotifier):
         if exc is not None:
             parts.append(str(exc) or type(exc).__name__)
         if report := self._report(context):
-            summary = _report_summary(report)
+            summary = report_summary(report)
             parts = [p for p in parts if p not in summary] + [summary]  # a report that repeats the exception: once
         return " | ".join(parts) or "no reason recorded: read the task log"
 
     def message(self, context) -> Message:
         """The event as a person reads it; plain text, credentials scrubbed, bounded."""
-        text = {
-            FAILURE: "Read the task log and its XCom `report` (runbook: docs/runbook.md).",
-            NEEDS_CONFIRMATION: "Answer it in Airflow (the link below; Browse -> Required actions lists it too); "
-                                "no answer in time ends the run failed.",
-            SUCCESS: "The tenant is cut over: checkpoints written, admission resumed, the history digest verified.",
-        }[self.event]
+        text = notices.TEXTS[self.event]
         return tenant_message(context, self.event, self.reason_of(context), text,
                               question=self.event == NEEDS_CONFIRMATION)
 

@@ -1,7 +1,8 @@
 """What the command line records (issue 48): the delivery ledger (``NEXUS_LEDGER_DSN``) and the metrics
 (``NEXUS_STATSD``) of every command that runs a declared step, on SQLite (the embedded default) and MariaDB; a
 refusal's stop with its reason; the fence gauge back to 0 from ``release-fence``; a release rerun by its holder;
-a single step given ``-holder`` on another product version than the one that armed its fence."""
+a single step given ``-holder`` on another product version than the one that armed its fence; the notices a
+command sends to ``NEXUS_NOTIFY_WEBHOOK`` (a stop with its reason, a cut-over with its cutoffs and pause)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from sqlalchemy import select, update
 from nexus_cutover import catalog
 from nexus_cutover import ledger as L
 from nexus_cutover.code_version import RUNNING
-from tests.projection.test_cutover_steps_cli import NS, tenant  # noqa: F401 - the fixture
+from tests.notify_sinks import SlackWebhookSink
+from tests.projection.test_cutover_steps_cli import FAST, NS, as_json, tenant  # noqa: F401 - the fixture
+from tests.projection.test_cutover_steps_cli import cli as steps_cli
 from tests.statsd_listener import StatsdListener
 
 PREFIX = "clirecords"
@@ -138,3 +141,34 @@ def test_the_lifecycle_entrypoint_records_the_checkpoint_it_writes(tenant, tmp_p
     assert [(r["step"], r["kind"], r["pack"], r["cutoff"], r["actor"]) for r in rows] == [
         ("audit_and_checkpoint", L.CHECKPOINT, "pk-a", written["legacy_max_ordinal"], "erin")]
     assert rows[0]["holder"] == written["written_by"] == rows[0]["run_id"]
+
+
+def test_a_command_tells_its_webhook_a_stop_with_its_reason_and_a_cut_over_with_its_cutoffs(tenant):  # noqa: F811
+    """With only ``NEXUS_NOTIFY_WEBHOOK`` set, a refused step posts one FAILED notice naming the tenant, the step and
+    the refusal; ``run`` posts one CUT OVER notice with each pack's cutoff and the admission pause it reported."""
+    engine, url = tenant
+    with SlackWebhookSink() as hook:
+        env = {"NEXUS_NOTIFY_WEBHOOK": f"http://127.0.0.1:{hook.port}/notices", "NEXUS_LEDGER_DSN": "",
+               "NEXUS_STATSD": ""}
+        mine = steps_cli(url, "arm-fence", "-namespace", NS, "-holder", "cli:notices", env=env)
+        assert mine.returncode == 0, mine.stderr
+        assert hook.texts() == []  # a step that passed tells nobody
+        other = steps_cli(url, "arm-fence", "-namespace", NS, "-holder", "cli:someone-else", env=env)
+        assert other.returncode == 3, other.stderr
+        host = f"{sys.executable} -m nexus_cutover.cli.host --namespace {NS}"
+        run = steps_cli(url, "run", "-namespace", NS, "-holder", "cli:notices", *FAST, "--confirm-writers-stopped",
+                        "-host-command", host, "-json", env=env)
+        out = as_json(run)
+        with contextlib.suppress(ProcessLookupError, TypeError):
+            os.killpg(out.get("host_pid"), signal.SIGTERM)
+        assert run.returncode == 0, run.stderr[-3000:]
+        texts = hook.texts()
+    assert hook.subjects() == [f"[nexus] FAILED: tenant {NS}, nexus-cutover.arm_fence",
+                               f"[nexus] CUT OVER: tenant {NS}, nexus-cutover.run"], texts
+    failed, cut_over = texts
+    assert "run: cli:someone-else" in failed and "cli:notices" in failed  # the refusal names the fence's holder
+    assert "Read the command's output" in failed
+    for c in out["checkpoints"]:
+        assert f"{c['pack_install_id']} {c['legacy_max_ordinal']}" in cut_over
+    assert f"admission paused {out['admission_pause_s']:.1f} s" in cut_over
+    assert "run: cli:notices" in cut_over and url not in failed + cut_over

@@ -26,8 +26,10 @@ NS = "acme"
 FAST = ["-poll-interval", "200ms", "-stale-heartbeat", "5s"]
 
 
-def cli(dsn: str, *args: str, timeout: float = 180, stdin: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "NEXUS_TENANT_DSN": dsn, "NEXUS_HOST_HEARTBEAT_S": "0.5", "NEXUS_HOST_POLL_S": "0.2"}
+def cli(dsn: str, *args: str, timeout: float = 180, stdin: str | None = None,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NEXUS_TENANT_DSN": dsn, "NEXUS_HOST_HEARTBEAT_S": "0.5", "NEXUS_HOST_POLL_S": "0.2",
+           **(env or {})}
     return subprocess.run([sys.executable, "-m", "nexus_cutover.cli.cutover_steps", *args], env=env, capture_output=True,
                           text=True, timeout=timeout, input=stdin)
 

@@ -18,6 +18,7 @@ from .. import polling
 from ..clock import utcnow
 from ..db import DSN_ENV_TENANT
 from ..errors import BadInput
+from ..events import run_ended
 from ..metrics import failure_reason
 from ..projection import dry_run, steps
 from ..projection.transition import CUTOVER
@@ -70,6 +71,8 @@ def cmd_run(c: Command, transition: Transition = CUTOVER) -> tuple[int, dict[str
             out["outcome"] = "nothing_to_do"
             return EXIT_OK, out
     out["outcome"] = "cut_over"
+    c.recorder.emit([run_ended("cut_over", admission_pause_s=out.get("admission_pause_s"), checkpoints={
+        r["pack_install_id"]: r["legacy_max_ordinal"] for r in out["checkpoints"]})])
     c.say(f"cutover complete for {c.args.namespace}: "
           + ", ".join(f"{r['pack_install_id']}={r['legacy_max_ordinal']}" for r in out["checkpoints"])
           + ". Do not restart an old writer after this point.")

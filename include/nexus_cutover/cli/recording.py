@@ -7,9 +7,11 @@ Every command that runs a declared step (``nexus-cutover run`` and each single-s
 * the delivery ledger when ``NEXUS_LEDGER_DSN`` is set (the same database the Airflow connection ``nexus_ledger``
   names; an outage spools the events on this machine, as a worker does: :mod:`nexus_cutover.ledger_spool`);
 * the metrics when ``NEXUS_STATSD=host:port`` is set (a StatsD listener: the names, tags and prefix a DAG's task
-  sends; ``NEXUS_STATSD_PREFIX``, default ``airflow``).
+  sends; ``NEXUS_STATSD_PREFIX``, default ``airflow``);
+* the notices when ``NEXUS_NOTIFY_WEBHOOK`` is set (a Slack-compatible incoming webhook: a stop with its reason, a
+  cut-over with its cutoffs and pause: :class:`~nexus_cutover.notices.NoticeSink`, the words a DAG's run sends).
 
-Neither set: nothing is recorded, as before. The run is the command's own: its DAG column is the program
+None set: nothing is recorded, as before. The run is the command's own: its DAG column is the program
 (``nexus-cutover``, ``connector-projection-cutover``, ``field-history-eligibility``), its run id the holder
 (``-holder``: give the same one to each step-by-step command of one cutover and they are one run; the default is
 unique per invocation), its actor ``-actor`` (default the operating system's user). A dry run records nothing.
@@ -23,12 +25,14 @@ from typing import Any
 
 from ..db import DSN_ENV_LEDGER
 from ..metrics import StatsdSender
+from ..notices import NoticeSink, WebhookSender
 from ..recording import NOT_RECORDING, LedgerSink, MetricsSink, Origin, Recorder
 from ..transition import Transition
 from .common import mask_dsn_secrets
 
 STATSD_ENV = "NEXUS_STATSD"
 STATSD_PREFIX_ENV = "NEXUS_STATSD_PREFIX"
+NOTIFY_WEBHOOK_ENV = "NEXUS_NOTIFY_WEBHOOK"
 
 
 def default_actor() -> str:
@@ -52,6 +56,8 @@ def command_recorder(args: Any, *, program: str, tenant: str | None, transition:
         sinks.append(LedgerSink(lambda: dsn, where=DSN_ENV_LEDGER, **({"send": send} if send else {})))
     if send is not None:
         sinks.append(MetricsSink(send))
+    if webhook := os.environ.get(NOTIFY_WEBHOOK_ENV, "").strip():
+        sinks.append(NoticeSink(WebhookSender(webhook)))
     if not sinks:
         return NOT_RECORDING
     holder = str(getattr(args, "holder", "") or program)
