@@ -40,6 +40,8 @@ LEDGER_KINDS = (FENCE_ARMED, FENCE_REUSED, FENCE_ADOPTED, DRAIN_DONE, EVIDENCE_S
 STEP_PASSED = "step_passed"
 #: One look of a drain wait (remaining, rate, ETA: figures only).
 DRAIN_LOOKED = "drain_looked"
+#: The fence is armed next (the pre-arm wait passed): a heads-up's notice, not a ledger row.
+PAUSE_AHEAD = "pause_ahead"
 #: A run of the whole transition ended (``outcome``: ``cut_over``): what a notice tells; each step recorded its own.
 RUN_ENDED = "run_ended"
 

@@ -32,21 +32,23 @@ FAILURE = "failure"
 NEEDS_CONFIRMATION = "needs_confirmation"
 SUCCESS = "success"
 FENCE_WAITING = "fence_waiting"
+PAUSE_AHEAD = "pause_ahead"
+RESUMED = "resumed"
 #: The words of each event in a notice's subject.
 WORDS = {FAILURE: "FAILED", NEEDS_CONFIRMATION: "NEEDS CONFIRMATION", SUCCESS: "CUT OVER",
-         FENCE_WAITING: "FENCED AND WAITING"}
+         FENCE_WAITING: "FENCED AND WAITING", PAUSE_AHEAD: "PAUSE AHEAD", RESUMED: "ADMISSION RESUMED"}
 #: What a person does next, by event.
 TEXTS = {
     FAILURE: "Read the task log and its XCom `report` (runbook: docs/runbook.md).",
     NEEDS_CONFIRMATION: "Answer it in Airflow (the link below; Browse -> Required actions lists it too); "
                         "no answer in time ends the run failed.",
     SUCCESS: "The tenant is cut over: checkpoints written, admission resumed, the history digest verified.",
+    PAUSE_AHEAD: "Nothing to do now: the tenant's new work waits (nothing is lost) until admission resumes; a notice "
+                 "then says how long the pause lasted.",
+    RESUMED: "The new host admits the tenant's work again; the run goes on to its final check.",
 }
 #: The same, for a run of the command line (no task log, no XCom: its own output and report).
-COMMAND_TEXTS = {
-    FAILURE: "Read the command's output and its report (runbook: docs/runbook.md).",
-    SUCCESS: TEXTS[SUCCESS],
-}
+COMMAND_TEXTS = {**TEXTS, FAILURE: "Read the command's output and its report (runbook: docs/runbook.md)."}
 MAX_REASON = 2000
 _CREDENTIALS_IN_URL = re.compile(r"(\b[a-zA-Z][\w+.-]*://[^:/@\s]*:)[^@\s]*@")
 
@@ -119,6 +121,24 @@ def decided_by_rollout(report: Any) -> bool:
     return bool(report.get("cancelled_by_rollout")) or (isinstance(answer, dict) and answer.get("answer") != "approved")
 
 
+def pause_ahead_facts(detail: dict[str, Any]) -> str:
+    """The heads-up's reason: the pause begins in seconds (the fence is armed next), and what it is expected to hold."""
+    eta, remaining = detail.get("eta_s"), detail.get("remaining") or 0
+    residual = ("no residual drain" if not remaining else
+                f"about {eta:.0f} s of residual drain ({remaining} old projection WorkItem(s))"
+                if isinstance(eta, (int, float)) else f"a residual drain of {remaining} old projection WorkItem(s) "
+                "(its rate not measured yet)")
+    return (f"admission is paused in a few seconds (the fence is armed next) for {residual}, then the old writers' "
+            "stop and its confirmation, the checkpoint and the new host's start")
+
+
+def resumed_facts(detail: dict[str, Any]) -> str:
+    """The release's reason: how long admission was paused, from the fence row's own times."""
+    pause = detail.get("admission_pause_s")
+    return (f"admission paused {pause:.1f} s" if isinstance(pause, (int, float)) else "admission resumed") + (
+        f" (fence {detail.get('fence_id')}: armed {detail.get('armed_at')}, released {detail.get('released_at')})")
+
+
 def cut_over_facts(cutoffs: dict[str, Any], pause_s: Any) -> str:
     """A successful run's facts: each pack's cutoff and the admission pause its release recorded."""
     listed = ", ".join(f"{pack} {cutoff}" for pack, cutoff in cutoffs.items()) or "none"
@@ -129,27 +149,41 @@ def cut_over_facts(cutoffs: dict[str, Any], pause_s: Any) -> str:
 # -- the sink ---------------------------------------------------------------------------------------------------------
 
 class NoticeSink:
-    """A run's stops and its end as notices, through ``send(message)``: a step that stopped tells the run's channel
-    why, a run that cut its tenant over says so with its cutoffs and pause. The command line's: a DAG's task failure
-    is told by Airflow's failure callback (which also sees the failures no step records: a killed worker, a task
-    timeout) and its cut-over by its last task's success callback."""
+    """A run's events as notices, through ``send(message)``: the pause ahead (before the fence is armed), admission
+    resumed (with the pause it lasted), a step that stopped (why), a run that cut its tenant over (its cutoffs and
+    pause). ``kinds``: the notices this sink sends (default: all). A DAG's recorder sends the first two only: its
+    task failures are told by Airflow's failure callback (which also sees the failures no step records: a killed
+    worker, a task timeout) and its cut-over by its last task's success callback. ``source``: what the origin's
+    name is (``command`` or ``dag``)."""
 
-    def __init__(self, send: Callable[[Message], None], *, texts: dict[str, str] | None = None) -> None:
-        self.send = send
-        self.texts = texts or COMMAND_TEXTS
+    ALL = (PAUSE_AHEAD, RESUMED, FAILURE, SUCCESS)
+
+    def __init__(self, send: Callable[[Message], None], *, kinds: Sequence[str] = ALL, source: str = "command",
+                 texts: dict[str, str] | None = None) -> None:
+        self.send, self.kinds, self.source = send, tuple(kinds), source
+        self.texts = texts or (COMMAND_TEXTS if source == "command" else TEXTS)
+
+    def notice_of(self, event: E.Event) -> tuple[str, str] | None:
+        """The notice an event means (its kind and reason), or None."""
+        if event.kind == E.PAUSE_AHEAD:
+            return PAUSE_AHEAD, pause_ahead_facts(event.detail)
+        if event.kind == E.FENCE_RELEASED and event.outcome == "released":
+            return RESUMED, resumed_facts(event.detail)
+        if event.kind == E.STOPPED:
+            return FAILURE, str(event.reason or event.outcome or "stopped")
+        if event.kind == E.RUN_ENDED and event.outcome == "cut_over":
+            return SUCCESS, cut_over_facts(event.detail.get("checkpoints") or {}, event.detail.get("admission_pause_s"))
+        return None
 
     def receive(self, origin, events: Sequence[E.Event]) -> None:
         for event in events:
-            if event.kind == E.STOPPED:
-                reason = event.reason or event.outcome or "stopped"
-                self.send(tenant_message(FAILURE, tenant=event.tenant or origin.tenant, dag_id=origin.dag_id,
-                                         run_id=origin.run_id, task=event.step, reason=str(reason),
-                                         text=self.texts[FAILURE], source="command"))
-            elif event.kind == E.RUN_ENDED and event.outcome == "cut_over":
-                facts = cut_over_facts(event.detail.get("checkpoints") or {}, event.detail.get("admission_pause_s"))
-                self.send(tenant_message(SUCCESS, tenant=event.tenant or origin.tenant, dag_id=origin.dag_id,
-                                         run_id=origin.run_id, task="run", reason=facts, text=self.texts[SUCCESS],
-                                         source="command"))
+            found = self.notice_of(event)
+            if found is None or found[0] not in self.kinds:
+                continue
+            kind, reason = found
+            self.send(tenant_message(kind, tenant=event.tenant or origin.tenant, dag_id=origin.dag_id,
+                                     run_id=origin.run_id, task=event.step or "run", reason=reason,
+                                     text=self.texts[kind], source=self.source))
 
 
 class WebhookSender:

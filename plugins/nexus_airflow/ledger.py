@@ -102,8 +102,8 @@ def record(events: list) -> str:
 # -- a task's recorder -------------------------------------------------------------------------------------------
 
 def recorder_for(context, *, figures: bool = True) -> Recorder:
-    """The recorder of this task's run: the delivery ledger and (unless ``figures`` is false: a trigger sent them
-    already) Airflow's metrics client; :data:`~nexus_cutover.recording.NOT_RECORDING` for a dry run or a run with
+    """The recorder of this task's run: the delivery ledger, (unless ``figures`` is false: a trigger sent them
+    already) Airflow's metrics client, and the notices no Airflow callback sends (:func:`nexus_airflow.notify.notice_sink`); :data:`~nexus_cutover.recording.NOT_RECORDING` for a dry run or a run with
     no tenant."""
     from nexus_airflow.metrics import emit
     from nexus_airflow.results import transition_of
@@ -123,8 +123,10 @@ def recorder_for(context, *, figures: bool = True) -> Recorder:
                     run_id=str(context.get("run_id") or getattr(ti, "run_id", "")), transition=transition,
                     map_index=map_index if isinstance(map_index, int) else -1,
                     try_number=int(getattr(ti, "try_number", 1) or 1))
+    from nexus_airflow.notify import notice_sink
+
     ledger = LedgerSink(ledger_dsn, where=f"Airflow connection {LEDGER_CONN_ID}", send=emit)
-    return Recorder(origin, [ledger, MetricsSink(emit)] if figures else [ledger])
+    return Recorder(origin, [ledger, *([MetricsSink(emit)] if figures else []), notice_sink(context)])
 
 
 def question_asked(context, step: str, subject: str, shown: Any) -> None:

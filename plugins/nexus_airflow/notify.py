@@ -21,6 +21,8 @@ Invariants:
   Each carries the pages a person opens (:func:`links`): the question's Required-actions page (Airflow's HITL
   link helper), the run, the tenant's row in the status view (or the rollouts page); none without
   ``[api] base_url``.
+* The words are the domain's (:mod:`nexus_cutover.notices`, shared with the command line); the pause ahead and
+  admission resumed are sent by the run's recorder (:func:`notice_sink`) when their step's end is recorded.
 * One event, one message: a task's failure from ``on_failure_callback`` (once per failed try; the DAGs run with
   ``retries=0``); a question when its step parks, not while it waits; a wave's question is one message naming
   its tenants; a rollout's halt and its end one each; a tenant's stop that is the rollout's own decision (its
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import html
+import logging
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -267,6 +270,19 @@ class CutoverNotifier(BaseNotifier):
             self.log.info("this stop is the rollout's decision: its message reports it, with the wave's tenants")
             return
         send(context, self.message(context), self.log)
+
+
+def notice_sink(context) -> notices.NoticeSink:
+    """The notices a run's events mean that no Airflow callback sends (the pause ahead, admission resumed with the
+    pause it lasted), through the run's channel with the run's links; the task's failure and its cut-over are
+    sent by :class:`CutoverNotifier` from Airflow's callbacks."""
+    tenant = (context.get("params") or {}).get("tenant")
+
+    def deliver(message: Message) -> None:
+        send(context, Message(message.subject, message.facts, message.text, links(context, tenant=tenant)),
+             logging.getLogger("airflow.task"))
+
+    return notices.NoticeSink(deliver, kinds=(notices.PAUSE_AHEAD, notices.RESUMED), source="dag")
 
 
 def notify_needs_confirmation(context, reason: str) -> None:

@@ -24,6 +24,8 @@ from tests.notify_sinks import SmtpSink
 NOTIFY_CONN = "nexus_notify_test"
 BLOCKED_ON = "erp://invoices/77"
 CONFIRM = "Confirm: all old writers stopped"
+#: The heads-up every run that arms the fence sends first (issue 50, item 3): the pause ahead.
+PAUSE_AHEAD = f"[nexus] PAUSE AHEAD: tenant {NS}, {DAG_ID}.wait_for_short_drain"
 
 
 def smtp_connection_json(port: int) -> str:
@@ -87,11 +89,14 @@ def test_stuck_drain_sends_exactly_one_failure_mail(dag, tenant, tenant_connecti
         notify = NOTIFY_CONN if configured_by == "param" else ""
         result = run_dag(dag, base_conf(conn_id, drain_timeout=600, stale_heartbeat=600, notify_conn_id=notify))
     assert_stuck_drain_outcome(result)
-    assert len(sink.messages) == 1, [m["Subject"] for m in sink.messages]
-    text = text_of(sink.messages[0])
-    assert sink.recipients == [["delivery@example.test", "l2@example.test"]]
-    assert "FAILED" in sink.messages[0]["Subject"] and f"tenant {NS}" in sink.messages[0]["Subject"]
-    assert "wait_for_drain" in sink.messages[0]["Subject"] and result.run_id in text
+    subjects = [m["Subject"] for m in sink.messages]
+    assert len(subjects) == 2 and subjects[0] == PAUSE_AHEAD, subjects  # the heads-up, then exactly one failure
+    ahead, failure = sink.messages
+    assert "admission is paused in a few seconds (the fence is armed next)" in text_of(ahead)
+    text = text_of(failure)
+    assert sink.recipients == [["delivery@example.test", "l2@example.test"]] * 2
+    assert "FAILED" in failure["Subject"] and f"tenant {NS}" in failure["Subject"]
+    assert "wait_for_drain" in failure["Subject"] and result.run_id in text
     assert "cannot finish within drain_timeout" in text  # the cause ...
     assert f"{drain.CAUSE_BLOCKED_EXTERNAL}: 1 ({work_id})" in text  # ... and the grouped blockers
     assert password and password not in text and "mysql" not in text
@@ -107,9 +112,10 @@ def test_rejected_confirmation_sends_one_confirmation_and_one_failure_mail(dag, 
     assert not hitl.errors and [c for c, _ in hitl.responses] == [200]
     assert result.state == "failed" and result.state_of("confirm_writers_stopped") == "failed"
     subjects = [m["Subject"] for m in sink.messages]
-    assert subjects == [f"[nexus] NEEDS CONFIRMATION: tenant {NS}, {DAG_ID}.confirm_writers_stopped",
+    assert subjects == [PAUSE_AHEAD, f"[nexus] NEEDS CONFIRMATION: tenant {NS}, {DAG_ID}.confirm_writers_stopped",
                         f"[nexus] FAILED: tenant {NS}, {DAG_ID}.confirm_writers_stopped"], subjects
-    asked, failed = (text_of(m) for m in sink.messages)
+    ahead, asked, failed = (text_of(m) for m in sink.messages)
+    assert f"the tenant: http://airflow.example:8080/nexus-status/?search={NS}" in ahead  # the heads-up's links too
     question = f"Confirm that every old-protocol writer of tenant {NS} is stopped"  # Required actions names the tenant
     assert question in asked and [d["subject"] for d in hitl.seen] == [question]
     run_page = f"/dags/{DAG_ID}/runs/{quote(result.run_id, safe='')}"  # the pages a person clicks (issue 38, item 1)
@@ -204,6 +210,7 @@ def test_a_drain_over_several_polls_and_the_manual_host_ask_notify_per_event_not
     waited = re.search(r"\b[1-9]\d* old projection WorkItems remaining", out + err + caplog.text)
     assert waited, "the drain was over before the sensor's first poll: this test proves nothing"
     assert [m["Subject"] for m in sink.messages] == [
+        PAUSE_AHEAD,
         f"[nexus] NEEDS CONFIRMATION: tenant {NS}, {DAG_ID}.confirm_writers_stopped",
         f"[nexus] NEEDS CONFIRMATION: tenant {NS}, {DAG_ID}.start_new_host",
         f"[nexus] FAILED: tenant {NS}, {DAG_ID}.start_new_host",

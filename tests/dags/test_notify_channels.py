@@ -105,9 +105,14 @@ def test_a_run_sends_its_question_and_its_success_once_each_with_their_links(dag
             result = run_dag(dag, base_conf(conn_id, host_controller="command", notify_conn_id=NOTIFY_CONN))
         assert not hitl.errors and result.state == "success", result.task_states
         texts = sink.texts()
-        assert sink.subjects() == [f"[nexus] NEEDS CONFIRMATION: tenant {NS}, {DAG_ID}.confirm_writers_stopped",
+        assert sink.subjects() == [f"[nexus] PAUSE AHEAD: tenant {NS}, {DAG_ID}.wait_for_short_drain",
+                                   f"[nexus] NEEDS CONFIRMATION: tenant {NS}, {DAG_ID}.confirm_writers_stopped",
+                                   f"[nexus] ADMISSION RESUMED: tenant {NS}, {DAG_ID}.resume_admission",
                                    f"[nexus] CUT OVER: tenant {NS}, {DAG_ID}.final_old_writer_check"]
-        asked, done = texts
+        ahead, asked, resumed, done = texts
+        assert "admission is paused in a few seconds (the fence is armed next)" in ahead  # issue 50, item 3
+        for link in links_of(result.run_id):
+            assert link in ahead and link in resumed, (link, ahead, resumed)
         assert f"Confirm that every old-protocol writer of tenant {NS} is stopped" in asked
         for link in links_of(result.run_id, "confirm_writers_stopped"):
             assert link in asked, (link, asked)
@@ -118,6 +123,7 @@ def test_a_run_sends_its_question_and_its_success_once_each_with_their_links(dag
         paused = result.xcom("resume_admission")["admission_pause_s"]
         assert f"{pack['pack_install_id']} {pack['legacy_max_ordinal']}" in done
         assert f"admission paused {paused:.1f} s" in done
+        assert f"admission paused {paused:.1f} s (fence " in resumed  # the pause it lasted, told at the release
         assert_redacted(sink, texts, password)
     finally:
         stop_host(result)
@@ -130,9 +136,10 @@ def test_a_rejected_question_sends_the_question_and_the_stop_once_each(dag, prod
         result = run_dag(dag, base_conf(conn_id, host_controller="command", notify_conn_id=NOTIFY_CONN))
     assert not hitl.errors and result.state == "failed", result.task_states
     texts = sink.texts()
-    assert sink.subjects() == [f"[nexus] NEEDS CONFIRMATION: tenant {NS}, {DAG_ID}.confirm_writers_stopped",
-                               f"[nexus] FAILED: tenant {NS}, {DAG_ID}.confirm_writers_stopped"]
-    stopped = texts[1]
+    assert sink.subjects() == [f"[nexus] PAUSE AHEAD: tenant {NS}, {DAG_ID}.wait_for_short_drain",
+                               f"[nexus] NEEDS CONFIRMATION: tenant {NS}, {DAG_ID}.confirm_writers_stopped",
+                               f"[nexus] FAILED: tenant {NS}, {DAG_ID}.confirm_writers_stopped"]  # never resumed
+    stopped = texts[2]
     assert "cutover not performed" in stopped and "rejected" in stopped and "fence" in stopped, stopped
     for link in links_of(result.run_id):
         assert link in stopped, (link, stopped)
@@ -167,11 +174,12 @@ def test_a_tenant_fenced_past_fence_alert_after_alerts_once_naming_its_step(dag,
                                                 fence_alert_after=3, stale_heartbeat=30))
             assert not hitl.errors and result.state == "success", result.task_states
             subjects, texts = sink.subjects(), sink.texts()
-            assert [s.split(":")[0] for s in subjects] == ["[nexus] FENCED AND WAITING", "[nexus] NEEDS CONFIRMATION",
-                                                           "[nexus] CUT OVER"], subjects
-            alert = texts[0]
-            assert subjects[0].startswith(f"[nexus] FENCED AND WAITING: tenant {NS} for ")
-            assert subjects[0].endswith(", at check_old_writers"), subjects[0]
+            assert [s.split(":")[0] for s in subjects] == [
+                "[nexus] PAUSE AHEAD", "[nexus] FENCED AND WAITING", "[nexus] NEEDS CONFIRMATION",
+                "[nexus] ADMISSION RESUMED", "[nexus] CUT OVER"], subjects
+            alert = texts[1]
+            assert subjects[1].startswith(f"[nexus] FENCED AND WAITING: tenant {NS} for ")
+            assert subjects[1].endswith(", at check_old_writers"), subjects[1]
             assert "waits at: check_old_writers" in alert and "admission paused: " in alert
             assert "fence_alert_after: 3 s" in alert
             for link in links_of(result.run_id):

@@ -145,7 +145,8 @@ def test_the_lifecycle_entrypoint_records_the_checkpoint_it_writes(tenant, tmp_p
 
 def test_a_command_tells_its_webhook_a_stop_with_its_reason_and_a_cut_over_with_its_cutoffs(tenant):  # noqa: F811
     """With only ``NEXUS_NOTIFY_WEBHOOK`` set, a refused step posts one FAILED notice naming the tenant, the step and
-    the refusal; ``run`` posts one CUT OVER notice with each pack's cutoff and the admission pause it reported."""
+    the refusal; ``run`` posts the pause ahead before it arms (issue 50, item 3), admission resumed with the pause
+    it lasted, and one CUT OVER notice with each pack's cutoff and the admission pause it reported."""
     engine, url = tenant
     with SlackWebhookSink() as hook:
         env = {"NEXUS_NOTIFY_WEBHOOK": f"http://127.0.0.1:{hook.port}/notices", "NEXUS_LEDGER_DSN": "",
@@ -164,8 +165,12 @@ def test_a_command_tells_its_webhook_a_stop_with_its_reason_and_a_cut_over_with_
         assert run.returncode == 0, run.stderr[-3000:]
         texts = hook.texts()
     assert hook.subjects() == [f"[nexus] FAILED: tenant {NS}, nexus-cutover.arm_fence",
+                               f"[nexus] PAUSE AHEAD: tenant {NS}, nexus-cutover.wait_for_short_drain",
+                               f"[nexus] ADMISSION RESUMED: tenant {NS}, nexus-cutover.resume_admission",
                                f"[nexus] CUT OVER: tenant {NS}, nexus-cutover.run"], texts
-    failed, cut_over = texts
+    failed, ahead, resumed, cut_over = texts
+    assert "admission is paused in a few seconds (the fence is armed next) for no residual drain" in ahead
+    assert f"admission paused {out['admission_pause_s']:.1f} s (fence " in resumed
     assert "run: cli:someone-else" in failed and "cli:notices" in failed  # the refusal names the fence's holder
     assert "Read the command's output" in failed
     for c in out["checkpoints"]:

@@ -128,7 +128,22 @@ def _about(sink, rollout_run: str) -> list[str]:
 
 
 def _subjects(texts: list[str]) -> list[str]:
-    return sorted(t.split("\n", 1)[0].strip("*") for t in texts)
+    """The subjects of ``texts``, sorted, but the pause notices (:func:`_paused`)."""
+    return sorted(s for s in (t.split("\n", 1)[0].strip("*") for t in texts) if not s.startswith(PAUSE_NOTICES))
+
+
+#: The notices of a tenant's pause (issue 50, item 3): the heads-up before its fence is armed, and its release.
+PAUSE_NOTICES = ("[nexus] PAUSE AHEAD:", "[nexus] ADMISSION RESUMED:")
+
+
+def _paused(texts: list[str], cut_over: list[str]) -> None:
+    """Each tenant cut over (``cut_over``) was told its pause ahead and its end, once each; admission resumed for
+    no other tenant (a tenant stopped while fenced stays paused); a heads-up only for a tenant of the rollout."""
+    subjects = [t.split("\n", 1)[0].strip("*") for t in texts]
+    resumed = sorted(s.split("tenant ", 1)[1].split(",", 1)[0] for s in subjects if s.startswith(PAUSE_NOTICES[1]))
+    ahead = [s.split("tenant ", 1)[1].split(",", 1)[0] for s in subjects if s.startswith(PAUSE_NOTICES[0])]
+    assert resumed == sorted(cut_over), subjects
+    assert all(ahead.count(n) == 1 for n in cut_over) and len(ahead) == len(set(ahead)), subjects
 
 
 #: The fewest tenants that still hold every case of the wave test: t01 the canary; wave 1 = t02 (succeeds beside
@@ -365,6 +380,7 @@ def test_waves_with_per_wave_approval_halt_past_the_budget_and_a_rerun_skips_wha
             f"[nexus] NEEDS CONFIRMATION: rollout wave 1, 1 tenant(s): {names[4]}",
             f"[nexus] CUT OVER: tenant {names[4]}, {CUTOVER}.final_old_writer_check",
             f"[nexus] ROLLOUT FAILED: {run2}: 1 of 3 tenant(s) cut over"]), _subjects(slack)
+        _paused(slack, names[4:])
         assert channels[1].paths() == [f"/{SLACK_TOKEN}"] * len(channels[1].texts())
         end = next(t for t in slack if "ROLLOUT FAILED" in t)
         assert f"done: {names[4]}" in end and "rejected" in end and f"the rollout run: {stack.base_url}" in end
@@ -391,6 +407,7 @@ def _assert_mail_of_the_first_rollout(stack, mail, run1: str, names: list[str], 
         f"[nexus] FAILED: tenant {silent}, {CUTOVER}.confirm_writers_stopped",
         f"[nexus] FAILED: tenant {unconnected}, {CUTOVER}.resolve_packs",
         f"[nexus] ROLLOUT HALTED: {run1}: 2 of 5 tenant(s) cut over, halted after wave 1"]), _subjects(texts)
+    _paused(texts, names[:2])
     wave1 = next(t for t in texts if "rollout wave 1" in t)
     assert f"answer it: {stack.base_url}/dags/{ROLLOUT}/runs/{run1}/tasks/wave_01.confirm/required_actions" in wave1
     assert f"not in it: {unconnected} (run failed)" in wave1, wave1
@@ -532,6 +549,7 @@ def test_per_wave_asks_the_ready_tenants_and_a_late_one_asks_its_own_follow_up(s
             f"[nexus] CUT OVER: tenant {quick}, {CUTOVER}.final_old_writer_check",
             f"[nexus] CUT OVER: tenant {slow}, {CUTOVER}.final_old_writer_check",
             f"[nexus] ROLLOUT SUCCEEDED: {run_id}: 2 of 2 tenant(s) cut over"]), _subjects(mail)
+        _paused(mail, [quick, slow])
         wave = next(t for t in mail if "rollout wave 0" in t)
         assert f"not in it: {slow} (late: waiting for its old backlog" in wave, wave
         follow_up = next(t for t in mail if f"NEEDS CONFIRMATION: tenant {slow}" in t)
@@ -633,8 +651,9 @@ def test_an_unanswered_question_alerts_once_past_fence_alert_after_and_stays_the
     assert _state(stack, CUTOVER, run_id) == "success", stack.task_instances(CUTOVER, run_id)
     texts = _about(mail, run_id)
     assert [t.split("\n", 1)[0].split(":")[0] for t in texts] == [
-        "[nexus] NEEDS CONFIRMATION", "[nexus] FENCED AND WAITING", "[nexus] CUT OVER"], texts
-    alert = texts[1]
+        "[nexus] PAUSE AHEAD", "[nexus] NEEDS CONFIRMATION", "[nexus] FENCED AND WAITING", "[nexus] ADMISSION RESUMED",
+        "[nexus] CUT OVER"], texts
+    alert = texts[2]
     assert alert.split("\n", 1)[0].endswith(", at confirm_writers_stopped") and f"tenant: {name}" in alert
     assert f"answer it: {stack.base_url}/dags/{CUTOVER}/runs/{run_id}/tasks/confirm_writers_stopped/" \
            "required_actions" in alert, alert

@@ -140,7 +140,7 @@ CUTOVER = Transition("connector_projection_cutover", (
              key="schema",
              dry_run="the DDL it would run, one PLAN line per missing object",
              next_action="land the v2 handoff first, then clear the task"),
-        Step("wait_for_short_drain", Kind.WAITS, f"{STEPS}:wait_for_short_drain",
+        Step("wait_for_short_drain", Kind.WAITS, f"{STEPS}:wait_for_short_drain", records=f"{STEPS}.pre_arm:events",
              task_doc=("Deferrable, before the fence: waits, with admission still open, until the old projection backlog "
              "would drain within `arm_when_drain_below` seconds at its measured rate (two looks give the rate), so "
              "the admission pause holds only a short residual drain; 0 arms at once. Writes nothing and holds "

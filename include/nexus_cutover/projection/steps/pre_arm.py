@@ -5,7 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import time
 
+from ... import events as E
 from ...clock import utcnow
+from ...events import Event
 from ...polling import eta_seconds, measured_rate
 from ...transition import StepResult
 from .. import actions
@@ -29,10 +31,20 @@ def wait_for_short_drain(run: CutoverRun) -> StepResult:
             "arm_when_drain_below_s": run.arm_when_drain_below_s, "state": report.state,
             "blocker_totals": report.blocker_totals, "counts": report.counts}
     judged = _judged("wait_for_short_drain", look, domain=report)
+    if judged.verdict.proceeds and not run.dry_run:  # the heads-up's one question: will this run pause the tenant?
+        judged.value["cut_over"] = bool(actions.cutover_standing(run.engine, run.namespace)["cut_over"])
     run.say(f"before arming: {report.counts_text()}" + ("" if judged.verdict.proceeds else f"; {judged.verdict.reason}"))
     if report.state == "stuck":
         run.say(report.report_text())
     return judged
+
+
+def events(step: str, r: dict) -> list[Event]:
+    """The pause ahead (the fence is armed next), with the residual drain it is expected to hold; none for a tenant
+    already cut over (nothing will be fenced)."""
+    if r.get("cut_over") is not False:
+        return []
+    return [Event(E.PAUSE_AHEAD, step, detail={k: r.get(k) for k in ("remaining", "eta_s", "arm_when_drain_below_s")})]
 
 
 def _backlog_rate(run: CutoverRun, remaining: int) -> float | None:
