@@ -103,8 +103,9 @@ def record(events: list) -> str:
 
 def recorder_for(context, *, figures: bool = True) -> Recorder:
     """The recorder of this task's run: the delivery ledger, (unless ``figures`` is false: a trigger sent them
-    already) Airflow's metrics client, and the notices no Airflow callback sends (:func:`nexus_airflow.notify.notice_sink`); :data:`~nexus_cutover.recording.NOT_RECORDING` for a dry run or a run with
-    no tenant."""
+    already) Airflow's metrics client, and the notices no Airflow callback sends
+    (:func:`nexus_airflow.notify.notice_sink`); :data:`~nexus_cutover.recording.NOT_RECORDING` for a dry run or a
+    run with no tenant."""
     from nexus_airflow.metrics import emit
     from nexus_airflow.results import transition_of
     from nexus_cutover.recording import NOT_RECORDING, LedgerSink, MetricsSink, Origin, Recorder
