@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from . import settings
 from .db import hide_dsn_secrets
 from .ledger import LedgerEvent, append, ledger_engine
 from .metrics import LEDGER_CAUGHT_UP, LEDGER_PENDING, LEDGER_SPOOLED, Metric
@@ -35,9 +36,9 @@ from .metrics import LEDGER_CAUGHT_UP, LEDGER_PENDING, LEDGER_SPOOLED, Metric
 log = logging.getLogger(__name__)
 
 #: The spool's directory (default ``$AIRFLOW_HOME/nexus-ledger-spool``, ``~/airflow/nexus-ledger-spool`` without one).
-SPOOL_DIR_ENV = "NEXUS_LEDGER_SPOOL_DIR"
-#: The bound of one attempt to reach the ledger (connect, and each statement on PostgreSQL).
-TIMEOUT_S = float(os.environ.get("NEXUS_LEDGER_TIMEOUT_S", "3"))
+SPOOL_DIR_ENV = settings.BY_NAME["ledger_spool_dir"].alias
+#: The bound of one attempt to reach the ledger (connect, and each statement on PostgreSQL): ``ledger_timeout_s``.
+TIMEOUT_S = float(settings.value("ledger_timeout_s"))
 #: A spool file claimed by a flush that died is taken again after this long.
 STALE_CLAIM_S = 600.0
 _CLAIMED = ".claimed-"
@@ -53,8 +54,8 @@ def _no_figures(_metric: Metric, _value: Any, **_tags: Any) -> None:
 # -- the spool ---------------------------------------------------------------------------------------------------
 
 def spool_dir() -> pathlib.Path:
-    base = os.environ.get(SPOOL_DIR_ENV) or os.path.join(os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow"),
-                                                         "nexus-ledger-spool")
+    home = os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
+    base = settings.value("ledger_spool_dir") or os.path.join(home, "nexus-ledger-spool")
     return pathlib.Path(base)
 
 

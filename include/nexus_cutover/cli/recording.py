@@ -21,14 +21,15 @@ import getpass
 import os
 from typing import Any
 
+from .. import settings
 from ..db import DSN_ENV_LEDGER
 from ..metrics import StatsdSender
 from ..recording import NOT_RECORDING, LedgerSink, MetricsSink, Origin, Recorder
 from ..transition import Transition
 from .common import mask_dsn_secrets
 
-STATSD_ENV = "NEXUS_STATSD"
-STATSD_PREFIX_ENV = "NEXUS_STATSD_PREFIX"
+STATSD_ENV = settings.BY_NAME["statsd"].alias
+STATSD_PREFIX_ENV = settings.BY_NAME["statsd_prefix"].alias
 
 
 def default_actor() -> str:
@@ -45,9 +46,9 @@ def command_recorder(args: Any, *, program: str, tenant: str | None, transition:
     if getattr(args, "dry_run", False) or not tenant:
         return NOT_RECORDING
     sinks: list[Any] = []
-    statsd = os.environ.get(STATSD_ENV, "").strip()
-    send = StatsdSender(statsd, prefix=os.environ.get(STATSD_PREFIX_ENV, "airflow")) if statsd else None
-    dsn = os.environ.get(DSN_ENV_LEDGER, "").strip()
+    statsd = settings.value("statsd")
+    send = StatsdSender(statsd, prefix=settings.value("statsd_prefix")) if statsd else None
+    dsn = settings.value("ledger_dsn")
     if dsn:
         sinks.append(LedgerSink(lambda: dsn, where=DSN_ENV_LEDGER, **({"send": send} if send else {})))
     if send is not None:
