@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 SPOOL_DIR_ENV = settings.BY_NAME["ledger_spool_dir"].alias
 #: The bound of one attempt to reach the ledger (connect, and each statement on PostgreSQL): ``ledger_timeout_s``.
 TIMEOUT_S = float(settings.value("ledger_timeout_s"))
+#: The machine whose spool this is: the ``host`` tag of ``nexus.ledger.pending`` (each worker's gauge its own series,
+#: not one gauge the workers overwrite in turn).
+HOST = socket.gethostname() or "unknown"
 #: A spool file claimed by a flush that died is taken again after this long.
 STALE_CLAIM_S = 600.0
 _CLAIMED = ".claimed-"
@@ -173,7 +176,7 @@ def record(events: list[LedgerEvent], dsn: Callable[[], str | None], *, where: s
             log.info("delivery ledger: caught up %d spooled event(s)", caught)
         if events:
             append(engine, events)
-        send(LEDGER_PENDING, pending())
+        send(LEDGER_PENDING, pending(), host=HOST)
         return "written" if events else "nothing"
     except Exception as exc:  # noqa: BLE001 - a ledger outage never fails a step
         return _spooled(events, hide_dsn_secrets(f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}",
@@ -186,7 +189,7 @@ def record(events: list[LedgerEvent], dsn: Callable[[], str | None], *, where: s
 def _spooled(events: list[LedgerEvent], why: str, send: Send) -> str:
     if not events:
         log.warning("delivery ledger not reachable (%s); %d event(s) wait in %s", why, pending(), spool_dir())
-        send(LEDGER_PENDING, pending())
+        send(LEDGER_PENDING, pending(), host=HOST)
         return "nothing"
     try:
         path = spool(events)
@@ -198,7 +201,7 @@ def _spooled(events: list[LedgerEvent], why: str, send: Send) -> str:
                 "this machine", why, len(events), path)
     for tenant, count in _per_tenant(events).items():
         send(LEDGER_SPOOLED, count, tenant=tenant)
-    send(LEDGER_PENDING, pending())
+    send(LEDGER_PENDING, pending(), host=HOST)
     return "spooled"
 
 
