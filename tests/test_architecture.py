@@ -14,6 +14,9 @@
   ``__init__``; ``from pkg import name`` where ``name`` is a submodule is importing
   that submodule; in ``scripts/`` and ``bench/`` (run as scripts, their own directory
   first on ``sys.path``) ``import benchlib`` is the sibling ``bench/benchlib.py``;
+* a ``NEXUS_*`` setting is read only through ``nexus_cutover.settings`` (Airflow's ``[nexus]`` section, its alias
+  the variable): no ``os.environ``/``os.getenv`` read of a ``NEXUS_`` name, spelled or through a module constant,
+  anywhere else in the product, the plugins or the DAGs; the test hooks of ``nexus_airflow.faults`` excepted;
 * an XCom is pulled by a task id spelled in the call (a string, an f-string, a rollout
   task id name) only in the declared readers: ``nexus_airflow.results`` (the cutover's
   steps) and ``nexus_airflow.rollout`` (the rollout DAG's tasks).
@@ -402,3 +405,69 @@ def test_no_string_in_the_plugins_or_the_dags_spells_a_declared_step_name():
     found = [f for root in (PLUGINS, DAGS) for p in python_files(root) for f in spelled_step_names(p, names=names)]
     assert not found, report("plugins/ and dags/ must read what a step is from its declaration, never spell a step "
                              "name", found)
+
+
+SETTINGS_MODULE = PRODUCT / "settings.py"
+#: Where a NEXUS_ variable may be read from the environment: the settings' reader, and the test hooks.
+ENV_READERS = {SETTINGS_MODULE: "every", PLUGINS / "nexus_airflow" / "faults.py": "TEST_HOOKS"}
+
+
+def _nexus_constants(paths: list[Path]) -> dict[str, str]:
+    """Module-level ``NAME = "NEXUS_..."`` of the given files, by name (an imported constant reads the same)."""
+    found = {}
+    for p in paths:
+        for node in ast.parse(p.read_text(encoding="utf-8")).body:
+            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                    and str(node.value.value).startswith("NEXUS_")):
+                found.update({t.id: node.value.value for t in node.targets if isinstance(t, ast.Name)})
+    return found
+
+
+def env_reads(path: Path, source: str | None = None, constants: Mapping[str, str] = {}) -> list[str]:  # noqa: B006
+    """``file:line NAME`` of each read of a NEXUS_ variable: ``os.environ.get(k)``/``[k]``/``.setdefault(k)``,
+    ``os.getenv(k)``, ``k in os.environ``, ``k`` a string or a name of ``constants``."""
+    def environ(node: ast.AST) -> bool:
+        return ast.unparse(node) in ("os.environ", "environ")
+
+    def key(node: ast.AST) -> str | None:
+        name = node.value if isinstance(node, ast.Constant) else constants.get(getattr(node, "id", ""))
+        return name if isinstance(name, str) and name.startswith("NEXUS_") else None
+
+    found = []
+    for node in ast.walk(ast.parse(source if source is not None else path.read_text(encoding="utf-8"))):
+        keys: list[ast.AST] = []
+        if isinstance(node, ast.Call) and node.args and isinstance(node.func, ast.Attribute):
+            if (node.func.attr in ("get", "setdefault", "pop") and environ(node.func.value)) or ast.unparse(
+                    node.func) == "os.getenv":
+                keys = [node.args[0]]
+        elif isinstance(node, ast.Subscript) and environ(node.value) and isinstance(node.ctx, ast.Load):
+            keys = [node.slice]
+        elif isinstance(node, ast.Compare) and any(isinstance(o, ast.In) for o in node.ops) and any(
+                environ(c) for c in node.comparators):
+            keys = [node.left]
+        found += [f"{where(path, node.lineno)} {name}" for k in keys if (name := key(k))]
+    return found
+
+
+def test_the_env_read_check_finds_every_kind_of_read():
+    path = PLUGINS / "nexus_airflow" / "example.py"
+    code = ("import os\nA = 'NEXUS_A'\nos.environ.get('NEXUS_B', '1')\nos.getenv(A)\nos.environ['NEXUS_C']\n"
+            "'NEXUS_D' in os.environ\nos.environ.get('HOME')\nos.environ['NEXUS_E'] = '1'\n")
+    assert env_reads(path, code, {"A": "NEXUS_A"}) == [f"plugins/nexus_airflow/example.py:{n} {name}" for n, name in
+                                                       ((3, "NEXUS_B"), (4, "NEXUS_A"), (5, "NEXUS_C"), (6, "NEXUS_D"))]
+
+
+def test_a_nexus_setting_is_read_only_through_the_settings_module():
+    """Issue 49: every setting is declared in the provider's ``[nexus]`` section and read through Airflow's config;
+    a direct environment read would miss ``AIRFLOW__NEXUS__*`` and ``airflow.cfg``."""
+    sys.path[:0] = [str(INCLUDE), str(PLUGINS)]
+    try:
+        from nexus_airflow.faults import TEST_HOOKS
+    finally:
+        del sys.path[:2]
+    paths = python_files(PRODUCT) + python_files(PLUGINS) + python_files(DAGS)
+    constants = _nexus_constants(paths)
+    found = [read for p in paths if p != SETTINGS_MODULE for read in env_reads(p, constants=constants)
+             if not (p in ENV_READERS and read.rsplit(" ", 1)[1] in TEST_HOOKS)]
+    assert constants and not found, report("read a NEXUS_ setting with nexus_cutover.settings.value(name) (declare "
+                                           "it in nexus_cutover.settings.SETTINGS), not os.environ", found)

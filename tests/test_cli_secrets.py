@@ -129,6 +129,7 @@ def test_a_wrong_query_string_password_is_refused_without_echoing_it(mysql_url):
     ("AIRFLOW__CORE__FERNET_KEY", False), ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", False),
     ("AIRFLOW_CONN_NEXUS_TENANT_OTHER", False), ("AIRFLOW_HOME", False), ("CONNECTOR_CUTOVER_DSN", False),
     ("AWS_SECRET_ACCESS_KEY", False), ("VAULT_TOKEN", False), ("DB_PASSWORD", False), ("GCP_CREDENTIALS", False),
+    ("NEXUS_LEDGER_DSN", False), ("NEXUS_NOTIFY_WEBHOOK", False), ("NEXUS_STATSD", True),  # secret settings: withheld
 ])
 def test_a_new_host_gets_its_tenant_dsn_and_none_of_its_starters_secrets(name, kept):
     """``host_environment``: what ``start_new_host`` (command) and ``nexus-cutover run -host-command`` give the host."""

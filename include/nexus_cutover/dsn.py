@@ -26,6 +26,7 @@ from urllib.parse import quote_plus
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 
+from . import settings
 from .errors import BadInput
 
 DSN_ENV_CUTOVER = "CONNECTOR_CUTOVER_DSN"
@@ -40,9 +41,11 @@ SQLITE_DRIVERS = {"sqlite", "sqlite+pysqlite"}
 
 
 def dsn_from_env(*names: str) -> str:
-    """The first non-empty variable of ``names``; :class:`BadInput` naming them all if none."""
+    """The first non-empty variable of ``names``; :class:`BadInput` naming them all if none. A name that is a
+    setting's alias (``NEXUS_TENANT_DSN``) is read as that setting (:func:`nexus_cutover.settings.value`)."""
     for name in names:
-        value = os.environ.get(name, "").strip()
+        setting = settings.BY_ALIAS.get(name)
+        value = (settings.value(setting.name) or "") if setting else os.environ.get(name, "").strip()
         if value:
             return value
     raise BadInput(
@@ -148,9 +151,12 @@ def host_environment(environ: Mapping[str, str], dsn: str) -> dict[str, str]:
     """The environment a new host is started with: ``environ`` (its starter's) without what the host must not hold,
     and ``dsn`` as ``NEXUS_TENANT_DSN``, the one secret it needs (with its TLS parameters, so it connects as the run
     does). Withheld (:func:`withheld_from_host`): Airflow's configuration and connections (``AIRFLOW*``: the metadata
-    database's URL, the Fernet key, the broker's password, every other tenant's connection), the other DSN variable,
-    and every variable whose name says it holds a secret (as :func:`mask_dsn` reads a parameter's name)."""
+    database's URL, the Fernet key, the broker's password, every other tenant's connection), the other DSN variables,
+    every setting declared secret (the ledger's DSN, the notify webhook), and every variable whose name says it
+    holds a secret (as :func:`mask_dsn` reads a parameter's name). A setting
+    given as ``AIRFLOW__NEXUS__<NAME>`` reaches the host as its alias ``NEXUS_<NAME>``, a secret one excepted."""
     env = {name: value for name, value in environ.items() if not withheld_from_host(name)}
+    env.update(settings.host_aliases(environ))  # AIRFLOW__NEXUS__* is withheld: the host reads its NEXUS_* alias
     if dsn:
         env[DSN_ENV_TENANT] = dsn
     return env
@@ -159,7 +165,12 @@ def host_environment(environ: Mapping[str, str], dsn: str) -> dict[str, str]:
 def withheld_from_host(name: str) -> bool:
     """Whether :func:`host_environment` leaves the variable ``name`` out."""
     key = name.strip().upper()
-    return key.startswith("AIRFLOW") or key in (DSN_ENV_TENANT, DSN_ENV_CUTOVER) or is_secret_parameter(name)
+    return (key.startswith("AIRFLOW") or key in (DSN_ENV_TENANT, DSN_ENV_CUTOVER) or is_secret_parameter(name)
+            or key in _SECRET_ALIASES)
+
+
+#: The aliases of the settings declared secret (the ledger's DSN, the notify webhook): a host needs none of them.
+_SECRET_ALIASES = frozenset(s.alias for s in settings.SETTINGS if s.secret)
 
 
 #: Secrets shorter than this are not searched for in free text by :func:`hide_dsn_secrets`: they would hide ordinary

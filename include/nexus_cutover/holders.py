@@ -21,9 +21,10 @@ holder's name may be longer (``airflow:<dag_id>:<run_id>`` with a rollout's run 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from urllib.parse import quote
+
+from . import settings
 
 #: Width of the "who" columns (catalog: ``String(128)``).
 HOLDER_WIDTH = 128
@@ -64,8 +65,9 @@ def airflow_run_named(stored: str | None) -> tuple[str, str | None] | None:
 
 
 def airflow_run_link(dag_id: str, run_id: str | None) -> str | None:
-    """The run's page in the Airflow UI when the environment names the UI (``NEXUS_AIRFLOW_URL``), else None."""
-    base = os.environ.get("NEXUS_AIRFLOW_URL", "").rstrip("/")
+    """The run's page in the Airflow UI when the setting ``airflow_url`` names the UI (``NEXUS_AIRFLOW_URL``),
+    else None."""
+    base = (settings.value("airflow_url") or "").rstrip("/")
     if not base:
         return None
     return f"{base}/dags/{quote(dag_id, safe='')}" + (f"/runs/{quote(run_id, safe='')}" if run_id else "")

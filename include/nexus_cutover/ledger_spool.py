@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from . import settings
 from .db import hide_dsn_secrets
 from .ledger import LedgerEvent, append, ledger_engine
 from .metrics import LEDGER_CAUGHT_UP, LEDGER_PENDING, LEDGER_SPOOLED, Metric
@@ -35,9 +36,12 @@ from .metrics import LEDGER_CAUGHT_UP, LEDGER_PENDING, LEDGER_SPOOLED, Metric
 log = logging.getLogger(__name__)
 
 #: The spool's directory (default ``$AIRFLOW_HOME/nexus-ledger-spool``, ``~/airflow/nexus-ledger-spool`` without one).
-SPOOL_DIR_ENV = "NEXUS_LEDGER_SPOOL_DIR"
-#: The bound of one attempt to reach the ledger (connect, and each statement on PostgreSQL).
-TIMEOUT_S = float(os.environ.get("NEXUS_LEDGER_TIMEOUT_S", "3"))
+SPOOL_DIR_ENV = settings.BY_NAME["ledger_spool_dir"].alias
+#: The bound of one attempt to reach the ledger (connect, and each statement on PostgreSQL): ``ledger_timeout_s``.
+TIMEOUT_S = float(settings.value("ledger_timeout_s"))
+#: The machine whose spool this is: the ``host`` tag of ``nexus.ledger.pending`` (each worker's gauge its own series,
+#: not one gauge the workers overwrite in turn).
+HOST = socket.gethostname() or "unknown"
 #: A spool file claimed by a flush that died is taken again after this long.
 STALE_CLAIM_S = 600.0
 _CLAIMED = ".claimed-"
@@ -53,8 +57,8 @@ def _no_figures(_metric: Metric, _value: Any, **_tags: Any) -> None:
 # -- the spool ---------------------------------------------------------------------------------------------------
 
 def spool_dir() -> pathlib.Path:
-    base = os.environ.get(SPOOL_DIR_ENV) or os.path.join(os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow"),
-                                                         "nexus-ledger-spool")
+    home = os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
+    base = settings.value("ledger_spool_dir") or os.path.join(home, "nexus-ledger-spool")
     return pathlib.Path(base)
 
 
@@ -172,7 +176,7 @@ def record(events: list[LedgerEvent], dsn: Callable[[], str | None], *, where: s
             log.info("delivery ledger: caught up %d spooled event(s)", caught)
         if events:
             append(engine, events)
-        send(LEDGER_PENDING, pending())
+        send(LEDGER_PENDING, pending(), host=HOST)
         return "written" if events else "nothing"
     except Exception as exc:  # noqa: BLE001 - a ledger outage never fails a step
         return _spooled(events, hide_dsn_secrets(f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}",
@@ -185,7 +189,7 @@ def record(events: list[LedgerEvent], dsn: Callable[[], str | None], *, where: s
 def _spooled(events: list[LedgerEvent], why: str, send: Send) -> str:
     if not events:
         log.warning("delivery ledger not reachable (%s); %d event(s) wait in %s", why, pending(), spool_dir())
-        send(LEDGER_PENDING, pending())
+        send(LEDGER_PENDING, pending(), host=HOST)
         return "nothing"
     try:
         path = spool(events)
@@ -197,7 +201,7 @@ def _spooled(events: list[LedgerEvent], why: str, send: Send) -> str:
                 "this machine", why, len(events), path)
     for tenant, count in _per_tenant(events).items():
         send(LEDGER_SPOOLED, count, tenant=tenant)
-    send(LEDGER_PENDING, pending())
+    send(LEDGER_PENDING, pending(), host=HOST)
     return "spooled"
 
 

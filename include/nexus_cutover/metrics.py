@@ -105,8 +105,9 @@ LEDGER_CAUGHT_UP = Metric(
     "nexus.ledger.caught_up", COUNTER, ("tenant",), "events",
     "spooled delivery-ledger events written to the ledger at a later record call on the same machine")
 LEDGER_PENDING = Metric(
-    "nexus.ledger.pending", GAUGE, (), "events",
-    "delivery-ledger events waiting in this machine's spool, after each record call")
+    "nexus.ledger.pending", GAUGE, ("host",), "events",
+    "delivery-ledger events waiting in this machine's spool, after each record call; tagged with the machine's "
+    "name (each worker has its own spool, so its own series: their sum is the fleet's)")
 
 #: Every metric of the project, in the runbook's order.
 ALL = (STEP_DURATION, STEP_FAILED, ADMISSION_PAUSE, FENCE_ARMED_AT, LOCK_WAIT, DRAIN_REMAINING, DRAIN_RATE, DRAIN_ETA,

@@ -15,3 +15,19 @@ Nothing here holds cutover logic: every rule lives in the domain package.
 Modules imported by DAG files (``params``, ``sensors``, ``operators``, ``hitl``)
 import no database driver and no domain code at module level.
 """
+
+from nexus_cutover import settings as _settings
+
+
+def _airflow_config(key: str) -> str | None:
+    """``[nexus] key`` of Airflow's configuration (``airflow.cfg``, ``_cmd``/``_secret``, a secrets backend, the
+    provider's default). Imported when first asked, never here: Airflow imports this package (``provider.py``) while
+    it reads its configuration, so an import of ``airflow.configuration`` now would be a circle."""
+    try:
+        from airflow.configuration import conf
+    except ImportError:  # Airflow not installed, or still reading its configuration: the environment decides
+        return None
+    return conf.get(_settings.SECTION, key, fallback=None)
+
+
+_settings.install_source(_airflow_config)

@@ -26,9 +26,10 @@ What is here, and why there is no public way:
 
 from __future__ import annotations
 
-import os
 from contextlib import AbstractContextManager
 from typing import Any
+
+from nexus_cutover import settings
 
 #: The Airflow versions this module is known for: [lowest, first not known).
 KNOWN_FOR = ("3.3.2", "3.4")
@@ -45,7 +46,7 @@ MODELS = {
 #: The table Airflow archives a try's HITL question into (apache/airflow#72155).
 HITL_HISTORY_TABLE = "hitl_detail_history"
 #: Set to ``0`` to leave Airflow's ORM sessions untouched (see the module's docstring).
-QUESTION_PER_TRY_ENV = "NEXUS_AIRFLOW_COMPAT_QUESTION_PER_TRY"
+QUESTION_PER_TRY_ENV = settings.BY_NAME["airflow_compat_question_per_try"].alias
 
 _listening = False
 
@@ -108,7 +109,7 @@ def _drop_archived_questions(session_: Any, flush_context: Any, instances: Any) 
 
 
 def question_per_try_enabled() -> bool:
-    return os.environ.get(QUESTION_PER_TRY_ENV, "1").strip() != "0"
+    return bool(settings.value("airflow_compat_question_per_try"))
 
 
 def install_question_per_try() -> bool:

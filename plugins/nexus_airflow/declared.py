@@ -14,11 +14,11 @@ reads a step's result or names its task asks here (:func:`task_of`, :func:`steps
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nexus_cutover import settings
 from nexus_cutover.field_history.transition import FIELD_HISTORY
 from nexus_cutover.projection.transition import CUTOVER
 from nexus_cutover.transition import Kind
@@ -59,8 +59,8 @@ def fused_tasks(transition) -> dict[str, tuple[str, ...]]:
 #: this lever alone (``make bench-stack``, part ``levers``). It changes the DAG's shape, so every Airflow component
 #: that parses the DAG or reads its XComs (the DAG processor, the workers, the API server) must see the same value,
 #: and no run may be in flight when it changes.
-FUSED_ENV = "NEXUS_FUSED_TASKS"
-FUSED: dict[str, dict[str, tuple[str, ...]]] = {} if os.environ.get(FUSED_ENV, "1").strip() == "0" else {
+FUSED_ENV = settings.BY_NAME["fused_tasks"].alias
+FUSED: dict[str, dict[str, tuple[str, ...]]] = {} if not settings.value("fused_tasks") else {
     t.name: fused for t in (CUTOVER, FIELD_HISTORY) if (fused := fused_tasks(t))}
 
 

@@ -19,6 +19,10 @@ Test-only, for the stack tests (real processes, real signals): with
 name is a file in that directory holds the task there (writing ``<name>.reached``
 with its pid) until the file is removed, at most :data:`PAUSE_MAX_S`; so a test can
 SIGKILL the worker at that exact point. Unset (the default), it does nothing.
+
+Their three variables (``NEXUS_AIRFLOW_FAULT``, ``NEXUS_AIRFLOW_PAUSE_DIR``, ``NEXUS_MIN_POLL_INTERVAL_S``) are test
+hooks, no settings: read from the environment only, here only (:data:`TEST_HOOKS`), and not in Airflow's ``[nexus]``
+section (:mod:`nexus_cutover.settings`): a deployment has no business setting them.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import os
 FAULT_ENV = "NEXUS_AIRFLOW_FAULT"
 PAUSE_DIR_ENV = "NEXUS_AIRFLOW_PAUSE_DIR"
 POLL_FLOOR_ENV = "NEXUS_MIN_POLL_INTERVAL_S"
+#: The environment variables read here, test hooks (tests/test_architecture.py allows these reads, nothing else).
+TEST_HOOKS = (FAULT_ENV, PAUSE_DIR_ENV, POLL_FLOOR_ENV)
 PAUSE_MAX_S = 600.0
 
 

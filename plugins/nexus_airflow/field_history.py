@@ -17,7 +17,6 @@ Light to import: domain code is imported inside methods only.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +40,7 @@ from nexus_airflow.params import (
 )
 from nexus_airflow.pollers import StepPoller
 from nexus_airflow.sensors import StatusPollSensor
+from nexus_cutover import settings
 
 VERSION_PATTERN = r"^\d+(\.\d+)*$"
 OPTIONAL_VERSION_PATTERN = r"^$|^\d+(\.\d+)*$"
@@ -167,14 +167,14 @@ def _skip_unless_requested(context, step: str) -> FieldHistoryParams:
 
 #: The deployment's own way to upgrade the producers, named in the producer gates' stops when set (``make airflow``
 #: sets the demo's control, ``python -m nexus_sim.upgrade ...``); a real deployment may name its rollout or runbook.
-PRODUCER_UPGRADE_ENV = "NEXUS_PRODUCER_UPGRADE_COMMAND"
+PRODUCER_UPGRADE_ENV = settings.BY_NAME["producer_upgrade_command"].alias
 
 
 def producer_upgrade_next(report: dict[str, Any]) -> str | None:
     """The next action of a producer gate that stopped on lagging producers (None for any other stop)."""
     if not (report.get("counts") or {}).get("lagging_processes"):
         return None
-    how = os.environ.get(PRODUCER_UPGRADE_ENV)
+    how = settings.value("producer_upgrade_command")
     return ("upgrade the lagging producers listed above through your deployment's rollout (or mark the ones that "
             "are gone stopped in the process registry), then clear this task"
             + (f"; in this deployment: {how}" if how else ""))

@@ -28,13 +28,13 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from nexus_airflow.faults import poll_floor_s
+from nexus_cutover import settings
 from nexus_cutover.projection.digest_limits import DEFAULT_DIGEST_CONNECTIONS, MAX_DIGEST_CONNECTIONS
 from nexus_cutover.projection.transition import DEFAULT_ARM_WHEN_DRAIN_BELOW_S
 
@@ -43,11 +43,12 @@ CONN_ID_PATTERN = r"^$|^[A-Za-z0-9_.-]{1,200}$"
 PACK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
 HOST_CONTROLLERS = ("manual", "command", "http")
 #: The form's default ``host_controller``: ``manual``, unless the deployment names another in the environment of its
-#: Airflow processes (``NEXUS_DEFAULT_HOST_CONTROLLER``; ``make airflow`` sets ``command``: its reference host starts
-#: by itself). Read when the DAG file is parsed: an environment variable, no database.
-DEFAULT_HOST_CONTROLLER = os.environ.get("NEXUS_DEFAULT_HOST_CONTROLLER") or "manual"
+#: Airflow processes (the setting ``default_host_controller``, ``NEXUS_DEFAULT_HOST_CONTROLLER``; ``make airflow`` sets
+#: ``command``: its reference host starts by itself). Read when the DAG file is parsed: a setting, no database.
+DEFAULT_HOST_CONTROLLER = settings.value("default_host_controller")
 if DEFAULT_HOST_CONTROLLER not in HOST_CONTROLLERS:
-    raise ValueError(f"NEXUS_DEFAULT_HOST_CONTROLLER={DEFAULT_HOST_CONTROLLER!r} is none of {HOST_CONTROLLERS}")
+    raise ValueError(f"setting nexus.default_host_controller ({settings.raw('default_host_controller')[1]}) = "
+                     f"{DEFAULT_HOST_CONTROLLER!r} is none of {HOST_CONTROLLERS}")
 #: The floor for poll intervals (:func:`nexus_airflow.faults.poll_floor_s`: 10 s, lowered by the test harness only).
 MIN_POLL_INTERVAL_S = poll_floor_s()
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import pkgutil
+
+from nexus_cutover import settings
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +54,19 @@ def preload(*_args, **_kwargs) -> list[str]:
 
 
 #: The workers' environment switch of the preload (on unless ``0``: the bench's lever, measured alone).
-PRELOAD_ENV = "NEXUS_CELERY_PRELOAD"
+PRELOAD_ENV = settings.BY_NAME["celery_preload"].alias
 
 
 def connect_to_celery() -> bool:
     """Connect :func:`preload` to Celery's ``import_modules`` signal (sent once, in a worker's main process,
-    before its pool forks); False where Celery is not installed or ``$NEXUS_CELERY_PRELOAD`` is ``0``."""
-    if os.environ.get(PRELOAD_ENV, "1").strip() == "0":
+    before its pool forks); False where Celery is not installed or the setting ``celery_preload``
+    (``$NEXUS_CELERY_PRELOAD``) is false."""
+    try:
+        wanted = settings.value("celery_preload")
+    except settings.BadSetting as exc:  # a worker always starts: the default, said in its log
+        log.warning("nexus-cutover preload: %s; preloading (the default)", exc)
+        wanted = True
+    if not wanted:
         return False
     try:
         from celery.signals import import_modules

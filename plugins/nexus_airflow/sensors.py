@@ -47,7 +47,6 @@ Invariants:
 from __future__ import annotations
 
 import datetime as dt
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +56,7 @@ from airflow.sdk.exceptions import AirflowSensorTimeout
 from nexus_airflow.base import params_of, stop, stop_on_another_version
 from nexus_airflow.faults import fault_point
 from nexus_airflow.triggers import VERSION_CHANGED, WAITING, WAKE, StatusPollTrigger, import_poller
+from nexus_cutover import settings
 
 #: The state a wait's result carries when Airflow's timeout ended it and the poller had no final word.
 TIMED_OUT = "timed_out"
@@ -66,12 +66,13 @@ _NEVER = ("soft_fail", "never_fail", "silent_fail")
 
 #: The workers' environment switch of a wait ending in its trigger: off unless ``1`` (measured alone on the stack
 #: it did not shorten the pause: docs/performance.md, "Both levers on the stack").
-END_IN_TRIGGERER_ENV = "NEXUS_WAITS_END_IN_TRIGGERER"
+END_IN_TRIGGERER_ENV = settings.BY_NAME["waits_end_in_triggerer"].alias
 
 
 def waits_end_in_triggerer() -> bool:
-    """Whether a passing wait ends in the triggerer (``$NEXUS_WAITS_END_IN_TRIGGERER`` is ``1``)."""
-    return os.environ.get(END_IN_TRIGGERER_ENV, "0").strip() == "1"
+    """Whether a passing wait ends in the triggerer (the setting ``waits_end_in_triggerer``,
+    ``$NEXUS_WAITS_END_IN_TRIGGERER``, is true)."""
+    return bool(settings.value("waits_end_in_triggerer"))
 
 
 def _utcnow() -> dt.datetime:

@@ -45,12 +45,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import os
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from nexus_cutover import settings
 
 WAITING = "waiting"
 #: The event of a wait whose triggerer runs another product version than the task that deferred (module invariants).
@@ -79,15 +80,16 @@ def _expired(poller) -> bool:
 
 #: Seconds between two log lines of a wait whose progress does not change (0: every poll), from the
 #: triggerer's environment; the runbook's settings table.
-QUIET_LOG_ENV = "NEXUS_TRIGGER_QUIET_LOG_S"
-QUIET_LOG_DEFAULT_S = 300.0
+QUIET_LOG_ENV = settings.BY_NAME["trigger_quiet_log_s"].alias
+QUIET_LOG_DEFAULT_S = settings.BY_NAME["trigger_quiet_log_s"].default
 
 
 def quiet_log_s() -> float:
-    """How often an unchanged wait is logged: ``$NEXUS_TRIGGER_QUIET_LOG_S`` if it is a number >= 0, else 5 min."""
+    """How often an unchanged wait is logged: the setting ``trigger_quiet_log_s`` (``$NEXUS_TRIGGER_QUIET_LOG_S``) if
+    it is a number >= 0, else 5 min (a wait keeps waiting on a bad value)."""
     try:
-        value = float(os.environ.get(QUIET_LOG_ENV, QUIET_LOG_DEFAULT_S))
-    except ValueError:
+        value = settings.value("trigger_quiet_log_s")
+    except settings.BadSetting:
         return QUIET_LOG_DEFAULT_S
     return value if value >= 0 else QUIET_LOG_DEFAULT_S
 

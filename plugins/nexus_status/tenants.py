@@ -38,16 +38,17 @@ from typing import Any
 
 from nexus_airflow.compat import model
 from nexus_airflow.compat import session as metadata_session
+from nexus_cutover import settings
 
 PREFIX = "nexus_tenant_"
 ENV_PREFIX = "AIRFLOW_CONN_" + PREFIX.upper()
-REFRESH_S = float(os.environ.get("NEXUS_STATUS_REFRESH_S", "10"))
-READERS = int(os.environ.get("NEXUS_STATUS_READERS", "4"))
+REFRESH_S = settings.value("status_refresh_s")
+READERS = settings.value("status_readers")
 CONNECT_TIMEOUT_S = 5.0
 #: How long one request waits for the reads it needs; a tenant still being read after that shows as such.
-WAIT_S = float(os.environ.get("NEXUS_STATUS_WAIT_S", "120"))
+WAIT_S = settings.value("status_wait_s")
 #: How long the page's rows wait for the re-read of a state older than the interval before being served as stale.
-FRESH_WAIT_S = float(os.environ.get("NEXUS_STATUS_FRESH_WAIT_S", "10"))
+FRESH_WAIT_S = settings.value("status_fresh_wait_s")
 #: The sections of ``read_tenant_state``: a tenant none of them can be read from is ``unreadable``.
 SECTIONS = ("fence", "drain", "host", "receipts", "field_history")
 

@@ -18,9 +18,12 @@ ORDER = CUTOVER.names
 #: What the DAG file may import of the domain at parse time: the declarations (standard library only), no more.
 #: The domain modules a DAG file may load at parse time: declarations with no imports of their own (the steps of
 #: each migration; the digest's connection bound, which the form declares).
-DECLARATIONS = ["nexus_cutover", "nexus_cutover.field_history", "nexus_cutover.field_history.transition",
-                "nexus_cutover.projection", "nexus_cutover.projection.digest_limits",
-                "nexus_cutover.projection.transition", "nexus_cutover.transition"]
+#: What parsing a DAG file may import of the domain: the declarations of the steps and of the settings (the
+#: form's default host controller and the fused tasks are settings; ``settings`` imports ``errors`` for its error).
+DECLARATIONS = ["nexus_cutover", "nexus_cutover.errors", "nexus_cutover.field_history",
+                "nexus_cutover.field_history.transition", "nexus_cutover.projection",
+                "nexus_cutover.projection.digest_limits", "nexus_cutover.projection.transition",
+                "nexus_cutover.settings", "nexus_cutover.transition"]
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,8 @@ from sqlalchemy import select
 from nexus_cutover import catalog
 from nexus_cutover import ledger as L
 from nexus_cutover.db import make_engine
+from nexus_cutover.ledger_spool import HOST
+from nexus_cutover.metrics import name_safe
 from nexus_sim.scenario.production import build_production_tenant
 from tests.dags.airflow_harness import HitlAnswerer, run_dag
 from tests.dags.cutover_support import DAG_ID, NS, Deployer, base_conf, old_runtime
@@ -246,5 +248,7 @@ def test_a_ledger_outage_mid_run_changes_nothing_of_the_cutover_and_is_caught_up
             assert sum(got.get((f"nexus.ledger.caught_up.{NS}", "c"), [])) == spooled
             assert got.get(("nexus.ledger.pending", "g"), [None])[-1] == 0
             assert max(got.get(("nexus.ledger.pending", "g"), [0])) == spooled
+            mine = got.get((f"nexus.ledger.pending.{name_safe(HOST)}", "g"), [])  # this machine's own series
+            assert mine and (max(mine), mine[-1]) == (spooled, 0), mine
         finally:
             monkeypatch.setattr(metrics, "_initialized_in", None)

@@ -191,6 +191,11 @@ def test_a_statsd_listener_receives_every_figure_of_a_cutover_run(airflow_db, te
     assert {line.split(":")[0] for line in unmapped} <= {f"{PREFIX}.{m.name}" for m in ALL}, unmapped  # the bare names
     samples = [s for _, s in exported if s is not None]
     assert all(s.labels.get("tenant") == NS for s in samples if s.name != "nexus_ledger_pending"), samples
+    # the spool's pending count is this machine's own series (several workers would overwrite one gauge)
+    from nexus_cutover.ledger_spool import HOST
+    from nexus_cutover.metrics import name_safe
+
+    assert all(s.labels == {"host": name_safe(HOST)} for s in samples if s.name == "nexus_ledger_pending"), samples
     by_name: dict[str, list] = {}
     for sample in samples:
         by_name.setdefault(sample.name, []).append(sample)

@@ -143,8 +143,9 @@ MUTATIONS = {
                              "deploy/helm-values.yaml: statsd.extraMappings has no entry 'airflow.nexus.lock.wait.*.*' of"]),
     "helm: a mapping's name differs": (HELM_VALUES, "      name: nexus_lock_wait_seconds\n", "      name: nexus_lock_wait\n",
                                        ["deploy/helm-values.yaml: statsd.extraMappings entry 'airflow.nexus.lock.wait.*.*' is"]),
-    "helm: a mapping left out": (HELM_VALUES, '''    - match: "airflow.nexus.ledger.pending"\n      name: nexus_ledger_pending\n''', "",
-                                 ["deploy/helm-values.yaml: statsd.extraMappings has no entry 'airflow.nexus.ledger.pending' "
+    "helm: a mapping left out": (HELM_VALUES, '''    - match: "airflow.nexus.ledger.pending.*"\n      name: nexus_ledger_pending\n'''
+                                 '''      ttl: 24h\n      labels:\n        host: "$1"\n''', "",
+                                 ["deploy/helm-values.yaml: statsd.extraMappings has no entry 'airflow.nexus.ledger.pending.*' "
                                   "of deploy/statsd/nexus-mapping.yml"]),
     "mapping: a new entry the values lack": (STATSD_MAPPING, "mappings:\n",
                                              'mappings:\n  - match: "airflow.nexus.new.*"\n    name: nexus_new\n',

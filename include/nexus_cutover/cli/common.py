@@ -27,8 +27,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .. import catalog
-from ..db import DSN_ENV_CUTOVER, DSN_ENV_LEDGER, DSN_ENV_TENANT, hide_dsn_secrets
+from .. import catalog, settings
+from ..db import DSN_ENV_CUTOVER, hide_dsn_secrets
 from ..errors import BadInput, CutoverError
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -208,8 +208,7 @@ def _report_error(
 
 def mask_dsn_secrets(message: str) -> str:
     """``message`` with every secret of the DSN variables the commands read hidden (whatever a driver quoted)."""
-    for name in (DSN_ENV_CUTOVER, DSN_ENV_TENANT, DSN_ENV_LEDGER):
-        dsn = os.environ.get(name, "").strip()
+    for dsn in [os.environ.get(DSN_ENV_CUTOVER, "").strip(), *settings.secret_values()]:
         if dsn:
             message = hide_dsn_secrets(message, dsn)
     return message

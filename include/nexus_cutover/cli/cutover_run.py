@@ -14,9 +14,8 @@ import subprocess
 import sys
 from typing import Any
 
-from .. import polling
+from .. import polling, settings
 from ..clock import utcnow
-from ..db import DSN_ENV_TENANT
 from ..errors import BadInput
 from ..events import run_ended
 from ..metrics import failure_reason
@@ -169,7 +168,7 @@ def _start_host(command: str) -> int:
 
     from ..db import host_environment
 
-    env = host_environment(os.environ, os.environ.get(DSN_ENV_TENANT, ""))
+    env = host_environment(os.environ, settings.value("tenant_dsn") or "")
     proc = subprocess.Popen(shlex.split(command), env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     log.info("started the new host (pid %d)", proc.pid)

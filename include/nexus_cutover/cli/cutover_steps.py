@@ -21,12 +21,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
-import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from .. import polling, tx
+from .. import polling, settings, tx
 from ..clock import utc_text, utcnow
 from ..db import DSN_ENV_TENANT, dsn_from_env, make_engine, mask_dsn
 from ..errors import BadInput
@@ -420,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         if "ledger" in COMMANDS[args.command][2]:  # the ledger's own database, never the tenant's
             from ..ledger import DSN_ENV_LEDGER, ledger_engine
 
-            dsn = os.environ.get(DSN_ENV_LEDGER, "").strip()
+            dsn = settings.value("ledger_dsn")
             if not dsn:
                 raise BadInput(f"no delivery ledger given: set {DSN_ENV_LEDGER} to its SQLAlchemy URL (the Airflow "
                                "connection nexus_ledger's database: sqlite:////path/ledger.db, mysql+pymysql://... or "

@@ -23,6 +23,7 @@ import getpass
 import os
 from typing import Any
 
+from .. import settings
 from ..db import DSN_ENV_LEDGER
 from ..metrics import StatsdSender
 from ..notices import NoticeSink, WebhookSender
@@ -30,9 +31,9 @@ from ..recording import NOT_RECORDING, LedgerSink, MetricsSink, Origin, Recorder
 from ..transition import Transition
 from .common import mask_dsn_secrets
 
-STATSD_ENV = "NEXUS_STATSD"
-STATSD_PREFIX_ENV = "NEXUS_STATSD_PREFIX"
-NOTIFY_WEBHOOK_ENV = "NEXUS_NOTIFY_WEBHOOK"
+STATSD_ENV = settings.BY_NAME["statsd"].alias
+STATSD_PREFIX_ENV = settings.BY_NAME["statsd_prefix"].alias
+NOTIFY_WEBHOOK_ENV = settings.BY_NAME["notify_webhook"].alias
 
 
 def default_actor() -> str:
@@ -49,14 +50,14 @@ def command_recorder(args: Any, *, program: str, tenant: str | None, transition:
     if getattr(args, "dry_run", False) or not tenant:
         return NOT_RECORDING
     sinks: list[Any] = []
-    statsd = os.environ.get(STATSD_ENV, "").strip()
-    send = StatsdSender(statsd, prefix=os.environ.get(STATSD_PREFIX_ENV, "airflow")) if statsd else None
-    dsn = os.environ.get(DSN_ENV_LEDGER, "").strip()
+    statsd = settings.value("statsd")
+    send = StatsdSender(statsd, prefix=settings.value("statsd_prefix")) if statsd else None
+    dsn = settings.value("ledger_dsn")
     if dsn:
         sinks.append(LedgerSink(lambda: dsn, where=DSN_ENV_LEDGER, **({"send": send} if send else {})))
     if send is not None:
         sinks.append(MetricsSink(send))
-    if webhook := os.environ.get(NOTIFY_WEBHOOK_ENV, "").strip():
+    if webhook := settings.value("notify_webhook"):
         sinks.append(NoticeSink(WebhookSender(webhook)))
     if not sinks:
         return NOT_RECORDING

@@ -26,20 +26,19 @@ confirmed and it is served. ``--drain-and-exit`` drains what it serves: it does
 not wait for a pack without its row (it logs what it left).
 
 Ordinary and old-protocol WorkItems are never touched. Heartbeat period:
-``heartbeat_s`` or env ``NEXUS_HOST_HEARTBEAT_S`` (default 5 s); idle poll
-``poll_s`` or env ``NEXUS_HOST_POLL_S`` (default 0.5 s).
+``heartbeat_s`` or the setting ``host_heartbeat_s`` (``NEXUS_HOST_HEARTBEAT_S``, default 5 s); idle poll
+``poll_s`` or ``host_poll_s`` (``NEXUS_HOST_POLL_S``, default 0.5 s).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from .. import catalog, tx
+from .. import catalog, settings, tx
 from ..catalog import WorkItem
 from ..errors import BadInput
 from .activation import ActivationVerdict, ServedPacks, protocol_in_force
@@ -56,13 +55,13 @@ EXIT_OK = 0
 EXIT_REFUSED = 3
 
 
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
+def _setting_s(name: str) -> float:
+    """The setting ``name`` (seconds); its default, with a warning, when it is not a number: a host keeps running."""
     try:
-        return float(raw) if raw else default
-    except ValueError:
-        log.warning("ignoring %s=%r: not a number; using %s", name, raw, default)
-        return default
+        return settings.value(name)
+    except settings.BadSetting as exc:
+        log.warning("ignoring %s; using %s", exc, settings.BY_NAME[name].default)
+        return settings.BY_NAME[name].default
 
 
 def run_host(
@@ -86,8 +85,8 @@ def run_host(
         stop_event=stop_event or threading.Event(),
         routing=routing or Routing(),
         execute=execute,
-        heartbeat_s=heartbeat_s if heartbeat_s is not None else _env_float("NEXUS_HOST_HEARTBEAT_S", 5.0),
-        poll_s=poll_s if poll_s is not None else _env_float("NEXUS_HOST_POLL_S", 0.5),
+        heartbeat_s=heartbeat_s if heartbeat_s is not None else _setting_s("host_heartbeat_s"),
+        poll_s=poll_s if poll_s is not None else _setting_s("host_poll_s"),
     )
     register(engine, host.process_id, namespace, catalog.ROLE_INTEGRATION_HOST, catalog.PROTOCOL_RANGES)
     beater = Heartbeater(engine, [host.process_id], host.heartbeat_s).start()
