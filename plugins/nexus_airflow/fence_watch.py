@@ -111,8 +111,9 @@ def _look(context, step: str, log, question: bool) -> dt.datetime | None:
 
 def send_alert(context, step: str, since: dt.datetime, paused_s: float, after_s: int, log, *,
                question: bool = False) -> None:
-    from nexus_airflow.notify import FENCE_WAITING, WORDS, Message, links, send
+    from nexus_airflow.notify import FENCE_WAITING, links, send
     from nexus_cutover.clock import utc_text
+    from nexus_cutover.notices import WORDS, Message
 
     ti, tenant = context["ti"], context["params"].get("tenant", "?")
     facts = [("event", WORDS[FENCE_WAITING]), ("tenant", tenant), ("run", ti.run_id),

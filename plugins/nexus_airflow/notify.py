@@ -36,24 +36,20 @@ from __future__ import annotations
 import contextlib
 import html
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from airflow.sdk import BaseNotifier
 
-from nexus_cutover import notices
-from nexus_cutover.notices import (  # noqa: F401 - the words the adapter's other notices use, from the one module
-    FAILURE,
-    FENCE_WAITING,
-    NEEDS_CONFIRMATION,
-    SUCCESS,
-    WORDS,
-    Message,
-    cut_over_facts,
-    decided_by_rollout,
-    report_summary,
-    scrub,
-)
+if TYPE_CHECKING:
+    from nexus_cutover.notices import Message
+
+# The event names of nexus_cutover.notices (tests/dags/test_notifications.py holds them equal): literals here, so a
+# DAG file that names its notifier's event imports no domain module at parse time; the words are read when sending.
+FAILURE = "failure"
+NEEDS_CONFIRMATION = "needs_confirmation"
+SUCCESS = "success"
+FENCE_WAITING = "fence_waiting"
 
 VARIABLE = "nexus_notify_conn_id"
 #: The status view's own pages (the plugin's FastAPI app: ``plugins/nexus_status_plugin.py``'s URL prefix).
@@ -143,6 +139,8 @@ def send(context, message: Message, log) -> bool:
     try:
         _deliver(conn_id, message.subject, body, context)
     except Exception as exc:  # noqa: BLE001 - a lost notification must never change the task outcome
+        from nexus_cutover.notices import scrub
+
         log.error("notification NOT sent through connection %s: %s", conn_id, scrub(f"{type(exc).__name__}: {exc}"))
         return False
     log.info("notification sent through connection %s", conn_id)
@@ -189,6 +187,7 @@ def _deliver(conn_id: str, subject: str, body: str, context) -> None:
 def _cut_over(ti) -> str:
     """A successful run's facts: each pack's cutoff and the admission pause its release recorded."""
     from nexus_airflow import results
+    from nexus_cutover.notices import cut_over_facts
 
     try:
         released = results.release(ti) or {}
@@ -214,6 +213,8 @@ def _task_label(ti) -> str:
 
 def tenant_message(context, event: str, reason: str, text: str, *, question: bool = False) -> Message:
     """A tenant run's event (:func:`nexus_cutover.notices.tenant_message`) from the task's context, with its links."""
+    from nexus_cutover import notices
+
     ti = context.get("ti")
     tenant = (context.get("params") or {}).get("tenant", "?")
     dag_id = getattr(ti, "dag_id", None) or getattr(context.get("dag"), "dag_id", "?")
@@ -248,12 +249,16 @@ class CutoverNotifier(BaseNotifier):
         if exc is not None:
             parts.append(str(exc) or type(exc).__name__)
         if report := self._report(context):
+            from nexus_cutover.notices import report_summary
+
             summary = report_summary(report)
             parts = [p for p in parts if p not in summary] + [summary]  # a report that repeats the exception: once
         return " | ".join(parts) or "no reason recorded: read the task log"
 
     def message(self, context) -> Message:
         """The event as a person reads it; plain text, credentials scrubbed, bounded."""
+        from nexus_cutover import notices
+
         text = notices.TEXTS[self.event]
         return tenant_message(context, self.event, self.reason_of(context), text,
                               question=self.event == NEEDS_CONFIRMATION)
@@ -265,6 +270,8 @@ class CutoverNotifier(BaseNotifier):
         if self.event == SUCCESS and (before := _cut_over_before(context.get("ti"))):
             self.log.info("no cut-over notice: %s", before)  # a rerun cut nothing over: nobody is told it did
             return
+        from nexus_cutover.notices import decided_by_rollout
+
         if self.event == FAILURE and (params.get("rollout") or {}).get("run_id") and decided_by_rollout(
                 self._report(context)):
             self.log.info("this stop is the rollout's decision: its message reports it, with the wave's tenants")
@@ -272,10 +279,13 @@ class CutoverNotifier(BaseNotifier):
         send(context, self.message(context), self.log)
 
 
-def notice_sink(context) -> notices.NoticeSink:
+def notice_sink(context):
     """The notices a run's events mean that no Airflow callback sends (the pause ahead, admission resumed with the
     pause it lasted), through the run's channel with the run's links; the task's failure and its cut-over are
     sent by :class:`CutoverNotifier` from Airflow's callbacks."""
+    from nexus_cutover import notices
+    from nexus_cutover.notices import Message
+
     tenant = (context.get("params") or {}).get("tenant")
 
     def deliver(message: Message) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from nexus_airflow.notify import NEEDS_CONFIRMATION, WORDS, Message, base_url, question_link, rollouts_link, run_link, send
+from nexus_airflow.notify import NEEDS_CONFIRMATION, base_url, question_link, rollouts_link, run_link, send
 
 log = logging.getLogger("nexus.rollout")
 
@@ -32,6 +32,8 @@ def _links(context, *, question: bool = False) -> list[str]:
 
 def wave_question(context, wave: int, rows: list[dict[str, Any]], timeout_s: int) -> None:
     """The wave's question is parked: one message naming its ready tenants and those not in it."""
+    from nexus_cutover.notices import WORDS, Message
+
     try:
         ready = [r["tenant"] for r in rows if r.get("kind") == "ready"]
         others = [f"{r['tenant']} ({r['status']})" for r in rows if r.get("kind") != "ready"]
@@ -49,6 +51,8 @@ def wave_question(context, wave: int, rows: list[dict[str, Any]], timeout_s: int
 
 def ended(outcome: str, headline: str, lines: list[str], facts: list[tuple[str, str]] | None = None) -> None:
     """The rollout's end (``outcome``: SUCCEEDED, HALTED, CANCELLED, FAILED, PREFLIGHT DONE), its summary lines."""
+    from nexus_cutover.notices import Message
+
     try:
         from airflow.sdk import get_current_context
 

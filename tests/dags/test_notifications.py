@@ -177,8 +177,18 @@ def test_every_task_notifies_on_failure_and_the_form_has_notify_conn_id(airflow_
         assert hooks == (step_started, step_ended), task.task_id
 
 
+def test_the_notifiers_event_names_are_the_domains():
+    """The DAG files name their notifier's event by nexus_airflow.notify's literals (no domain import at parse time):
+    they are nexus_cutover.notices' names, and each has its words."""
+    from nexus_airflow import notify
+    from nexus_cutover import notices
+
+    for name in ("FAILURE", "NEEDS_CONFIRMATION", "SUCCESS", "FENCE_WAITING"):
+        assert getattr(notify, name) == getattr(notices, name) and getattr(notices, name) in notices.WORDS
+
+
 def test_credentials_in_urls_are_masked():
-    from nexus_airflow.notify import scrub
+    from nexus_cutover.notices import scrub
 
     assert scrub("cannot reach mysql+pymysql://cutover:s3cr3t@tidb:4000/t (x)") == (
         "cannot reach mysql+pymysql://cutover:***@tidb:4000/t (x)")
