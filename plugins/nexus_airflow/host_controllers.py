@@ -101,7 +101,8 @@ def start_http(tenant: str, http_conn_id: str, pack_install_ids: list[str], run_
 
     endpoint = HTTP_ENDPOINT.format(tenant=tenant)
     body = {"tenant": tenant, "pack_install_ids": pack_install_ids, "projection_protocol": 1, "run_id": run_id}
-    log.info("asking the deployer (%s) to start the new host: POST %s %s", http_conn_id, endpoint, body)
+    log.info("asking the deployer (%s) to start the new host: POST %s (tenant %s, packs %s, run %s)", http_conn_id,
+             endpoint, tenant, ", ".join(pack_install_ids) or "none", run_id)
     resp = HttpHook(method="POST", http_conn_id=http_conn_id).run(
         endpoint=endpoint, json=body, headers={"Content-Type": "application/json"}
     )

@@ -158,7 +158,9 @@ def _emit_the_asset_event(op: BaseOperator, context, value: dict[str, Any], step
         return {**value, "already_cut_over": before} if isinstance(value, dict) else value
     fault_point(f"{step}.before_emit")
     context["outlet_events"][AssetAlias(ASSET_ALIAS)].add(Asset(asset_uri(p.tenant)), extra=value)
-    op.log.info("cutover complete for %s: %s. Do not restart an old writer after this point.", p.tenant, value)
+    from nexus_cutover.projection.steps import complete_text
+
+    op.log.info("%s. Do not restart an old writer after this point.", complete_text(value))
     return value
 
 

@@ -217,7 +217,7 @@ def test_a_reject_states_the_tenants_real_state(dag, tenant):
     assert "{" not in message and "[" not in message  # no Python reprs
 
 
-def test_a_rerun_of_a_cut_over_tenant_ends_success_without_asking(dag, tenant, tenant_connection):
+def test_a_rerun_of_a_cut_over_tenant_ends_success_without_asking(dag, tenant, tenant_connection, capfd, caplog):
     """A rerun of a cut-over tenant asks nothing and writes nothing; it says when and by which run the tenant was cut
     over, sends no cut-over notice and emits no Asset event (issue 51, item 4)."""
     from tests.dags.test_cutover_dag_runs import asset_events
@@ -232,6 +232,12 @@ def test_a_rerun_of_a_cut_over_tenant_ends_success_without_asking(dag, tenant, t
         with HitlAnswerer(DAG_ID, {"confirm_writers_stopped": CONFIRM}):
             first = run_dag(dag, base_conf(conn_id, notify_conn_id="nexus_notify_rerun"))
         assert first.state == "success", first.task_states
+        logged = "".join(capfd.readouterr()) + caplog.text
+        # what a person reads in the task logs: one fact per line, no Python dict (issue 51, item 9)
+        for start in ("cutover complete for ", "asking the deployer"):
+            lines = [line for line in logged.splitlines() if start in line]
+            assert lines and not any("{'" in line or "':" in line for line in lines), (start, lines)
+        assert f"cutover complete for {NS}: cutoffs (LegacyMaxOrdinal per pack) " in logged
         cut_over_notices = [m["Subject"] for m in mail.messages if "CUT OVER" in m["Subject"]]
         assert len(cut_over_notices) == 1, [m["Subject"] for m in mail.messages]  # the first run's, once
         before, events_before, sent_before = snapshot(engine), len(asset_events(uri)), len(mail.messages)

@@ -75,7 +75,7 @@ from .checkpoints import audit_and_checkpoint
 from .context import RETURN, CutoverRun, Results, fence_and_checkpoints, run_step
 from .draining import wait_for_drain
 from .fence import already_cut_over, arm_fence
-from .final_check import dry_run_verdict, final_old_writer_check, history_unchanged, old_writers_since_release
+from .final_check import complete_text, dry_run_verdict, final_old_writer_check, history_unchanged, old_writers_since_release
 from .history import history_digest
 from .new_host import start_new_host, verify_readiness
 from .pre_arm import RATE_SAMPLES, wait_for_short_drain
@@ -91,7 +91,7 @@ __all__ = [  # the door: the declaration, the bodies, what they return and raise
     "fence_and_checkpoints", "fence_row", "held_by_another", "history_unchanged", "last_released_cutover_fence",
     "load_digest", "old_writers_since_release", "pause_text", "readiness", "recheck_writers", "release_fence",
     "already_cut_over", "run_checkpoint", "run_step", "pack_namespace", "RETURN", "RATE_SAMPLES", "LiveAgain",
-    "evidence_to_confirm", "dry_run_verdict",
+    "evidence_to_confirm", "dry_run_verdict", "complete_text",
     # the bodies the declaration calls (CUTOVER's Step.calls)
     "resolve_packs", "apply_schema", "wait_for_short_drain", "arm_fence", "wait_for_drain", "check_old_writers",
     "confirm_writers_stopped", "history_digest", "audit_and_checkpoint", "start_new_host", "verify_readiness",

@@ -45,6 +45,21 @@ def final_old_writer_check(run: CutoverRun) -> StepResult:
     return StepResult(value, fields={**seen, **history.fields})
 
 
+def complete_text(value: dict[str, Any]) -> str:
+    """The line a person reads when the cutover is complete: its cutoffs, the release and the verified digest."""
+    cutoffs = ", ".join(f"{pack} {cutoff}" for pack, cutoff in (value.get("cutoffs") or {}).items()) or "none"
+    digest = value.get("history_digest") or {}
+    return (f"cutover complete for {value.get('tenant')}: cutoffs (LegacyMaxOrdinal per pack) {cutoffs}; fence "
+            f"{value.get('fence_id')} released at {value.get('released_at')}; history digest {digest.get('hash', '-')} "
+            f"verified ({_rows_text(digest.get('rows'))})")
+
+
+def _rows_text(rows: Any) -> str:
+    if isinstance(rows, dict):
+        return ", ".join(f"{table} {count} row(s)" for table, count in rows.items()) or "no rows"
+    return f"{rows} row(s)" if rows is not None else "rows not counted"
+
+
 def _cutoffs(run: CutoverRun) -> dict[str, int | None]:
     found = run.earlier("audit_and_checkpoint", RETURN) or []
     return {r["pack_install_id"]: r.get("legacy_max_ordinal") for r in _each(found)}
