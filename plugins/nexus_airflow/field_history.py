@@ -60,7 +60,9 @@ FH_FIELDS: dict[str, Field] = {
     "stage1_release": Field(
         _REQUIRED,
         "Stage-1 release",
-        "The Runtime API / outbox worker release that preserves FieldHistoryEligible (e.g. 4.12.0).",
+        "The release every deployed runtime_api and audit_outbox_worker already runs that preserves "
+        "FieldHistoryEligible: your release notes name it (4.12.0 in the reference). Stage 1 checks the process "
+        "registry against it and names any process that runs an older one.",
         {"type": "string", "pattern": VERSION_PATTERN},
     ),
     "producer_release": Field(
@@ -175,8 +177,11 @@ def producer_upgrade_next(report: dict[str, Any]) -> str | None:
     if not (report.get("counts") or {}).get("lagging_processes"):
         return None
     how = settings.value("producer_upgrade_command")
-    return ("upgrade the lagging producers listed above through your deployment's rollout (or mark the ones that "
-            "are gone stopped in the process registry), then clear this task"
+    lagging = [f"{f.get('process_id')} ({f.get('role')} {f.get('binary_version')} < {f.get('release')})"
+               for f in report.get("findings") or [] if isinstance(f, dict) and f.get("finding") == "lagging_process"]
+    named = "; ".join(lagging[:20]) + (f"; +{len(lagging) - 20} more in the report" if len(lagging) > 20 else "")
+    return (f"upgrade the lagging producers ({named or 'see the report'}) through your deployment's rollout (or mark "
+            "the ones that are gone stopped in the process registry), then clear this task"
             + (f"; in this deployment: {how}" if how else ""))
 
 

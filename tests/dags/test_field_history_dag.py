@@ -237,6 +237,7 @@ def test_stage_1_names_the_deployments_producer_upgrade_and_passes_after_it(dag,
     assert stopped.state_of("stage_1") == "failed"
     message = stopped.xcom("stage_1", "report")["message"]
     assert "Next: upgrade the lagging producers" in message and f"in this deployment: {command}" in message, message
+    assert "listed above" not in message and "(worker-1 (audit_outbox_worker 4.11.2 < " in message, message  # named
     env = {**os.environ, "NEXUS_TENANT_DSN": tenant.url.render_as_string(hide_password=False)}
     done = subprocess.run([sys.executable, "-m", "nexus_sim.upgrade", "--namespace", "acme", "--release", CUTOVER],
                           env=env, capture_output=True, text=True, timeout=120)

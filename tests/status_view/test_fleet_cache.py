@@ -346,5 +346,9 @@ def test_after_a_cutover_success_what_now_names_field_history(tmp_path, monkeypa
     run = summarize("connector_projection_cutover", "r1", "success", [], None)
     explained = with_tenant_state({"cutover": run}, state)["cutover"]
     assert explained["next_action"].startswith("trigger field_history_eligibility for this tenant (Field History: stage")
+    stage = state["field_history"]["stage"]
+    # what the next run needs, the producer upgrade included until stage 2 is done (issue 51, item 2)
+    assert ("upgrade the producers" if stage == 0 else "upgrade every producer" if stage == 1
+            else "target_stage 3") in explained["next_action"], explained["next_action"]
     with_fh = with_tenant_state({"cutover": run, "field_history": {"state": "running"}}, state)["cutover"]
     assert with_fh["next_action"] is None  # its own run says where it is

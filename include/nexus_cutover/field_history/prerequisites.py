@@ -38,3 +38,16 @@ def require_eligibility_column(bind: Engine | Connection) -> None:
             [added.label],
             "stage 1 adds it: run the field_history_eligibility DAG with target_stage=1",
         )
+
+
+def next_stage_action(stage: int) -> str:
+    """What a person does after the tenant completed Field History stage ``stage`` (0: not started): the releases
+    the next run needs, and the producer upgrade that stages 2 and 3 wait for."""
+    if stage <= 0:
+        return ("target_stage 1 with stage1_release, the release every runtime_api and audit_outbox_worker already "
+                "runs that preserves FieldHistoryEligible (your deployment's release notes; 4.12.0 in the reference); "
+                "then upgrade the producers and go on to stage 3")
+    if stage == 1:
+        return ("upgrade every producer (runtime_api, audit_outbox_worker) to the producer-cutover release through "
+                "your deployment's rollout, then target_stage 3 with that release as producer_release")
+    return "target_stage 3 with producer_release (the producer-cutover release): the read switch"
