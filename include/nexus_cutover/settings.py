@@ -143,7 +143,8 @@ def raw(name: str, environ: Mapping[str, str] | None = None) -> tuple[str | None
     if _source is not None:
         text = (_source(name) or "").strip()
         if text:
-            return text, f"[{SECTION}] {name} of Airflow's configuration"
+            # Airflow's configuration answers an unset option with the provider's declared default: said as such
+            return text, "default" if text == setting.default_text else f"[{SECTION}] {name} of Airflow's configuration"
     return None, "default"
 
 
@@ -205,6 +206,25 @@ def provider_config() -> dict[str, Any]:
         options[s.name] = option
     return {SECTION: {"description": "nexus-cutover's settings. Each may also be given as its NEXUS_* environment "
                       "variable (read after AIRFLOW__NEXUS__<NAME>, before airflow.cfg).", "options": options}}
+
+
+def listing(environ: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Every setting as this process reads it, for a page a person reads: its name, alias, type, the value in force
+    (a secret's only as set or unset, never its text; a bad value as the error), where it came from (the variable,
+    Airflow's configuration, or the default) and what it sets."""
+    rows = []
+    for s in SETTINGS:
+        text, where = raw(s.name, environ)
+        if s.secret:
+            shown = "set (secret: not shown)" if text is not None else "unset"
+        else:
+            try:
+                shown = s.default_text if text is None else str(convert(s, text, where))
+            except BadSetting as exc:
+                shown = f"bad value: {exc}"
+        rows.append({"name": s.name, "alias": s.alias, "type": s.type, "value": shown if shown is not None else "unset",
+                     "source": where, "default": s.default_text, "description": s.description})
+    return rows
 
 
 def readme_table() -> str:

@@ -33,7 +33,11 @@ import pathlib
 from typing import Any
 
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
-from airflow.api_fastapi.core_api.security import requires_access_connection, requires_access_dag
+from airflow.api_fastapi.core_api.security import (
+    requires_access_configuration,
+    requires_access_connection,
+    requires_access_dag,
+)
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import HTMLResponse, Response
 
@@ -139,6 +143,32 @@ def report_page(tenant: str = Query(..., min_length=1, max_length=190)) -> str: 
     from nexus_status.report import page as render
 
     return render(_report(tenant))
+
+
+#: The settings page reads Airflow's configuration: the permission to read it.
+CONFIG_READS = [Depends(requires_access_configuration("GET"))]
+
+
+@app.get("/api/settings", dependencies=CONFIG_READS)
+def settings_json() -> list[dict[str, Any]]:
+    """Every ``[nexus]`` setting as this API server reads it (:func:`nexus_cutover.settings.listing`)."""
+    return _settings()
+
+
+def _settings() -> list[dict[str, Any]]:
+    """The listing with any credentials in a URL masked (a secret setting is never shown at all; a URL such as the
+    Airflow base URL stays readable)."""
+    from nexus_cutover.notices import scrub
+    from nexus_cutover.settings import listing
+
+    return [{k: scrub(v) if isinstance(v, str) else v for k, v in row.items()} for row in listing()]
+
+
+@app.get("/settings", response_class=HTMLResponse, dependencies=CONFIG_READS)
+def settings_page() -> str:
+    from nexus_status.settings_page import page as render
+
+    return render(_settings())
 
 
 @app.get("/", response_class=HTMLResponse, dependencies=TENANT_READS)
