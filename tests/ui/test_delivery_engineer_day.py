@@ -20,6 +20,7 @@ each from where the previous one left the tenant:
    set in a collapsed section): it adopts the fence, Confirm in *Required
    actions*, and it succeeds; the tenant view shows it cut over, its proofs
    verified, and nothing cut off at 1600 px; its first rendering is fresh or says it is stale;
+4b. its "open run" link, clicked inside Airflow's sandboxed frame, opens the run's page in Airflow's UI;
 5. the Field History and rollout forms start with only their required fields;
    the rollouts page says how to start one when there is none;
 6. Field History stops at stage 1 on the demo's old producers, naming how to
@@ -273,6 +274,30 @@ def test_confirm_in_required_actions_and_the_cutover_succeeds(demo, person, runs
     assert "BadInput" not in view["text"] and "no history digest yet" not in view["text"]
     assert_nothing_cut_off(view["layout"])
     assert view["layout"]["width"] <= WIDTH
+
+
+def test_open_run_in_the_embedded_tenant_view_opens_the_run_in_airflows_ui(demo, person, runs):
+    """Issue 51, item 1: the status view's "open run" link, clicked inside Airflow's sandboxed iframe (no top
+    navigation), takes the person to the run's page in Airflow's UI, not nowhere."""
+    from selenium.webdriver.common.by import By
+
+    run_id = runs["confirmed"]
+    person.open("/plugin/nexus-tenants")
+    frame = wait_until("the status view's frame", lambda: person.driver.find_element(By.TAG_NAME, "iframe"))
+    assert "allow-top-navigation" not in (frame.get_attribute("sandbox") or ""), "Airflow's frame allows it now"
+    person.driver.switch_to.frame(frame)
+    link = wait_until("the open-run link of the cut-over run", lambda: next(
+        (a for a in person.driver.find_elements(By.CSS_SELECTOR, f'tr[data-tenant="{TENANT}"] a.run-link')
+         if a.text == f"open run {run_id}"), None), 90)
+    link.click()
+    person.driver.switch_to.default_content()
+    path = f"/dags/{CUTOVER}/runs/{run_id}"
+    wait_until("the run's page in Airflow's UI", lambda: path in person.driver.current_url.replace("%3A", ":")
+               .replace("%2B", "+"), 30)
+    assert not person.driver.find_elements(By.TAG_NAME, "iframe") or "/plugin/" not in person.driver.current_url
+    wait_until("the run's page to render its tasks", lambda: "confirm_writers_stopped" in person.text()
+               or "resume_admission" in person.text(), 60)
+    person.screenshot("07b_open_run_from_the_tenant_view")
 
 
 def test_field_history_and_rollout_forms_start_with_only_their_required_fields(demo, person):
