@@ -73,13 +73,14 @@ from .events import (  # re-exported: the ledger's readers name the kinds from h
     STOPPED,
     WAVE_ANSWER,
     WAVE_ASKED,
+    WRITERS_STOPPED,
     digest_of,
 )
 from .events import LEDGER_KINDS as KINDS
 
 __all__ = ["ANSWER", "CHECKPOINT", "DIGEST_TAKEN", "DIGEST_VERIFIED", "DRAIN_DONE", "DSN_ENV_LEDGER", "EVIDENCE_SHOWN",
            "FENCE_ADOPTED", "FENCE_ARMED", "FENCE_RELEASED", "FENCE_REUSED", "GATE_PASSED", "HOST_STARTED", "KINDS",
-           "LedgerEvent", "STOPPED", "WAVE_ANSWER", "WAVE_ASKED", "append", "digest_of", "history", "ledger_engine",
+           "LedgerEvent", "STOPPED", "WAVE_ANSWER", "WAVE_ASKED", "WRITERS_STOPPED", "append", "digest_of", "history", "ledger_engine",
            "to_csv"]
 TABLE = "nexus_delivery_ledger"
 #: Rows per transaction (TiDB: small transactions).
