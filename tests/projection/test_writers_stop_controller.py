@@ -290,3 +290,24 @@ def test_the_manual_default_runs_nothing_and_records_nothing(tenant_on_mariadb, 
     assert "writers_stop" not in shown["detail"]["evidence"]  # the evidence as before
     with engine.connect() as conn:
         assert len(conn.execute(select(catalog.ConnectorProjectionProtocol)).all()) == 2
+
+
+def test_stop_writers_alone_runs_only_with_the_fence_in_force_and_records_as_the_step(old_runtime, tmp_path):
+    engine, url, sim = old_runtime
+    command = f"{sys.executable} -c '{STOP_SCRIPT}' {tmp_path}"
+    env = {**os.environ, "NEXUS_TENANT_DSN": url, "NEXUS_LEDGER_DSN": f"sqlite:///{tmp_path / 'ledger.db'}",
+           "NEXUS_LEDGER_SPOOL_DIR": str(tmp_path / "spool")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "nexus_cutover.cli.cutover_steps", *args, "-holder", "eng-2",
+                               "-json"], env=env, capture_output=True, text=True, timeout=120)
+
+    stop = ("stop-writers", "-namespace", NS, "-writers-stop-controller", "command", "-writers-stop-command", command)
+    unfenced = cli(*stop)
+    assert unfenced.returncode == 3 and "no cutover fence is in force" in unfenced.stderr, unfenced.stderr
+    assert sim.poll() is None  # nothing was run
+    assert cli("apply-schema").returncode == 0 and cli("arm-fence", "-namespace", NS).returncode == 0
+    fenced = cli(*stop)
+    assert fenced.returncode == 0, fenced.stderr
+    assert as_json(fenced)["ok"] and sorted(as_json(fenced)["stopped"]) == SIM_PROCESSES and sim.poll() is not None
+    assert [k for _, k in kinds(tmp_path)] == [L.STOPPED, L.FENCE_ARMED, L.WRITERS_STOPPED]
