@@ -311,3 +311,30 @@ def test_stop_writers_alone_runs_only_with_the_fence_in_force_and_records_as_the
     assert fenced.returncode == 0, fenced.stderr
     assert as_json(fenced)["ok"] and sorted(as_json(fenced)["stopped"]) == SIM_PROCESSES and sim.poll() is not None
     assert [k for _, k in kinds(tmp_path)] == [L.STOPPED, L.FENCE_ARMED, L.WRITERS_STOPPED]
+
+
+def test_a_deployment_api_that_hangs_is_reported_at_the_timeout_its_credentials_never_shown(old_runtime, tmp_path):
+    engine, url, sim = old_runtime
+    seen = []
+
+    class Hanging(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            seen.append(self.headers.get("Authorization"))
+            time.sleep(20)
+
+        def log_message(self, *_args):
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hanging)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        proc = run(url, tmp_path, "-writers-stop-controller", "http", "-writers-stop-controller-timeout", "1s",
+                   "-writers-stop-url", f"http://deployer:s3cret@127.0.0.1:{server.server_port}/stop?token=t0ken")
+    finally:
+        server.shutdown()
+    assert proc.returncode == 4, proc.stderr[-3000:]
+    assert "did not answer within its timeout" in proc.stderr and "token=***" in proc.stderr
+    assert seen and seen[0].startswith("Basic ")  # the URL's credentials, sent as basic authentication
+    everything = proc.stdout + proc.stderr + json.dumps(kinds(tmp_path)) + json.dumps(ledger_rows(tmp_path, L.STOPPED))
+    assert "s3cret" not in everything and "t0ken" not in everything
+    _nothing_written_after_the_fence(engine)

@@ -3,7 +3,8 @@
     nexus-cutover <command> [-namespace NS] [options] [-json]
 
 Commands (each a step of :mod:`nexus_cutover.projection.steps`; ``run`` and ``plan`` run their bodies):
-``plan``, ``apply-schema``, ``arm-fence``, ``drain [--wait]``, ``writers``,
+``plan``, ``apply-schema``, ``arm-fence``, ``drain [--wait]``, ``stop-writers`` (the writer-stop controller),
+``writers``,
 ``checkpoint`` (identical to ``connector-projection-cutover``), ``activate-pack``,
 ``digest`` (the history digest, ``-out FILE`` to keep it), ``readiness``,
 ``release-fence``, ``verify`` (``-expect FILE``: also re-check a saved digest), ``status``, ``report`` (the tenant's

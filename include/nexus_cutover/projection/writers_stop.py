@@ -83,7 +83,7 @@ class WritersStopController:
         if self.kind == COMMAND:
             return "command " + " ".join(shlex.quote(a) for a in self.argv_for(tenant))
         if self.kind == HTTP:
-            return f"POST {self.url_for(tenant)}"
+            return f"POST {shown_url(self.url_for(tenant))}"
         return "a person (manual)"
 
     def argv_for(self, tenant: str) -> list[str]:
@@ -112,9 +112,10 @@ def controller(kind: str | None, *, argv: Any = None, url: str | None = None,
     if kind == HTTP:
         if not url or not url.startswith(("http://", "https://")):
             raise BadInput(f"writers_stop_controller http needs the deployment API's URL (http:// or https://), not "
-                           f"{url!r}: -writers-stop-url (or {URL_ENV}); in Airflow the HTTP connection "
-                           "writers_stop_http_conn_id")
-        return WritersStopController(HTTP, url=url, headers=dict(headers or {}), timeout_s=timeout)
+                           f"{shown_url(url or '')!r}: -writers-stop-url (or {URL_ENV}); in Airflow the HTTP "
+                           "connection writers_stop_http_conn_id")
+        url, auth = _without_credentials(url)
+        return WritersStopController(HTTP, url=url, headers={**auth, **dict(headers or {})}, timeout_s=timeout)
     return WritersStopController(MANUAL, timeout_s=timeout)
 
 
@@ -151,7 +152,9 @@ class WritersStopAnswer:
         """Why it failed, in words (None: it succeeded)."""
         if self.ok:
             return None
-        if self.timed_out:
+        if self.timed_out and self.controller == HTTP:
+            why = f"did not answer within its timeout ({self.seconds:g} s)"
+        elif self.timed_out:
             why = f"did not finish within its timeout ({self.seconds:g} s) and was killed"
         elif self.error:
             why = self.error
@@ -191,6 +194,38 @@ def answer_text(answer: Mapping[str, Any]) -> str:
 def answer_markdown(answer: Mapping[str, Any]) -> str:
     """The same for the question's page (markdown)."""
     return "### What the writer-stop controller did\n\n```\n" + answer_text(answer) + "\n```\n"
+
+
+def _without_credentials(url: str) -> tuple[str, dict[str, str]]:
+    """A URL's ``user:password@`` as a basic ``Authorization`` header, and the URL without it (never shown)."""
+    import base64
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.username is None:
+        return url, {}
+    token = base64.b64encode(f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()).decode()
+    host = parts.hostname or ""
+    netloc = (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc)), {"Authorization": f"Basic {token}"}
+
+
+def shown_url(url: str) -> str:
+    """``url`` as a person, a log and the ledger may see it: a password and every query parameter named like a
+    secret (a token, a key) as ``***``."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    from ..dsn import MASK, is_secret_parameter
+
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if parts.password is not None:
+            netloc = netloc.replace(f":{parts.password}@", f":{MASK}@", 1)
+        query = [(k, MASK if is_secret_parameter(k, v) else v) for k, v in parse_qsl(parts.query, keep_blank_values=True)]
+        return urlunsplit(parts._replace(netloc=netloc, query=urlencode(query, safe="*")))
+    except ValueError:
+        return "<malformed URL>"
 
 
 # -- running it ---------------------------------------------------------------------------------------------------
@@ -258,7 +293,7 @@ def _kill_group(proc: subprocess.Popen) -> int | None:
 
 def _call_http(c: WritersStopController, tenant: str, body: dict[str, Any]) -> WritersStopAnswer:
     url = c.url_for(tenant)
-    ran = f"POST {url}"
+    ran = f"POST {shown_url(url)}"
     data = json.dumps(body, default=str).encode("utf-8")
     request = urllib.request.Request(url, data=data, method="POST",
                                      headers={"Content-Type": "application/json", **dict(c.headers)})
@@ -273,7 +308,7 @@ def _call_http(c: WritersStopController, tenant: str, body: dict[str, Any]) -> W
     except (TimeoutError, OSError) as exc:  # URLError is an OSError; a socket timeout a TimeoutError
         reason = getattr(exc, "reason", exc)
         timed_out = isinstance(reason, TimeoutError) or time.monotonic() >= deadline
-        error = None if timed_out else f"could not be reached ({type(reason).__name__}: {reason})"
+        error = None if timed_out else f"could not be reached ({type(reason).__name__}: {shown_url(str(reason))})"
     said = _json_of(text)
     ok = status is not None and 200 <= status < 300 and not (isinstance(said, dict) and said.get("ok") is False)
     reported = said.get("stopped") if isinstance(said, dict) and isinstance(said.get("stopped"), list) else []

@@ -128,7 +128,6 @@ def confirm_writers_stopped(run: CutoverRun) -> StepResult:
                    keyed={"evidence": ev.as_json()})
 
 
-
 def shown_with_the_controller(evidence: dict[str, Any], stopped: Any) -> dict[str, Any]:
     """The evidence a person is shown at the confirmation: the registry's, and the writer-stop controller's answer
     when one ran (``manual``: the registry's alone, as before)."""
