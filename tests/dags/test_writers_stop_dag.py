@@ -31,8 +31,8 @@ def old_runtime_process(tenant, mysql_url, tmp_path):
     (tmp_path / f"{NS}.pid").write_text(str(proc.pid))
     reaper = threading.Thread(target=proc.wait, daemon=True)
     reaper.start()
-    _until(lambda: sorted(_live(engine)) == SIM_PROCESSES, "the old runtime registers and heartbeats")
     try:
+        _until(lambda: sorted(_live(engine)) == SIM_PROCESSES, "the old runtime registers and heartbeats")
         yield engine, conn_id, proc
     finally:
         if proc.poll() is None:

@@ -78,8 +78,8 @@ def old_runtime(tenant_on_mariadb, tmp_path):
     (tmp_path / f"{NS}.pid").write_text(str(proc.pid))
     reaper = threading.Thread(target=proc.wait, daemon=True)
     reaper.start()
-    _until(lambda: sorted(_live(engine)) == SIM_PROCESSES, "the old runtime registers and heartbeats")
     try:
+        _until(lambda: sorted(_live(engine)) == SIM_PROCESSES, "the old runtime registers and heartbeats")
         yield engine, url, proc
     finally:
         if proc.poll() is None:
