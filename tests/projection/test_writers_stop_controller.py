@@ -155,6 +155,12 @@ def test_a_command_stops_the_real_old_runtime_then_the_cutover_proceeds(old_runt
     assert row["detail"]["exit_code"] == 0 and "no dsn" in row["detail"]["output_tail"]
     (shown,) = ledger_rows(tmp_path, L.EVIDENCE_SHOWN)  # the person was shown the controller's answer too
     assert shown["detail"]["evidence"]["writers_stop"]["ran"] == answer["ran"]
+    report = subprocess.run([sys.executable, "-m", "nexus_cutover.cli.cutover_steps", "report", "-namespace", NS],
+                            env={**os.environ, "NEXUS_LEDGER_DSN": f"sqlite:///{tmp_path / 'ledger.db'}"},
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    assert f"{answer['ran']}: exit 0" in report.stdout and "| stopped old runtime" in report.stdout  # its own row
+    assert "with the writer-stop controller's answer:" in report.stdout  # and with the evidence shown
 
 
 class _Deployer(BaseHTTPRequestHandler):
