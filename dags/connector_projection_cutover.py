@@ -20,6 +20,7 @@ from nexus_airflow.notify import SUCCESS, CutoverNotifier
 from nexus_airflow.operators import ASSET_ALIAS, CutoverStepOperator
 from nexus_airflow.params import cutover_params
 from nexus_airflow.sensors import TenantWaitSensor
+from nexus_airflow.writers_stop import StopOldWritersOperator
 
 DAG_DOC = f"""
 # Connector projection range cutover (per tenant)
@@ -48,6 +49,7 @@ OPERATORS = {
     Kind.WAITS: TenantWaitSensor,
     CUTOVER.with_role("confirmation").role: ConfirmWritersStoppedOperator,
     CUTOVER.with_role("host").role: StartNewHostOperator,
+    CUTOVER.with_role("writers_stop").role: StopOldWritersOperator,
 }
 #: The last step's: the Asset event with the per-pack cutoffs and the verified digest, and the run's one success notice.
 LAST = {

@@ -31,7 +31,7 @@ NOT_A_TIME = "not-a-date"
 REQUIRED = {
     ("cutover_steps", "plan"): ["-namespace", NS], ("cutover_steps", "apply-schema"): [],
     ("cutover_steps", "arm-fence"): ["-namespace", NS], ("cutover_steps", "drain"): ["-namespace", NS],
-    ("cutover_steps", "writers"): ["-namespace", NS],
+    ("cutover_steps", "writers"): ["-namespace", NS], ("cutover_steps", "stop-writers"): ["-namespace", NS],
     ("cutover_steps", "confirm-writers"): ["-namespace", NS, "--confirm-writers-stopped"],
     ("cutover_steps", "start-host"): ["-namespace", NS],
     ("cutover_steps", "checkpoint"): ["-pack-install-id", "pk-a"], ("cutover_steps", "activate-pack"): ["-pack-install-id", "pk-a"],
@@ -48,7 +48,9 @@ REQUIRED = {
 STEPS_FLAGS = {
     "plan": ["-drain-timeout", "-arm-when-drain-below", "-pre-arm-timeout", "-poll-interval"],
     "drain": ["-drain-timeout", "-poll-interval"],
-    "run": ["-drain-timeout", "-arm-when-drain-below", "-pre-arm-timeout", "-poll-interval", "-writers-stop-timeout", "-readiness-timeout"],
+    "run": ["-drain-timeout", "-arm-when-drain-below", "-pre-arm-timeout", "-poll-interval", "-writers-stop-timeout", "-readiness-timeout",
+            "-writers-stop-controller-timeout"],
+    "stop-writers": ["-writers-stop-controller-timeout"],
     "verify": ["-since"],
 }
 FLAGS = [

@@ -25,6 +25,8 @@ from typing import Any
 
 FENCE_ARMED, FENCE_REUSED, FENCE_ADOPTED, FENCE_RELEASED = "fence_armed", "fence_reused", "fence_adopted", "fence_released"
 DRAIN_DONE = "drain_done"
+#: The writer-stop controller's answer (issue 50): what it stopped, when, its exit code or HTTP status, its output.
+WRITERS_STOPPED = "writers_stopped_by_controller"
 EVIDENCE_SHOWN, ANSWER = "evidence_shown", "answer"
 DIGEST_TAKEN, DIGEST_VERIFIED = "digest_taken", "digest_verified"
 CHECKPOINT, HOST_STARTED = "checkpoint", "host_started"
@@ -33,7 +35,7 @@ WAVE_ASKED, WAVE_ANSWER = "wave_asked", "wave_answer"
 GATE_PASSED = "gate_passed"
 
 #: Every kind the delivery ledger records, in the order a run records them (a step's events are ranked so too).
-LEDGER_KINDS = (FENCE_ARMED, FENCE_REUSED, FENCE_ADOPTED, DRAIN_DONE, EVIDENCE_SHOWN, WAVE_ASKED, ANSWER, WAVE_ANSWER,
+LEDGER_KINDS = (FENCE_ARMED, FENCE_REUSED, FENCE_ADOPTED, DRAIN_DONE, WRITERS_STOPPED, EVIDENCE_SHOWN, WAVE_ASKED, ANSWER, WAVE_ANSWER,
                 DIGEST_TAKEN, CHECKPOINT, HOST_STARTED, FENCE_RELEASED, DIGEST_VERIFIED, GATE_PASSED, STOPPED)
 
 #: A step passed (its duration and lock wait are figures); not a ledger row: its own events say what it did.

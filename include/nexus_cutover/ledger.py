@@ -73,13 +73,14 @@ from .events import (  # re-exported: the ledger's readers name the kinds from h
     STOPPED,
     WAVE_ANSWER,
     WAVE_ASKED,
+    WRITERS_STOPPED,
     digest_of,
 )
 from .events import LEDGER_KINDS as KINDS
 
 __all__ = ["ANSWER", "CHECKPOINT", "DIGEST_TAKEN", "DIGEST_VERIFIED", "DRAIN_DONE", "DSN_ENV_LEDGER", "EVIDENCE_SHOWN",
            "FENCE_ADOPTED", "FENCE_ARMED", "FENCE_RELEASED", "FENCE_REUSED", "GATE_PASSED", "HOST_STARTED", "KINDS",
-           "LedgerEvent", "STOPPED", "WAVE_ANSWER", "WAVE_ASKED", "append", "digest_of", "history", "ledger_engine",
+           "LedgerEvent", "STOPPED", "WAVE_ANSWER", "WAVE_ASKED", "WRITERS_STOPPED", "append", "digest_of", "history", "ledger_engine",
            "to_csv"]
 TABLE = "nexus_delivery_ledger"
 #: Rows per transaction (TiDB: small transactions).
@@ -366,7 +367,10 @@ def line_of(row: dict[str, Any]) -> str:
 
 def evidence_lines(row: dict[str, Any]) -> list[str]:
     """The evidence a person was shown, as the report prints it under its row: the writer table (process, role,
-    version, state, last heartbeat, stopped at), or the text; none for any other event."""
+    version, state, last heartbeat, stopped at), or the text, and the writer-stop controller's answer (its own event's
+    too); none for any other event."""
+    if row.get("kind") == WRITERS_STOPPED:
+        return controller_lines(row.get("detail") or {})
     kept = (row.get("detail") or {}).get("evidence") or {}
     if "text" in kept:
         return [*str(kept["text"]).splitlines()[:50]]
@@ -379,4 +383,17 @@ def evidence_lines(row: dict[str, Any]) -> list[str]:
     for p in rows:
         lines.append(f"{p.get('process_id')}  {p.get('role')}  {p.get('binary_version')}  {p.get('state')}  "
                      f"heartbeat {p.get('last_heartbeat_at')}  stopped {p.get('stopped_at') or '-'}")
+    if isinstance(kept.get("writers_stop"), dict):
+        lines += ["with the writer-stop controller's answer:", *controller_lines(kept["writers_stop"])]
     return lines
+
+
+def controller_lines(answer: dict[str, Any]) -> list[str]:
+    """A writer-stop controller's answer as the report prints it: what ran, when, its answer, the old writers live
+    before and after it, its output's last lines."""
+    said = f"HTTP {answer['http_status']}" if answer.get("http_status") is not None else f"exit {answer.get('exit_code')}"
+    lines = [f"{answer.get('ran')}: {said}{', timed out' if answer.get('timed_out') else ''} at "
+             f"{answer.get('finished_at')} ({answer.get('seconds')} s); live before: "
+             f"{', '.join(answer.get('live_before') or []) or 'none'}; still live: "
+             f"{', '.join(answer.get('still_live') or []) or 'none'}"]
+    return lines + [f"| {line}" for line in str(answer.get("output_tail") or "").strip().splitlines()[-10:]]

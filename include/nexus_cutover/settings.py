@@ -93,6 +93,13 @@ SETTINGS: tuple[Setting, ...] = (
        "to (each stop, the pause ahead, admission resumed, a cut-over); Airflow's tasks use the run's notify "
        "connection. Unset: the command line sends none.", "https://hooks.slack.com/services/T000/B000/XXXX",
        secret=True),
+    _S("writers_stop_command", "string", None, "The command line's writer-stop command (run with "
+       "-writers-stop-controller command): stops the tenant's old writers and waits for them; {tenant} replaced, the "
+       "tenant as NEXUS_TENANT in its environment, never its DSN. A DAG reads the Variable nexus_writers_stop_command.",
+       "kubectl scale deploy/{tenant}-old-writers --replicas=0"),
+    _S("writers_stop_url", "string", None, "The command line's writer-stop API (run with -writers-stop-controller "
+       "http), POSTed to once; {tenant} replaced. A DAG uses the form's writers_stop_http_conn_id.",
+       "https://deployer.example.test/api/v1/tenants/{tenant}/connector-projection-old-writers/stop", secret=True),
     _S("airflow_url", "string", None, "The Airflow UI's base URL, for links to a run's page in the holders' "
        "reports; unset: no link.", "https://airflow.example.com"),
     _S("host_heartbeat_s", "float", 5.0, "Seconds between two heartbeats of the reference host."),

@@ -274,7 +274,8 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
         p = params_of(context)
         with domain_errors(context, self.log), tenant_engine(p.conn_id, self.log) as engine:
             ev = steps.writer_evidence(engine, p.tenant, stale_heartbeat=dt.timedelta(seconds=p.stale_heartbeat))
-        context["ti"].xcom_push(key=results.EVIDENCE_KEY, value=ev.as_json())
+        shown = steps.shown_with_the_controller(ev.as_json(), results.writers_stop(context["ti"]))  # + its answer
+        context["ti"].xcom_push(key=results.EVIDENCE_KEY, value=shown)
         armed = results.fence(context["ti"])
         if armed is not None and armed.not_needed:
             self.log.info("nothing to confirm: every pack of %s is already checkpointed and no cutover fence is in force "
@@ -295,12 +296,16 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
 
     def _question(self, context, ev, follow_up: str = "") -> str:
         """The tenant's own question: its evidence, what confirming means, what the answer re-checks."""
+        from nexus_cutover.projection import steps
+
         p = params_of(context)
+        stopped = steps.shown_with_the_controller({}, results.writers_stop(context["ti"])).get("writers_stop")
         return (
             f"## Tenant `{p.tenant}`: stop every old writer before the cutover checkpoint\n\n"
             + follow_up
             + f"Evidence taken at {ev.checked_at.isoformat()}Z, try {context['ti'].try_number} of this step.\n\n"
             + ev.as_markdown()
+            + (f"\n{steps.writers_stop.answer_markdown(stopped)}" if stopped else "")
             + "\nThe database cannot prove that an old binary will never resume. Confirm only if every old "
             "ingress_writer, receipt_materializer, projection_worker and dependency_resolver of this tenant "
             "is stopped and will not be restarted. The admission fence stays armed either way.\n\n"

@@ -95,12 +95,13 @@ class CutoverStepOperator(BaseOperator):
         return run_fused(self, context, self.steps, run_declared(self, context, self.steps[0]))
 
 
-def run_declared(op: BaseOperator, context, step: str, *, pack: str | None = None) -> Any:
+def run_declared(op: BaseOperator, context, step: str, *, pack: str | None = None,
+                 prepare: Callable[[Any], None] | None = None) -> Any:
     """The step ``step`` as its task runs it: what Airflow adds before and after it (:func:`before`,
-    :func:`after`) around its body (:func:`run_body`)."""
+    :func:`after`) around its body (:func:`run_body`; ``prepare`` gives its run what only this task has)."""
     for hook in before(step):
         hook(op, context)
-    value = run_body(op, context, step, pack=pack)
+    value = run_body(op, context, step, pack=pack, prepare=prepare)
     for hook in after(step):
         value = hook(op, context, value)
     return value

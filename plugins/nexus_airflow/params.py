@@ -42,6 +42,8 @@ TENANT_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 CONN_ID_PATTERN = r"^$|^[A-Za-z0-9_.-]{1,200}$"
 PACK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
 HOST_CONTROLLERS = ("manual", "command", "http")
+#: How ``stop_old_writers`` stops the old writers (:mod:`nexus_cutover.projection.writers_stop`'s kinds; issue 50).
+WRITERS_STOP_CONTROLLERS = ("manual", "command", "http")
 #: The form's default ``host_controller``: ``manual``, unless the deployment names another in the environment of its
 #: Airflow processes (the setting ``default_host_controller``, ``NEXUS_DEFAULT_HOST_CONTROLLER``; ``make airflow`` sets
 #: ``command``: its reference host starts by itself). Read when the DAG file is parsed: a setting, no database.
@@ -214,6 +216,17 @@ CUTOVER_FIELDS: dict[str, Field] = {
                               lambda v: tuple(v or ()), CONNECTIONS),
     "host_http_conn_id": Field("nexus_deployer", "Deployer HTTP connection id", "Used when host_controller is http.",
                                {"type": "string", "pattern": CONN_ID_PATTERN}, lambda v: v or "nexus_deployer", CONNECTIONS),
+    "writers_stop_controller": Field("manual", "How the old writers are stopped",
+                                     "manual: you stop them (check_old_writers waits); command: run the configured "
+                                     "stop command (Variable nexus_writers_stop_command) and wait for it; http: POST to "
+                                     "the deployment API via writers_stop_http_conn_id. Its answer is evidence, shown "
+                                     "at the confirmation; a failure stops the run with the fence held.",
+                                     {"type": "string", "enum": list(WRITERS_STOP_CONTROLLERS)},
+                                     lambda v: v or "manual", CONNECTIONS),
+    "writers_stop_http_conn_id": Field("nexus_deployer", "Writer-stop HTTP connection id",
+                                       "Used when writers_stop_controller is http.",
+                                       {"type": "string", "pattern": CONN_ID_PATTERN},
+                                       lambda v: v or "nexus_deployer", CONNECTIONS),
     "notify_conn_id": NOTIFY_FIELD,
     "adopt": Field(None, "Take over the fence of", "The holder (ArmedBy) of a cutover fence left by a command-line "
                    "invocation or armed by hand, to take over once you know it is finished. Empty: a fence of a "
@@ -236,6 +249,10 @@ CUTOVER_FIELDS: dict[str, Field] = {
     "drain_timeout": _seconds(3600, "Drain timeout (s)", "How long wait_for_drain may wait for old projection work to become terminal."),
     "writers_stop_timeout": _seconds(3600, "Writers stop timeout (s)",
                                      "How long check_old_writers waits for every old writer to be stopped or silent."),
+    "writers_stop_controller_timeout": _seconds(300, "Writer-stop controller timeout (s)",
+                                                "Bound of the writer-stop controller (command or http): a command "
+                                                "still running then is killed and the run stops, the fence held.",
+                                                maximum=86400),
     "fence_alert_after": _seconds(7200, "Alert when fenced for (s)",
                                   "A run that still holds the tenant's admission fence this long after it was armed "
                                   "alerts once through the notification channel (notify_conn_id), naming the step it "
@@ -267,7 +284,8 @@ MAX_PARALLEL_CAP = 16
 SHARED_FIELDS = ("arm_when_drain_below", "pre_arm_timeout", "drain_timeout", "stale_heartbeat", "host_controller",
                  "host_http_conn_id", "dry_run",
                  "poll_interval", "writers_stop_timeout", "confirm_timeout", "fence_alert_after", "lock_timeout", "digest_timeout",
-                 "digest_connections", "readiness_timeout", "read_pool")
+                 "digest_connections", "readiness_timeout", "read_pool", "writers_stop_controller",
+                 "writers_stop_http_conn_id", "writers_stop_controller_timeout")
 ROLLOUT_FIELDS: dict[str, Field] = {
     "tenants": Field(_REQUIRED, "Tenants", "Namespaces; each uses the connection nexus_tenant_<tenant>.",
                      {"type": "array", "items": {"type": "string", "pattern": TENANT_PATTERN}, "uniqueItems": True},
@@ -412,6 +430,9 @@ class RunParams:
     rollout: dict[str, Any] = field(default_factory=dict)
     adopt: str | None = None
     read_pool: str = ""
+    writers_stop_controller: str = "manual"
+    writers_stop_http_conn_id: str = "nexus_deployer"
+    writers_stop_controller_timeout: int = 300
 
     @classmethod
     def from_context(cls, context) -> RunParams:

@@ -167,6 +167,13 @@ def evidence_shown(ti, *, run_id: str | None = None) -> dict[str, Any] | None:
     return raw if isinstance(raw, dict) else None
 
 
+def writers_stop(ti, *, run_id: str | None = None) -> dict[str, Any] | None:
+    """The step with the role ``writers_stop`` (``stop_old_writers``): the writer-stop controller's answer (``manual``:
+    ``{"controller": "manual"}``), if any."""
+    raw = pulled(ti, step_with("writers_stop"), run_id=run_id, map_indexes=-1 if run_id else None)
+    return raw if isinstance(raw, dict) else None
+
+
 def release(ti, *, run_id: str | None = None) -> dict[str, Any] | None:
     """The step with the role ``release`` (``resume_admission``): the release's result (its ``admission_pause_s``,
     ``armed_at``, ``released_at``), if any."""

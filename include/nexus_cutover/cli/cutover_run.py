@@ -24,6 +24,7 @@ from ..projection.transition import CUTOVER
 from ..recording import timed
 from ..transition import PROCEED, Outcome, Transition, Verdict, verdict_line
 from ..watch import WAITING
+from . import writers_stop
 from .command import CLI_TAKE_OVER, EXIT_OK, EXIT_REFUSED, PROGRAM, Command, Stopped, TimedOut, save_digest
 
 log = logging.getLogger(PROGRAM)
@@ -86,7 +87,8 @@ def _cutover_run(c: Command, results: steps.Results) -> steps.CutoverRun:
         arm_when_drain_below_s=a.arm_when_drain_below,
         digest_connections=a.digest_connections, chunk_rows=a.chunk_rows, stale_heartbeat_s=a.stale_heartbeat,
         take_over=CLI_TAKE_OVER, earlier=results.earlier, say=lambda line: c.say(f"  {line}"), recorder=c.recorder,
-        confirm=lambda ev: _confirm(c, ev), start_host=lambda _run, _live: _start_new_host(c))
+        confirm=lambda ev: _confirm(c, ev), start_host=lambda _run, _live: _start_new_host(c),
+        writers_stop=writers_stop.controller_of(a))
 
 
 def _run_declared(c: Command, run: steps.CutoverRun, step, results: steps.Results, out: dict[str, Any]) -> Verdict:

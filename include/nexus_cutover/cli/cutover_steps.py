@@ -3,7 +3,8 @@
     nexus-cutover <command> [-namespace NS] [options] [-json]
 
 Commands (each a step of :mod:`nexus_cutover.projection.steps`; ``run`` and ``plan`` run their bodies):
-``plan``, ``apply-schema``, ``arm-fence``, ``drain [--wait]``, ``writers``,
+``plan``, ``apply-schema``, ``arm-fence``, ``drain [--wait]``, ``stop-writers`` (the writer-stop controller),
+``writers``,
 ``checkpoint`` (identical to ``connector-projection-cutover``), ``activate-pack``,
 ``digest`` (the history digest, ``-out FILE`` to keep it), ``readiness``,
 ``release-fence``, ``verify`` (``-expect FILE``: also re-check a saved digest), ``status``, ``report`` (the tenant's
@@ -36,6 +37,7 @@ from ..projection.digest_limits import DEFAULT_DIGEST_CONNECTIONS, MAX_DIGEST_CO
 from ..projection.transition import CUTOVER, DEFAULT_ARM_WHEN_DRAIN_BELOW_S
 from ..transition import Outcome
 from ..watch import WAITING
+from . import writers_stop
 from .command import (
     CLI_TAKE_OVER,
     EXIT_OK,
@@ -187,11 +189,18 @@ def _one_step(c: Command) -> tuple[int, dict[str, Any]]:
     a, name = c.args, CUTOVER.for_command(c.args.command).name
     run = steps.CutoverRun(c.engine, a.namespace, a.holder, lock_timeout_s=a.timeout, stale_heartbeat_s=a.stale_heartbeat,
                            take_over=CLI_TAKE_OVER, say=c.say, recorder=c.recorder,
-                           confirm=lambda ev: _confirm(c, ev), start_host=lambda _run, _live: _start_new_host(c))
+                           confirm=lambda ev: _confirm(c, ev), start_host=lambda _run, _live: _start_new_host(c),
+                           writers_stop=writers_stop.controller_of(a))
     result = steps.run_step(name, run)
     if not result.verdict.proceeds:
-        raise Stopped(f"{name}: {result.stop_message}", result.stop_report)
+        raise (TimedOut if result.verdict.timed_out else Stopped)(f"{name}: {result.stop_message}", result.stop_report)
     return EXIT_OK, result.value
+
+
+def cmd_stop_writers(c: Command) -> tuple[int, dict[str, Any]]:
+    """Stop the old writers by -writers-stop-controller, the cutover fence in force (its answer is evidence:
+    ``writers`` and ``confirm-writers`` still judge the registry)."""
+    return _one_step(c)
 
 
 def cmd_confirm_writers(c: Command) -> tuple[int, dict[str, Any]]:
@@ -317,6 +326,8 @@ COMMANDS: dict[str, tuple[Callable[[Command], tuple[int, dict[str, Any]]], str, 
     "apply-schema": (cmd_apply_schema, "step 1: the additive schema (skips what is present)", ("dry",)),
     "arm-fence": (cmd_arm_fence, "step 1: arm (or reuse) the namespace's non-expiring '*' fence as -holder", ("ns", "packs", "dry")),
     "drain": (cmd_drain, "step 2: the drain of old projection work (--wait: until drained or stuck)", ("ns", "waits")),
+    "stop-writers": (cmd_stop_writers, "step 3: stop the old writers by -writers-stop-controller (command or http), "
+                     "the fence in force; its answer is evidence, never proof", ("ns", "stop")),
     "writers": (cmd_writers, "step 3: the old-writer evidence (exit 3 while one is live)", ("ns",)),
     "confirm-writers": (cmd_confirm_writers, "step 3: show the old-writer evidence and confirm every old writer stopped "
                         "(a prompt, or --confirm-writers-stopped after reading it; re-checked at once)", ("ns", "confirm")),
@@ -404,6 +415,8 @@ def build_parser() -> argparse.ArgumentParser:
         if "run" in groups or "confirm" in groups:
             p.add_argument("--confirm-writers-stopped", action="store_true",
                            help="the person's confirmation, given after reading `nexus-cutover writers` (still re-checked)")
+        if "run" in groups or "stop" in groups:
+            writers_stop.add_flags(p)
         if "run" in groups or "host" in groups:
             flag(p, "host-command", metavar="CMD", help="start the new host with this command (e.g. 'nexus-host --namespace NS')")
     return parser

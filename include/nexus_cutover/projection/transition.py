@@ -86,6 +86,16 @@ def writers_verdict(evidence: dict[str, Any]) -> Verdict:
                            "{n} live old writer(s) to be stopped ({names}), then a person's confirmation")
 
 
+def writers_stop_verdict(answer: dict[str, Any]) -> Verdict:
+    """The writer-stop controller's answer: a failure (an exit other than 0, a refusing or non-2xx answer, a timeout)
+    stops with the fence held; manual (nothing run), a dry run or a success proceeds. A success proves nothing by
+    itself: ``check_old_writers`` and the confirmation still judge the registry."""
+    if answer.get("ok", True):
+        return PROCEED
+    return Verdict(Outcome.STOP, f"{answer.get('failure') or 'the writer-stop controller failed'}. The fence stays "
+                   "armed; nothing after it ran", timed_out=bool(answer.get("timed_out")))
+
+
 def confirmation_verdict(recheck: dict[str, Any]) -> Verdict:
     """The confirmation holds only if no old writer came back since the evidence the person saw."""
     return _proceed_unless(list(recheck.get("came_back") or []), Outcome.STOP,
@@ -197,6 +207,23 @@ CUTOVER = Transition("connector_projection_cutover", (
                        late="fenced, waiting for the rest of its old backlog to drain")),
     )),
     Stage(3, "Old writers stopped, confirmed; the history digest", group_id="step_3_old_writers", steps=(
+        Step("stop_old_writers", Kind.WRITES, f"{STEPS}:stop_old_writers", records=f"{STEPS}.writers:events",
+             role="writers_stop",
+             kind_text="stops the old writers by `writers_stop_controller`; nothing when it is `manual`",
+             task_doc=("Stops every old writer by `writers_stop_controller`, the fence held: `manual` (the default) "
+             "runs nothing (you stop them; `check_old_writers` waits), `command` runs the Variable "
+             "`nexus_writers_stop_command` (a JSON argv, `{tenant}` replaced; `NEXUS_TENANT` in its environment, no "
+             "DSN) and waits for it, `http` POSTs to the connection `writers_stop_http_conn_id` and checks the answer. "
+             "Bounded by `writers_stop_controller_timeout` (a hang is killed). Its answer (what it stopped, when, exit "
+             "code or HTTP status, output tail) is XCom, shown at the confirmation and in the delivery ledger; it is "
+             "evidence, never proof. **Stops** (fence held, nothing after it) when the controller fails or times "
+             "out."),
+             commands=("stop-writers",),
+             key="writers_stop", verdict=writers_stop_verdict, planned=False,
+             dry_run="how it would stop the old writers; runs nothing",
+             next_action="read the controller's output in the report; fix the deployment or its configuration (or "
+             "stop the old writers yourself and trigger with writers_stop_controller manual), then clear the task. "
+             "The fence stays armed; nothing after it ran"),
         Step("check_old_writers", Kind.WAITS, f"{STEPS}:check_old_writers",
              task_doc=("Now stop every old ingress_writer, receipt_materializer, projection_worker and dependency_resolver "
              "(keep the fence). Waits until `_System_ProcessRegistry` shows each one stopped or silent beyond "

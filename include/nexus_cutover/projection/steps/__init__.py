@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from ...errors import Refused
 from ...transition import StepResult, Verdict
-from .. import actions
+from .. import actions, writers_stop
 from ..actions import (  # the single-step functions, for the single-step commands and the pollers
     NotReady,
     SchemaResult,
@@ -81,7 +81,15 @@ from .new_host import start_new_host, verify_readiness
 from .pre_arm import RATE_SAMPLES, wait_for_short_drain
 from .release import pause_text, resume_admission
 from .schema_and_packs import apply_schema, resolve_packs
-from .writers import LiveAgain, accept_confirmation, check_old_writers, confirm_writers_stopped, evidence_to_confirm
+from .writers import (
+    LiveAgain,
+    accept_confirmation,
+    check_old_writers,
+    confirm_writers_stopped,
+    evidence_to_confirm,
+    shown_with_the_controller,
+    stop_old_writers,
+)
 
 __all__ = [  # the door: the declaration, the bodies, what they return and raise, and the reads callers show
     "CUTOVER", "CutoverRun", "DEFAULT_CHUNK_ROWS", "FenceHeld", "FenceResult", "HOLDER_ACTIVE", "HOLDER_FINISHED",
@@ -91,9 +99,10 @@ __all__ = [  # the door: the declaration, the bodies, what they return and raise
     "fence_and_checkpoints", "fence_row", "held_by_another", "history_unchanged", "last_released_cutover_fence",
     "load_digest", "old_writers_since_release", "pause_text", "readiness", "recheck_writers", "release_fence",
     "already_cut_over", "run_checkpoint", "run_step", "pack_namespace", "RETURN", "RATE_SAMPLES", "LiveAgain",
-    "evidence_to_confirm", "dry_run_verdict", "complete_text",
+    "evidence_to_confirm", "dry_run_verdict", "complete_text", "writers_stop", "shown_with_the_controller",
     # the bodies the declaration calls (CUTOVER's Step.calls)
-    "resolve_packs", "apply_schema", "wait_for_short_drain", "arm_fence", "wait_for_drain", "check_old_writers",
+    "resolve_packs", "apply_schema", "wait_for_short_drain", "arm_fence", "wait_for_drain", "stop_old_writers",
+    "check_old_writers",
     "confirm_writers_stopped", "history_digest", "audit_and_checkpoint", "start_new_host", "verify_readiness",
     "resume_admission", "final_old_writer_check", "verify_history", "verify_no_old_writer", "writer_evidence",
 ]

@@ -43,7 +43,7 @@ class CutoverRun:
     value, a per-pack step's a list). ``say`` gets every line a person reads; ``seam`` is the fault tests'
     seam (the DAG's ``fault_point``). ``confirm(evidence)`` returns who confirmed the old writers stopped (or
     raises: no confirmation is ever a default); ``start_host(run, live_hosts)`` starts the new host and returns
-    what it did.
+    what it did; ``writers_stop`` is the deployment's writer-stop controller (None: manual).
     """
 
     engine: Engine
@@ -81,6 +81,8 @@ class CutoverRun:
     seam: Callable[[str], None] = _no_seam
     confirm: Callable[[Any], str] | None = None
     start_host: Callable[[CutoverRun, list[str]], dict[str, Any]] | None = None
+    #: How ``stop_old_writers`` stops the old writers (:mod:`..writers_stop`; None: ``manual``, a person does).
+    writers_stop: Any = None
     #: The ``PLAN:`` lines recorded by the step being run (dry runs only).
     planned: list[str] = field(default_factory=list)
     #: The declaration whose steps this run runs (the cutover's; a test's copy with a step added).
