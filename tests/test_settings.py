@@ -51,7 +51,8 @@ def test_every_setting_is_declared_whole():
         assert s.default is None or type(s.default) is kind, s  # noqa: E721 - a bool is no integer here
         assert not (s.secret and s.default is not None), f"{s.name}: a secret has no default"
     assert len(settings.BY_NAME) == len(SETTINGS)
-    assert {s.name for s in SETTINGS if s.secret} == {"tenant_dsn", "ledger_dsn", "notify_webhook", "writers_stop_url"}  # the webhook URL holds its token
+    # the URLs may hold a token or credentials
+    assert {s.name for s in SETTINGS if s.secret} == {"tenant_dsn", "ledger_dsn", "notify_webhook", "writers_stop_url"}
 
 
 def test_the_airflow_variable_then_the_alias_then_airflow_config_then_the_default(monkeypatch):
@@ -115,7 +116,8 @@ def test_the_provider_config_is_airflows_schema():
     jsonschema.validate(info, schema)
     options = info["config"]["nexus"]["options"]
     assert list(options) == [s.name for s in SETTINGS]
-    assert {name for name, o in options.items() if o.get("sensitive")} == {"tenant_dsn", "ledger_dsn", "notify_webhook", "writers_stop_url"}
+    assert {name for name, o in options.items() if o.get("sensitive")} == {
+        "tenant_dsn", "ledger_dsn", "notify_webhook", "writers_stop_url"}
     assert options["trigger_quiet_log_s"]["default"] == "300.0" and options["fused_tasks"]["default"] == "True"
     assert options["statsd"]["default"] is None and options["statsd"]["example"] == "localhost:8125"
 
