@@ -76,7 +76,7 @@ def _rollout_xcoms(session, runs: list[dict[str, Any]]) -> dict[str, dict[str, A
     from nexus_airflow import rollout as contract
 
     out: dict[str, dict[str, Any]] = {r["run_id"]: {"plan": None, "waves": {}, "summary": None, "summary_text": None,
-                                                    "preflight": None}
+                                                    "preflight": None, "answers": {}}
                                       for r in runs}
     if not runs:
         return out
@@ -84,7 +84,7 @@ def _rollout_xcoms(session, runs: list[dict[str, Any]]) -> dict[str, dict[str, A
         select(XComModel.run_id, XComModel.task_id, XComModel.key, XComModel.value).where(
             XComModel.dag_run_id.in_([r["_pk"] for r in runs]),
             XComModel.key.in_([contract.PLAN_KEY, contract.WAVE_KEY, contract.SUMMARY_KEY, contract.SUMMARY_TEXT_KEY,
-                               contract.PREFLIGHT_KEY]))
+                               contract.PREFLIGHT_KEY, contract.ANSWER_KEY]))
     ).all()
     for run_id, task_id, key, value in rows:
         value = _json(value)
@@ -96,11 +96,34 @@ def _rollout_xcoms(session, runs: list[dict[str, Any]]) -> dict[str, dict[str, A
             wave = value.get("wave")
             if isinstance(wave, int) and task_id == contract.close_task(wave):
                 out[run_id]["waves"][wave] = value
+        elif key == contract.ANSWER_KEY and isinstance(value, dict) and task_id.endswith("." + contract.CONFIRM_TASK):
+            # the wave's answer as soon as it is given (its close records it again when the wave ends)
+            wave = _wave_number(task_id)
+            if wave is not None and task_id == contract.wave_task(wave, contract.CONFIRM_TASK):
+                out[run_id]["answers"][wave] = value
         elif key == contract.SUMMARY_KEY and task_id == contract.SUMMARY_TASK:
             out[run_id]["summary"] = value
         elif key == contract.SUMMARY_TEXT_KEY and task_id == contract.SUMMARY_TASK and isinstance(value, str):
             out[run_id]["summary_text"] = value
     return out
+
+
+#: How a wave's ETA begins while its question waits for a person.
+WAITING_FOR = "waiting for "
+
+
+def _wave_number(task_id: str) -> int | None:
+    """The wave of a wave task's id (``wave_01.confirm`` -> 1), or None."""
+    group = task_id.split(".", 1)[0]
+    digits = group.rsplit("_", 1)[-1]
+    return int(digits) if group.startswith("wave_") and digits.isdigit() else None
+
+
+def approval_of(answer: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A wave question's answer as the page shows it (who, when, what), or None (none given, nothing to confirm)."""
+    if not isinstance(answer, dict) or not answer.get("answer") or answer.get("answer") == "nothing to confirm":
+        return None
+    return {"by": answer.get("by"), "at": answer.get("at"), "answer": answer.get("answer")}
 
 
 def _controls(session, run_ids: list[str]) -> dict[str, str]:
@@ -289,7 +312,15 @@ def _rollout(run, xc, control_raw, tenant_runs, steps, etas, own_tasks=()) -> di
     for i, w in enumerate(plan.get("waves") or []):
         k = w.get("wave", i)
         ts = [_tenant(run["run_id"], t, tenant_runs, steps, etas) for t in w.get("tenants") or []]
-        waves.append({**_wave({**w, "wave": k}, xc["waves"].get(k), ts), "step": wave_step(k, list(own_tasks))})
+        wave = {**_wave({**w, "wave": k}, xc["waves"].get(k), ts), "step": wave_step(k, list(own_tasks))}
+        if wave["approval"] is None:  # answered, not yet closed: who approved, and when
+            wave["approval"] = approval_of((xc.get("answers") or {}).get(k))
+        step = wave["step"] or {}
+        if wave["approval"] is None and step.get("task", "").endswith("." + contract.CONFIRM_TASK) \
+                and step.get("state") == "awaiting_input":  # the wave waits for a person, not for a drain
+            who = ", ".join(plan.get("approvers") or []) or "an approver"
+            wave["eta_min"], wave["eta_text"] = None, f"{WAITING_FOR}{who} to answer the wave's question"
+        waves.append(wave)
     run = {k: v for k, v in run.items() if k != "_pk"}
     return {**run, "link": run_link(contract.ROLLOUT_DAG, run["run_id"]), "planned": bool(xc["plan"]),
             "approval": plan.get("approval"), "approvers": plan.get("approvers") or [],
@@ -313,6 +344,8 @@ def rollout_eta(run_state: str, waves: list[dict[str, Any]], max_parallel: int |
     for w in waves:
         if w["closed"]:
             continue
+        if w["eta_text"].startswith(WAITING_FOR):  # a person's answer: no figure can say when it comes
+            return {"eta_min": None, "text": f"{w['name']}: {w['eta_text']}"}
         if w["state"] == "running":
             if w["eta_min"] is None:
                 return {"eta_min": None, "text": f"{w['name']}: {w['eta_text']}"}

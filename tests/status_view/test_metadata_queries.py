@@ -29,13 +29,16 @@ def metadata_db():
 
 
 def _rollout(run_id: str, tenants: list[str]) -> dict:
-    from nexus_airflow.rollout import PLAN_KEY, WAVE_KEY, control_variable, run_id_for
+    from nexus_airflow.rollout import ANSWER_KEY, PLAN_KEY, WAVE_KEY, control_variable, run_id_for
 
     waves = [{"wave": i, "name": f"wave {i}", "tenants": tenants[i * 5:(i + 1) * 5]} for i in range(len(tenants) // 5)]
     runs = [{"dag_id": "tenant_rollout", "run_id": run_id, "state": "running", "conf": {}, "xcoms": [
         {"task_id": "plan", "key": PLAN_KEY, "value": {"waves": waves, "approval": "per_wave", "approvers": ["a"]}},
         {"task_id": "wave_00.close", "key": WAVE_KEY, "value": {"wave": 0, "state": "succeeded", "succeeded": [],
-                                                                "failed": {}, "approval": None}}]}]
+                                                                "failed": {}, "approval": None}},
+        # wave 1's question answered, the wave not closed yet: the page says who approved it and when
+        {"task_id": "wave_01.confirm", "key": ANSWER_KEY, "value": {"answer": "approved", "by": "a",
+                                                                    "at": "2026-12-07T16:00:00+00:00"}}]}]
     for i, t in enumerate(tenants):
         failed = i % 2 == 0
         runs.append({"dag_id": "connector_projection_cutover", "run_id": run_id_for(run_id, t),
@@ -88,6 +91,8 @@ def test_metadata_reads_are_few_and_indexed(metadata_db):
     seed(_rollout("rollout-small", small))
     few, body, runs = _calls(small)
     assert [len(w["tenants"]) for w in body["rollouts"][0]["waves"]] == [5, 5]
+    assert [w["approval"] for w in body["rollouts"][0]["waves"]] == [
+        None, {"by": "a", "at": "2026-12-07T16:00:00+00:00", "answer": "approved"}]  # read in the same statements
     assert runs["q000"]["runs"]["cutover"]["reason"] == "stuck q000" and body["rollouts"][0]["control"]["state"] == "pause"
 
     large = [f"w{i:03d}" for i in range(400)]
