@@ -315,7 +315,8 @@ def test_rollout_page_and_what_now_in_chromium(stack, rollouts_seeded):
     eta = wave1["s02"]["eta"]
     assert eta["rate_per_min"] > 0 and eta["eta_min"] >= 1 and eta["text"].endswith(f"ETA ~{eta['eta_min']} min")
     assert wave1["s03"]["eta"]["text"] == "waits for a person (its confirmation)"
-    assert b["waves"][1]["eta_min"] is None and b["eta"]["text"] == "wave 1: unknown: s03 without a measured drain rate"
+    # the wave's question waits for its approver: the ETA says for whom, not "unknown" (issue 51, item 8)
+    assert b["waves"][1]["eta_min"] is None and b["eta"]["text"] == "wave 1: waiting for lead-bob to answer the wave's question"
 
     tenants = stack.request("GET", "/nexus-status/api/tenants?search=r03", timeout=120)["tenants"]
     what_now = tenants[0]["runs"]["cutover"]
