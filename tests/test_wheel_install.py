@@ -74,7 +74,8 @@ def test_the_wheel_carries_the_product_the_plugins_and_the_dags_and_no_simulator
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"nexus_cutover", "nexus_airflow", "nexus_status", "nexus_cutover_airflow", "nexus_cutover_dags"}, tops
     assert not [n for n in names if "nexus_sim" in n]
-    for member in ("nexus_status/page.html", "nexus_status/rollouts.html", "nexus_cutover_airflow/nexus_status_plugin.py",
+    for member in ("nexus_status/page.html", "nexus_status/rollouts.html", "nexus_status/embedded.js",
+                   "nexus_cutover_airflow/nexus_status_plugin.py",
                    "nexus_cutover_airflow/airflow_local_settings.py", "nexus_cutover_airflow/dags_loader.py",
                    *(f"nexus_cutover_dags/{d}.py" for d in DAG_IDS)):
         assert member in names, member

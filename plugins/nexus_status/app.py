@@ -171,6 +171,12 @@ def settings_page() -> str:
     return render(_settings())
 
 
+@app.get("/embedded.js")
+def embedded_js() -> Response:
+    """The status view's pages' one script for links inside Airflow's sandboxed frame (no secret, no data)."""
+    return Response((HERE / "embedded.js").read_text(), media_type="text/javascript; charset=utf-8")
+
+
 @app.get("/", response_class=HTMLResponse, dependencies=TENANT_READS)
 def page() -> str:
     return (HERE / "page.html").read_text()

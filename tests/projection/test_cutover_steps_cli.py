@@ -39,22 +39,28 @@ def as_json(proc: subprocess.CompletedProcess) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.fixture
-def tenant(tenant_url):
-    """Drained legacy history of two packs, old writers registered and stopped; Part A only."""
-    engine = make_engine(tenant_url)
-    from nexus_cutover.schema import create_legacy_schema
-
-    create_legacy_schema(engine)
-    sc = TenantScenario(namespace=NS)
+def drained_tenant_at(url: str):
+    """Drained legacy history of two packs, old writers registered and stopped; Part A only: its engine."""
     import random
 
+    from nexus_cutover.schema import create_legacy_schema
+
+    engine = make_engine(url)
+    create_legacy_schema(engine)
+    sc = TenantScenario(namespace=NS)
     rng = random.Random(5)
     for pack in ("pk-a", "pk-b"):
         drained_pack_history(sc.pack(pack), rng, lanes=2, generations=3)
     for role in catalog.OLD_WRITER_ROLES:
         sc.process(role, process_id=f"old-{role}", stopped=True)
     sc.write(engine)
+    return engine
+
+
+@pytest.fixture
+def tenant(tenant_url):
+    """:func:`drained_tenant_at` on each backend."""
+    engine = drained_tenant_at(tenant_url)
     yield engine, tenant_url
     engine.dispose()
 

@@ -8,7 +8,6 @@ import contextlib
 import datetime as dt
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -21,12 +20,9 @@ from sqlalchemy import select
 
 from nexus_cutover import catalog
 from nexus_cutover import ledger as L
-from nexus_cutover.db import make_engine
 from nexus_cutover.errors import BadInput
 from nexus_cutover.projection import steps
-from nexus_cutover.schema import create_legacy_schema
-from nexus_sim.scenario import TenantScenario, drained_pack_history
-from tests.projection.test_cutover_steps_cli import NS, as_json
+from tests.projection.test_cutover_steps_cli import NS, as_json, drained_tenant_at
 
 FAST = ["-poll-interval", "200ms", "-stale-heartbeat", "5s", "-writers-stop-timeout", "60s"]
 #: The old runtime's registered processes (ProcessIds).
@@ -54,15 +50,7 @@ print("stopped old runtime", pid, "of", tenant, "dsn given" if "NEXUS_TENANT_DSN
 @pytest.fixture
 def tenant_on_mariadb(mysql_url):
     """The drained two-pack tenant of the CLI tests (old writers registered and stopped), on MariaDB."""
-    engine = make_engine(mysql_url)
-    create_legacy_schema(engine)
-    sc = TenantScenario(namespace=NS)
-    rng = random.Random(5)
-    for pack in ("pk-a", "pk-b"):
-        drained_pack_history(sc.pack(pack), rng, lanes=2, generations=3)
-    for role in catalog.OLD_WRITER_ROLES:
-        sc.process(role, process_id=f"old-{role}", stopped=True)
-    sc.write(engine)
+    engine = drained_tenant_at(mysql_url)
     yield engine, mysql_url
     engine.dispose()
 

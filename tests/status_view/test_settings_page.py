@@ -53,3 +53,14 @@ def test_the_status_page_links_to_the_settings(client):
     from nexus_status.app import HERE
 
     assert '<a href="settings">Settings</a>' in (HERE / "page.html").read_text()
+
+
+def test_the_pages_load_the_one_frame_script_the_app_serves(client):
+    """The link fix for Airflow's sandboxed frame lives in one file both pages load (issue 51, item 1)."""
+    from nexus_status.app import HERE
+
+    for page in ("page.html", "rollouts.html"):
+        assert '<script src="embedded.js"></script>' in (HERE / page).read_text(), page
+    served = client.get("/embedded.js")
+    assert served.status_code == 200 and served.headers["content-type"].startswith("text/javascript")
+    assert "PopStateEvent" in served.text and 'a[target="_top"]' in served.text
