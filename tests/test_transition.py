@@ -67,6 +67,9 @@ def test_a_role_declared_twice_a_wait_on_a_step_that_does_not_wait_or_a_fusion_a
         Transition("t", (Stage(1, "one", (_step("a", role="r"), _step("b", role="r"))),))
     with pytest.raises(ValueError, match="not a waiting step"):
         Transition("t", (Stage(1, "one", (_step("a", wait=Wait("drain", ran_out="-", plan="-")),)),))
+    with pytest.raises(ValueError, match="a wait without its watch"):  # every path polls the step's own watch
+        Transition("t", (Stage(1, "one", (Step("a", Kind.WAITS, "nexus_cutover.clock:utcnow", dry_run="-", next_action="-",
+                                               wait=Wait("drain", ran_out="-", plan="-")),)),))
     with pytest.raises(ValueError, match="not a step of its stage"):
         Transition("t", (Stage(1, "one", (_step("a", fused_into="b"),)), Stage(2, "two", (_step("b", fused_into="b"),))))
     t = Transition("t", (Stage(1, "one", (_step("a", role="r"), _step("b"))),))

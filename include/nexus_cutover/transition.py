@@ -233,6 +233,8 @@ class Transition:
         for step in self.steps:
             if step.wait is not None and step.kind is not Kind.WAITS:
                 raise ValueError(f"{self.name}: {step.name!r} declares a wait but is not a waiting step")
+            if step.wait is not None and ":" not in step.wait.watch:
+                raise ValueError(f"{self.name}: {step.name!r} declares a wait without its watch (module:Class)")
             if step.fused_into is not None and step.fused_into not in [s.name for s in self.stage_of(step.name).steps]:
                 raise ValueError(f"{self.name}: {step.name!r} is fused into {step.fused_into!r}, not a step of its stage")
         for step in self.steps:
