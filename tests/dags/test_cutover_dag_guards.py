@@ -191,15 +191,25 @@ def test_a_second_run_for_the_same_tenant_stops_at_once_naming_the_holder_and_th
 
 
 def test_a_later_run_adopts_the_fence_a_failed_run_left(dag, tenant, tenant_connection):
+    """... and tells no PAUSE AHEAD: the tenant has been paused since the failed run armed its fence."""
+    from tests.notify_sinks import SmtpSink
+
     engine, conn_id = tenant
     drained_tenant().write(engine)
-    with HitlAnswerer(DAG_ID, {"confirm_writers_stopped": "Reject"}):
-        rejected = run_dag(dag, base_conf(conn_id))
-    assert rejected.state == "failed"
-    with Deployer(engine) as deployer, HitlAnswerer(DAG_ID, {"confirm_writers_stopped": CONFIRM}):
-        tenant_connection("nexus_deployer_test", raw_json=deployer.connection_json)
-        later = run_dag(dag, base_conf(conn_id))
+    with SmtpSink() as mail:
+        tenant_connection("nexus_notify_adopt", raw_json=mail.connection_json())
+        with HitlAnswerer(DAG_ID, {"confirm_writers_stopped": "Reject"}):
+            rejected = run_dag(dag, base_conf(conn_id, notify_conn_id="nexus_notify_adopt"))
+        assert rejected.state == "failed"
+        first = [m["Subject"] for m in mail.messages]
+        with Deployer(engine) as deployer, HitlAnswerer(DAG_ID, {"confirm_writers_stopped": CONFIRM}):
+            tenant_connection("nexus_deployer_test", raw_json=deployer.connection_json)
+            later = run_dag(dag, base_conf(conn_id, notify_conn_id="nexus_notify_adopt"))
+        second = [m["Subject"] for m in mail.messages][len(first):]
     assert later.state == "success", later.task_states
+    assert sum("PAUSE AHEAD" in s for s in first) == 1 and not any("PAUSE AHEAD" in s for s in second), (first, second)
+    assert later.xcom("wait_for_short_drain")["fenced_by"] == f"airflow:{DAG_ID}:{rejected.run_id}"
+    assert any("ADMISSION RESUMED" in s for s in second), second
     armed = later.xcom("arm_fence")
     assert armed["outcome"] == "adopted" and armed["previous_holder"] == f"airflow:{DAG_ID}:{rejected.run_id}"
     assert snapshot(engine)["fences"] == [("*", True, True)]

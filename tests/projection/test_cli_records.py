@@ -145,8 +145,8 @@ def test_the_lifecycle_entrypoint_records_the_checkpoint_it_writes(tenant, tmp_p
 
 def test_a_command_tells_its_webhook_a_stop_with_its_reason_and_a_cut_over_with_its_cutoffs(tenant):  # noqa: F811
     """With only ``NEXUS_NOTIFY_WEBHOOK`` set, a refused step posts one FAILED notice naming the tenant, the step and
-    the refusal; ``run`` posts the pause ahead before it arms (issue 50, item 3), admission resumed with the pause
-    it lasted, and one CUT OVER notice with each pack's cutoff and the admission pause it reported."""
+    the refusal; ``run`` on the fence its holder armed posts admission resumed with the pause it lasted, and one CUT
+    OVER notice with each pack's cutoff and the admission pause it reported."""
     engine, url = tenant
     with SlackWebhookSink() as hook:
         env = {"NEXUS_NOTIFY_WEBHOOK": f"http://127.0.0.1:{hook.port}/notices", "NEXUS_LEDGER_DSN": "",
@@ -164,12 +164,11 @@ def test_a_command_tells_its_webhook_a_stop_with_its_reason_and_a_cut_over_with_
             os.killpg(out.get("host_pid"), signal.SIGTERM)
         assert run.returncode == 0, run.stderr[-3000:]
         texts = hook.texts()
+    # no PAUSE AHEAD: the pause began at arm-fence, before run (a tenant already fenced gets no heads-up)
     assert hook.subjects() == [f"[nexus] FAILED: tenant {NS}, nexus-cutover.arm_fence",
-                               f"[nexus] PAUSE AHEAD: tenant {NS}, nexus-cutover.wait_for_short_drain",
                                f"[nexus] ADMISSION RESUMED: tenant {NS}, nexus-cutover.resume_admission",
                                f"[nexus] CUT OVER: tenant {NS}, nexus-cutover.run"], texts
-    failed, ahead, resumed, cut_over = texts
-    assert "admission is paused in a few seconds (the fence is armed next) for no residual drain" in ahead
+    failed, resumed, cut_over = texts
     assert f"admission paused {out['admission_pause_s']:.1f} s (fence " in resumed
     assert "run: cli:someone-else" in failed and "cli:notices" in failed  # the refusal names the fence's holder
     assert "Read the command's output" in failed
@@ -177,3 +176,24 @@ def test_a_command_tells_its_webhook_a_stop_with_its_reason_and_a_cut_over_with_
         assert f"{c['pack_install_id']} {c['legacy_max_ordinal']}" in cut_over
     assert f"admission paused {out['admission_pause_s']:.1f} s" in cut_over
     assert "run: cli:notices" in cut_over and url not in failed + cut_over
+
+
+def test_a_run_that_arms_the_fence_tells_its_webhook_the_pause_ahead_first(tenant):  # noqa: F811
+    """Issue 50, item 3: ``run`` on a tenant nobody fenced posts PAUSE AHEAD before it arms (with what the pause is
+    expected to hold), then admission resumed, then the cut-over."""
+    engine, url = tenant
+    with SlackWebhookSink() as hook:
+        env = {"NEXUS_NOTIFY_WEBHOOK": f"http://127.0.0.1:{hook.port}/notices", "NEXUS_LEDGER_DSN": "",
+               "NEXUS_STATSD": ""}
+        host = f"{sys.executable} -m nexus_cutover.cli.host --namespace {NS}"
+        run = steps_cli(url, "run", "-namespace", NS, *FAST, "--confirm-writers-stopped", "-host-command", host,
+                        "-json", env=env)
+        out = as_json(run)
+        with contextlib.suppress(ProcessLookupError, TypeError):
+            os.killpg(out.get("host_pid"), signal.SIGTERM)
+        assert run.returncode == 0, run.stderr[-3000:]
+        texts = hook.texts()
+    assert hook.subjects() == [f"[nexus] PAUSE AHEAD: tenant {NS}, nexus-cutover.wait_for_short_drain",
+                               f"[nexus] ADMISSION RESUMED: tenant {NS}, nexus-cutover.resume_admission",
+                               f"[nexus] CUT OVER: tenant {NS}, nexus-cutover.run"], texts
+    assert "admission is paused in a few seconds (the fence is armed next) for no residual drain" in texts[0]

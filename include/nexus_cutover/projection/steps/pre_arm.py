@@ -32,7 +32,9 @@ def wait_for_short_drain(run: CutoverRun) -> StepResult:
             "blocker_totals": report.blocker_totals, "counts": report.counts}
     judged = _judged("wait_for_short_drain", look, domain=report)
     if judged.verdict.proceeds and not run.dry_run:  # the heads-up's one question: will this run pause the tenant?
-        judged.value["cut_over"] = bool(actions.cutover_standing(run.engine, run.namespace)["cut_over"])
+        standing = actions.cutover_standing(run.engine, run.namespace)
+        judged.value["cut_over"] = bool(standing["cut_over"])
+        judged.value["fenced_by"] = standing["fence_held_by"]  # paused already (a rerun adopts it): no heads-up
     run.say(f"before arming: {report.counts_text()}" + ("" if judged.verdict.proceeds else f"; {judged.verdict.reason}"))
     if report.state == "stuck":
         run.say(report.report_text())
@@ -41,8 +43,9 @@ def wait_for_short_drain(run: CutoverRun) -> StepResult:
 
 def events(step: str, r: dict) -> list[Event]:
     """The pause ahead (the fence is armed next), with the residual drain it is expected to hold; none for a tenant
-    already cut over (nothing will be fenced)."""
-    if r.get("cut_over") is not False:
+    already cut over (nothing will be fenced) or already fenced (its pause began when that fence was armed: a rerun
+    after a Reject, a step-by-step ``arm-fence``)."""
+    if r.get("cut_over") is not False or r.get("fenced_by"):
         return []
     return [Event(E.PAUSE_AHEAD, step, detail={k: r.get(k) for k in ("remaining", "eta_s", "arm_when_drain_below_s")})]
 
