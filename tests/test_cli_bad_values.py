@@ -32,6 +32,7 @@ REQUIRED = {
     ("cutover_steps", "plan"): ["-namespace", NS], ("cutover_steps", "apply-schema"): [],
     ("cutover_steps", "arm-fence"): ["-namespace", NS], ("cutover_steps", "drain"): ["-namespace", NS],
     ("cutover_steps", "writers"): ["-namespace", NS], ("cutover_steps", "stop-writers"): ["-namespace", NS],
+    ("cutover_steps", "back-out"): ["-namespace", NS],
     ("cutover_steps", "confirm-writers"): ["-namespace", NS, "--confirm-writers-stopped"],
     ("cutover_steps", "start-host"): ["-namespace", NS],
     ("cutover_steps", "checkpoint"): ["-pack-install-id", "pk-a"], ("cutover_steps", "activate-pack"): ["-pack-install-id", "pk-a"],

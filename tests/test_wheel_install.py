@@ -34,7 +34,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
 #: The release's constraints (what ``make dist`` ships) and the stand-in for Airflow's own (see the docstring).
 RELEASE_CONSTRAINTS, AIRFLOWS_CONSTRAINTS = REPO / "constraints.txt", REPO / "constraints-dev.txt"
-DAG_IDS = {"connector_projection_cutover", "field_history_eligibility", "tenant_rollout"}
+DAG_IDS = {"connector_projection_cutover", "connector_projection_back_out", "field_history_eligibility", "tenant_rollout"}
 
 
 def run(cmd: list[str], *, cwd: pathlib.Path, env: dict[str, str] | None = None, timeout: float = 900) -> str:

@@ -33,10 +33,12 @@ CHECKPOINT, HOST_STARTED = "checkpoint", "host_started"
 STOPPED = "stopped"
 WAVE_ASKED, WAVE_ANSWER = "wave_asked", "wave_answer"
 GATE_PASSED = "gate_passed"
+#: The cutover fence released without a cutover, before any checkpoint (the back-out: :mod:`.projection.back_out`).
+BACKED_OUT = "backed_out"
 
 #: Every kind the delivery ledger records, in the order a run records them (a step's events are ranked so too).
 LEDGER_KINDS = (FENCE_ARMED, FENCE_REUSED, FENCE_ADOPTED, DRAIN_DONE, WRITERS_STOPPED, EVIDENCE_SHOWN, WAVE_ASKED, ANSWER, WAVE_ANSWER,
-                DIGEST_TAKEN, CHECKPOINT, HOST_STARTED, FENCE_RELEASED, DIGEST_VERIFIED, GATE_PASSED, STOPPED)
+                DIGEST_TAKEN, CHECKPOINT, HOST_STARTED, FENCE_RELEASED, BACKED_OUT, DIGEST_VERIFIED, GATE_PASSED, STOPPED)
 
 #: A step passed (its duration and lock wait are figures); not a ledger row: its own events say what it did.
 STEP_PASSED = "step_passed"

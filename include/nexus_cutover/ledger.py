@@ -59,6 +59,7 @@ from .db import DSN_ENV_LEDGER, is_write_conflict, mask_dsn
 from .errors import BadInput, Unreachable
 from .events import (  # re-exported: the ledger's readers name the kinds from here
     ANSWER,
+    BACKED_OUT,
     CHECKPOINT,
     DIGEST_TAKEN,
     DIGEST_VERIFIED,
@@ -78,7 +79,7 @@ from .events import (  # re-exported: the ledger's readers name the kinds from h
 )
 from .events import LEDGER_KINDS as KINDS
 
-__all__ = ["ANSWER", "CHECKPOINT", "DIGEST_TAKEN", "DIGEST_VERIFIED", "DRAIN_DONE", "DSN_ENV_LEDGER", "EVIDENCE_SHOWN",
+__all__ = ["ANSWER", "BACKED_OUT", "CHECKPOINT", "DIGEST_TAKEN", "DIGEST_VERIFIED", "DRAIN_DONE", "DSN_ENV_LEDGER", "EVIDENCE_SHOWN",
            "FENCE_ADOPTED", "FENCE_ARMED", "FENCE_RELEASED", "FENCE_REUSED", "GATE_PASSED", "HOST_STARTED", "KINDS",
            "LedgerEvent", "STOPPED", "WAVE_ANSWER", "WAVE_ASKED", "WRITERS_STOPPED", "append", "digest_of", "history", "ledger_engine",
            "to_csv"]

@@ -162,6 +162,8 @@ def figures_of(event) -> list[tuple[Metric, float, dict[str, Any]]]:
         if event.outcome == "released" and detail.get("admission_pause_s") is not None:
             out.append((ADMISSION_PAUSE, float(detail["admission_pause_s"]), {}))
         out.append((FENCE_ARMED_AT, 0.0, {}))
+    elif kind == E.BACKED_OUT:  # released without a cutover: the gauge says released; no cutover's pause figure
+        out.append((FENCE_ARMED_AT, 0.0, {}))
     elif kind == E.DIGEST_TAKEN:
         rows, seconds = detail.get("rows"), detail.get("seconds")
         if isinstance(rows, dict) and seconds:

@@ -34,9 +34,11 @@ SUCCESS = "success"
 FENCE_WAITING = "fence_waiting"
 PAUSE_AHEAD = "pause_ahead"
 RESUMED = "resumed"
+BACKED_OUT = "backed_out"
 #: The words of each event in a notice's subject.
 WORDS = {FAILURE: "FAILED", NEEDS_CONFIRMATION: "NEEDS CONFIRMATION", SUCCESS: "CUT OVER",
-         FENCE_WAITING: "FENCED AND WAITING", PAUSE_AHEAD: "PAUSE AHEAD", RESUMED: "ADMISSION RESUMED"}
+         FENCE_WAITING: "FENCED AND WAITING", PAUSE_AHEAD: "PAUSE AHEAD", RESUMED: "ADMISSION RESUMED",
+         BACKED_OUT: "BACKED OUT"}
 #: What a person does next, by event.
 TEXTS = {
     FAILURE: "Read the task log and its XCom `report` (runbook: docs/runbook.md).",
@@ -46,6 +48,8 @@ TEXTS = {
     PAUSE_AHEAD: "Nothing to do now: the tenant's new work waits (nothing is lost) until admission resumes; a notice "
                  "then says how long the pause lasted.",
     RESUMED: "The new host admits the tenant's work again; the run goes on to its final check.",
+    BACKED_OUT: "No cutover: the old runtime admits the tenant's work again. Restart the old writers you stopped; a "
+                "later cutover starts with a new run.",
 }
 #: The same, for a run of the command line (no task log, no XCom: its own output and report).
 COMMAND_TEXTS = {**TEXTS, FAILURE: "Read the command's output and its report (runbook: docs/runbook.md)."}
@@ -139,6 +143,14 @@ def resumed_facts(detail: dict[str, Any]) -> str:
         f" (fence {detail.get('fence_id')}: armed {detail.get('armed_at')}, released {detail.get('released_at')})")
 
 
+def backed_out_facts(detail: dict[str, Any]) -> str:
+    """The back-out's reason: which fence was released without a cutover, whose it was, the pause it ended."""
+    pause = detail.get("admission_pause_s")
+    return (f"cutover fence {detail.get('fence_id')} (armed {detail.get('armed_at')} by {detail.get('previous_holder')}) "
+            f"released {detail.get('released_at')} without a cutover, before any checkpoint; admission paused "
+            + (f"{pause:.1f} s" if isinstance(pause, (int, float)) else "-"))
+
+
 def cut_over_facts(cutoffs: dict[str, Any], pause_s: Any) -> str:
     """A successful run's facts: each pack's cutoff and the admission pause its release recorded."""
     listed = ", ".join(f"{pack} {cutoff}" for pack, cutoff in cutoffs.items()) or "none"
@@ -150,13 +162,13 @@ def cut_over_facts(cutoffs: dict[str, Any], pause_s: Any) -> str:
 
 class NoticeSink:
     """A run's events as notices, through ``send(message)``: the pause ahead (before the fence is armed), admission
-    resumed (with the pause it lasted), a step that stopped (why), a run that cut its tenant over (its cutoffs and
-    pause). ``kinds``: the notices this sink sends (default: all). A DAG's recorder sends the first two only: its
-    task failures are told by Airflow's failure callback (which also sees the failures no step records: a killed
-    worker, a task timeout) and its cut-over by its last task's success callback. ``source``: what the origin's
-    name is (``command`` or ``dag``)."""
+    resumed (with the pause it lasted), a back-out (the fence released without a cutover), a step that stopped
+    (why), a run that cut its tenant over (its cutoffs and pause). ``kinds``: the notices this sink sends (default:
+    all). A DAG's recorder sends the first three only: its task failures are told by Airflow's failure callback
+    (which also sees the failures no step records: a killed worker, a task timeout) and its cut-over by its last
+    task's success callback. ``source``: what the origin's name is (``command`` or ``dag``)."""
 
-    ALL = (PAUSE_AHEAD, RESUMED, FAILURE, SUCCESS)
+    ALL = (PAUSE_AHEAD, RESUMED, BACKED_OUT, FAILURE, SUCCESS)
 
     def __init__(self, send: Callable[[Message], None], *, kinds: Sequence[str] = ALL, source: str = "command",
                  texts: dict[str, str] | None = None) -> None:
@@ -169,6 +181,8 @@ class NoticeSink:
             return PAUSE_AHEAD, pause_ahead_facts(event.detail)
         if event.kind == E.FENCE_RELEASED and event.outcome == "released":
             return RESUMED, resumed_facts(event.detail)
+        if event.kind == E.BACKED_OUT and event.outcome == BACKED_OUT:
+            return BACKED_OUT, backed_out_facts(event.detail)
         if event.kind == E.STOPPED:
             return FAILURE, str(event.reason or event.outcome or "stopped")
         if event.kind == E.RUN_ENDED and event.outcome == "cut_over":

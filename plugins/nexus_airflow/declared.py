@@ -20,10 +20,10 @@ from typing import Any
 
 from nexus_cutover import settings
 from nexus_cutover.field_history.transition import FIELD_HISTORY
-from nexus_cutover.projection.transition import CUTOVER
+from nexus_cutover.projection.transition import BACK_OUT, CUTOVER
 from nexus_cutover.transition import Kind
 
-__all__ = ["CUTOVER", "FIELD_HISTORY", "FUSED", "HEAVY_READS", "Kind", "PRIORITY_ARMED", "PRIORITY_BEFORE_ARMING", "build",
+__all__ = ["BACK_OUT", "CUTOVER", "FIELD_HISTORY", "FUSED", "HEAVY_READS", "Kind", "PRIORITY_ARMED", "PRIORITY_BEFORE_ARMING", "build",
            "steps_md", "steps_of", "task_of"]
 
 #: Absolute task priorities (``weight_rule="absolute"``): Airflow's scheduler and executors take queued work by

@@ -231,8 +231,9 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
     after_reject = (
         "to try again, stop every old writer and clear check_old_writers in this run (it gathers fresh evidence "
         "and asks again), or trigger a new run for the tenant (it adopts the fence this failed run left). To back "
-        "out instead: restart the old writers, then have L2 release the fence by their process (runbook, "
-        "\"Rollback stance\"); admission stays paused until one of the two happens")
+        "out instead: trigger connector_projection_back_out for the tenant (it releases the fence without a cutover, "
+        "then restart the old writers; runbook, \"Rollback stance\"); admission stays paused until one of the two "
+        "happens")
 
     def state_now(self, context) -> str:
         """The tenant's fence and checkpoints as the database shows them when the run stops."""

@@ -281,7 +281,7 @@ class CutoverNotifier(BaseNotifier):
 
 def notice_sink(context):
     """The notices a run's events mean that no Airflow callback sends (the pause ahead, admission resumed with the
-    pause it lasted), through the run's channel with the run's links; the task's failure and its cut-over are
+    pause it lasted, a back-out), through the run's channel with the run's links; the task's failure and its cut-over are
     sent by :class:`CutoverNotifier` from Airflow's callbacks."""
     from nexus_cutover import notices
     from nexus_cutover.notices import Message
@@ -292,7 +292,7 @@ def notice_sink(context):
         send(context, Message(message.subject, message.facts, message.text, links(context, tenant=tenant)),
              logging.getLogger("airflow.task"))
 
-    return notices.NoticeSink(deliver, kinds=(notices.PAUSE_AHEAD, notices.RESUMED), source="dag")
+    return notices.NoticeSink(deliver, kinds=(notices.PAUSE_AHEAD, notices.RESUMED, notices.BACKED_OUT), source="dag")
 
 
 def notify_needs_confirmation(context, reason: str) -> None:

@@ -50,7 +50,7 @@ def cutover_run(context, log, engine, *, pack: str | None = None):
         arm_when_drain_below_s=p.arm_when_drain_below,
         stale_heartbeat_s=p.stale_heartbeat, holder_state=holder_state(context, log), take_over=DAG_TAKE_OVER,
         pack=pack, earlier=lambda step, key: results.pulled(ti, step, key=key), say=lambda line: log.info("%s", line),
-        seam=fault_point)
+        seam=fault_point, transition=results.transition_of(ti.dag_id))
 
 
 def run_body(op: BaseOperator, context, step: str, *, pack: str | None = None,
@@ -99,10 +99,10 @@ def run_declared(op: BaseOperator, context, step: str, *, pack: str | None = Non
                  prepare: Callable[[Any], None] | None = None) -> Any:
     """The step ``step`` as its task runs it: what Airflow adds before and after it (:func:`before`,
     :func:`after`) around its body (:func:`run_body`; ``prepare`` gives its run what only this task has)."""
-    for hook in before(step):
+    for hook in before(step, op.dag_id):
         hook(op, context)
     value = run_body(op, context, step, pack=pack, prepare=prepare)
-    for hook in after(step):
+    for hook in after(step, op.dag_id):
         value = hook(op, context, value)
     return value
 
@@ -132,10 +132,10 @@ def run_fused(op: BaseOperator, context, steps: tuple[str, ...], first: Any) -> 
 
 def _check_the_form(op: BaseOperator, context) -> None:
     """The run's first task: a bad form fails before anything is read."""
-    from nexus_airflow.params import CUTOVER_FIELDS, CUTOVER_RULES, check_form
+    from nexus_airflow.params import check_form, form_of
 
     with domain_errors(context, op.log):
-        check_form(context, CUTOVER_FIELDS, CUTOVER_RULES)
+        check_form(context, *form_of(op.dag_id))
 
 
 def _unless_cancelled(op: BaseOperator, context, safe_point: str) -> None:
@@ -165,25 +165,25 @@ def _emit_the_asset_event(op: BaseOperator, context, value: dict[str, Any], step
     return value
 
 
-def before(step: str) -> list[Callable[[BaseOperator, Any], None]]:
-    """What runs in Airflow before the body of the cutover's step ``step`` (the task, the context), read from the
-    declaration: the form check before its first step, a cancelled rollout's stop at a declared ``cancel_point``."""
-    from nexus_cutover.projection.transition import CUTOVER
-
+def before(step: str, dag_id: str) -> list[Callable[[BaseOperator, Any], None]]:
+    """What runs in Airflow before the body of the step ``step`` of the DAG ``dag_id`` (the task, the context), read
+    from its declaration: the form check before its first step, a cancelled rollout's stop at a declared
+    ``cancel_point``."""
+    transition = results.transition_of(dag_id)
     hooks: list[Callable[[BaseOperator, Any], None]] = []
-    if step == CUTOVER.names[0]:
+    if step == transition.names[0]:
         hooks.append(_check_the_form)
-    declared = CUTOVER.get(step)
+    declared = transition.get(step)
     if declared is not None and declared.cancel_point:
         hooks.append(lambda op, context: _unless_cancelled(op, context, declared.cancel_point))
     return hooks
 
 
-def after(step: str) -> list[Callable[[BaseOperator, Any, Any], Any]]:
-    """What runs in Airflow after the body of the cutover's step ``step`` passed (the task, the context, the value)
-    -> the task's value, read from the declaration: the Asset event after its last step."""
+def after(step: str, dag_id: str) -> list[Callable[[BaseOperator, Any, Any], Any]]:
+    """What runs in Airflow after the body of the step ``step`` of the DAG ``dag_id`` passed (the task, the context,
+    the value) -> the task's value, read from the declaration: the cutover's Asset event after its last step."""
     from nexus_cutover.projection.transition import CUTOVER
 
-    if step == CUTOVER.names[-1]:
+    if dag_id == CUTOVER.name and step == CUTOVER.names[-1]:
         return [lambda op, context, value: _emit_the_asset_event(op, context, value, step)]
     return []

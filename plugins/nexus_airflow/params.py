@@ -36,7 +36,7 @@ from typing import Any
 from nexus_airflow.faults import poll_floor_s
 from nexus_cutover import settings
 from nexus_cutover.projection.digest_limits import DEFAULT_DIGEST_CONNECTIONS, MAX_DIGEST_CONNECTIONS
-from nexus_cutover.projection.transition import DEFAULT_ARM_WHEN_DRAIN_BELOW_S
+from nexus_cutover.projection.transition import BACK_OUT, DEFAULT_ARM_WHEN_DRAIN_BELOW_S
 
 TENANT_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 CONN_ID_PATTERN = r"^$|^[A-Za-z0-9_.-]{1,200}$"
@@ -334,6 +334,17 @@ def _per_wave_needs_rollout(values: dict[str, Any]) -> str | None:
 
 #: Cross-field rules of the cutover form (checked by its first task).
 CUTOVER_RULES = [_per_wave_needs_rollout]
+
+#: The back-out's form (``connector_projection_back_out``): the tenant, where its question is told, who may answer
+#: it, and its bounds; each field the cutover's own (one definition).
+BACK_OUT_FIELDS: dict[str, Field] = {name: CUTOVER_FIELDS[name] for name in (
+    "tenant", "conn_id", "notify_conn_id", "approvers", "allow_self_approval", "confirm_timeout", "lock_timeout",
+    "stale_heartbeat")}
+
+
+def form_of(dag_id: str) -> tuple[Mapping[str, Field], list[Callable[[dict[str, Any]], str | None]]]:
+    """The form and cross-field rules of a run of the per-tenant DAG ``dag_id`` (its first task checks them)."""
+    return (BACK_OUT_FIELDS, []) if dag_id == BACK_OUT.name else (CUTOVER_FIELDS, CUTOVER_RULES)
 
 
 def params_of_fields(fields: Mapping[str, Field]) -> dict[str, Any]:

@@ -33,11 +33,12 @@ VERSION_KEY = "product_version"
 
 
 def transition_of(dag_id: str):
-    """The declared transition the DAG ``dag_id`` runs (the cutover's or Field History's); KeyError for any other."""
+    """The declared transition the DAG ``dag_id`` runs (the cutover's, the back-out's or Field History's); KeyError
+    for any other."""
     from nexus_cutover.field_history.transition import FIELD_HISTORY
-    from nexus_cutover.projection.transition import CUTOVER
+    from nexus_cutover.projection.transition import BACK_OUT, CUTOVER
 
-    return {t.name: t for t in (CUTOVER, FIELD_HISTORY)}[dag_id]
+    return {t.name: t for t in (CUTOVER, BACK_OUT, FIELD_HISTORY)}[dag_id]
 
 
 def step_with(role: str, dag_id: str | None = None) -> str:
@@ -85,14 +86,24 @@ def stored(xcoms: dict[tuple[str, str, str], Any], run_id: str, step: str, *, da
 
 def pulled(ti, step: str, *, key: str = RETURN_KEY, dag_id: str | None = None, run_id: str | None = None,
            map_indexes: int | None = None) -> Any:
-    """The XCom ``key`` of the declared step ``step`` (of this run, or of the cutover run ``run_id``)."""
+    """The XCom ``key`` of the declared step ``step`` (of this run, or of the cutover run ``run_id``): a step this
+    run's own DAG declares (the back-out's steps in its run) by that declaration, any other as the cutover's."""
     from nexus_cutover.projection.transition import CUTOVER
 
-    task, xcom_key = location(step, key)
+    task, xcom_key = location(step, key, dag_id=dag_id or _declaring(ti, step, run_id) or CUTOVER.name)
     where: dict[str, Any] = {} if run_id is None else {"dag_id": dag_id or CUTOVER.name, "run_id": run_id}
     if map_indexes is not None:
         where["map_indexes"] = map_indexes
     return ti.xcom_pull(task_ids=task, key=xcom_key, **where)
+
+
+def _declaring(ti, step: str, run_id: str | None) -> str | None:
+    """The DAG of ``ti`` when it declares ``step`` and the XCom is this run's (None otherwise)."""
+    own = getattr(ti, "dag_id", None)
+    try:
+        return own if run_id is None and own and step in transition_of(own).names else None
+    except KeyError:  # a DAG that declares no steps (the rollout's)
+        return None
 
 
 def versions_before(ti) -> list[tuple[str, str | None]]:

@@ -177,7 +177,7 @@ def test_params_accept_a_minimal_form(dag):
 
 #: What each trigger form requires; every other field is optional (issue 23: the form submits with only these).
 REQUIRED = {"connector_projection_cutover": {"tenant"}, "field_history_eligibility": {"tenant", "stage1_release"},
-            "tenant_rollout": {"tenants"}}
+            "tenant_rollout": {"tenants"}, "connector_projection_back_out": {"tenant"}}
 
 
 @pytest.mark.parametrize("dag_id", sorted(REQUIRED))
@@ -197,10 +197,10 @@ def test_a_form_with_every_optional_field_emptied_runs_with_the_defaults(airflow
     from airflow.sdk.definitions.param import ParamsDict
 
     from nexus_airflow.field_history import FH_FIELDS
-    from nexus_airflow.params import CUTOVER_FIELDS, ROLLOUT_FIELDS, resolve
+    from nexus_airflow.params import BACK_OUT_FIELDS, CUTOVER_FIELDS, ROLLOUT_FIELDS, resolve
 
     fields = {"connector_projection_cutover": CUTOVER_FIELDS, "field_history_eligibility": FH_FIELDS,
-              "tenant_rollout": ROLLOUT_FIELDS}[dag_id]
+              "tenant_rollout": ROLLOUT_FIELDS, "connector_projection_back_out": BACK_OUT_FIELDS}[dag_id]
     given = {"tenant": "acme", "stage1_release": "4.12.0", "tenants": ["acme"]}
     params = ParamsDict(load_dag(dag_id).params)
     for name in params:
@@ -230,6 +230,12 @@ def test_the_cutover_form_shows_up_front_only_what_one_tenant_needs(dag):
 
 def test_the_field_history_dag_follows_its_declaration(airflow_db):
     declared_order_holds(load_dag("field_history_eligibility"), FIELD_HISTORY)
+
+
+def test_the_back_out_dag_follows_its_declaration(airflow_db):
+    from nexus_cutover.projection.transition import BACK_OUT
+
+    declared_order_holds(load_dag(BACK_OUT.name), BACK_OUT)
 
 
 def test_a_step_added_to_the_declaration_becomes_a_task_in_its_place(airflow_db):

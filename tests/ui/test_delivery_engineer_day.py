@@ -16,8 +16,10 @@ each from where the previous one left the tenant:
 3b. clear ``check_old_writers`` (with its downstream, as the UI's Clear does; through the endpoint the UI
    calls): the run asks again, and the question shows the evidence of its own try, taken after the Reject;
    Reject again;
+3c. back out (issue 51, item 7): the back-out DAG's form with only the tenant; its question in *Required actions*
+   shows the rejected run's fence and the old writers; Back out: the fence is released without a cutover;
 4. a run with the host started by command (chosen in the form, a poll interval
-   set in a collapsed section): it adopts the fence, Confirm in *Required
+   set in a collapsed section): it arms a new fence, Confirm in *Required
    actions*, and it succeeds; the tenant view shows it cut over, its proofs
    verified, and nothing cut off at 1600 px; its first rendering is fresh or says it is stale;
 4b. its "open run" link, clicked inside Airflow's sandboxed frame, opens the run's page in Airflow's UI;
@@ -49,6 +51,7 @@ pytestmark = pytest.mark.airflow
 REPO = pathlib.Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts" / "ui"
 CUTOVER, FIELD_HISTORY, ROLLOUT = "connector_projection_cutover", "field_history_eligibility", "tenant_rollout"
+BACK_OUT = "connector_projection_back_out"
 TENANT = "demo"
 
 
@@ -58,7 +61,7 @@ def demo(tmp_path_factory):
                        extra_env={"NEXUS_STATUS_REFRESH_S": "3"})
     demo.start(timeout_s=600)  # a loaded 2-core machine: minutes
     try:
-        for dag_id in (CUTOVER, FIELD_HISTORY, ROLLOUT):
+        for dag_id in (CUTOVER, FIELD_HISTORY, ROLLOUT, BACK_OUT):
             demo.stack.wait_for_dag(dag_id)
             demo.stack.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
         yield demo
@@ -132,9 +135,9 @@ def assert_nothing_cut_off(layout: dict) -> None:
         assert layout[part] <= layout["width"], (part, layout)
 
 
-def task_log(demo, run_id: str, task_id: str) -> list[dict]:
+def task_log(demo, run_id: str, task_id: str, dag_id: str = CUTOVER) -> list[dict]:
     return demo.stack.request(
-        "GET", f"/api/v2/dags/{CUTOVER}/dagRuns/{run_id}/taskInstances/{task_id}/logs/1?full_content=true")["content"]
+        "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/1?full_content=true")["content"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -240,6 +243,34 @@ def test_a_clear_after_the_reject_asks_again_with_the_evidence_of_its_own_try(de
     wait_until(f"run {run_id} to fail again", lambda: run_state(demo, run_id) == "failed", 180, every_s=2)
 
 
+def test_back_out_after_the_reject_releases_the_fence_without_a_cutover(demo, person, runs):
+    """Issue 51, item 7: the runbook's back-out, walked in the UI: the rejected run's fence released, recorded."""
+    rejected = runs["rejected"]
+    fence_id = demo.stack.xcom(CUTOVER, rejected, "arm_fence")["fence_id"]
+    before = run_ids(demo, BACK_OUT)
+    form = person.open_trigger_form(BACK_OUT)
+    person.type_into(form, "tenant", TENANT)
+    person.screenshot("05c_back_out_trigger_form")
+    person.submit(form)
+    run_id = new_run(demo, BACK_OUT, before)
+    wait_until(f"the back-out's question of {run_id}", lambda: state_of(demo, run_id, "confirm_back_out", BACK_OUT)
+               == "awaiting_input", 300, every_s=2)
+    detail = demo.stack.request(
+        "GET", f"/api/v2/dags/{BACK_OUT}/dagRuns/{run_id}/taskInstances/confirm_back_out/-1/hitlDetails")
+    assert f"Cutover fence {fence_id} of tenant {TENANT}" in detail["body"] and rejected in detail["body"], detail["body"]
+    assert "Old-protocol writers of namespace" in detail["body"] and TENANT in detail["subject"]
+    time.sleep(5)  # a person reads before answering (apache/airflow#71172)
+    person.answer_required_action(run_id, "Back out: release the fence without a cutover")
+    person.screenshot("05d_backed_out")
+    wait_until(f"run {run_id} to end", lambda: run_state(demo, run_id, BACK_OUT) in ("success", "failed"), 300,
+               every_s=2)
+    assert run_state(demo, run_id, BACK_OUT) == "success", demo.stack.task_instances(BACK_OUT, run_id)
+    done = demo.stack.xcom(BACK_OUT, run_id, "back_out")
+    assert (done["outcome"], done["fence_id"]) == ("backed_out", fence_id) and rejected in done["previous_holder"]
+    log = "\n".join(str(e.get("event", "")) for e in task_log(demo, run_id, "back_out", BACK_OUT))
+    assert "released without a cutover" in log and "restart the old writers" in log, log[-2000:]
+
+
 def test_confirm_in_required_actions_and_the_cutover_succeeds(demo, person, runs):
     before = run_ids(demo, CUTOVER)
     form = person.open_trigger_form(CUTOVER)
@@ -253,7 +284,7 @@ def test_confirm_in_required_actions_and_the_cutover_succeeds(demo, person, runs
     assert conf["host_controller"] == "command" and conf["poll_interval"] == 10
 
     wait_for_task(demo, run_id, "confirm_writers_stopped", ("awaiting_input",))
-    assert demo.stack.xcom(CUTOVER, run_id, "arm_fence")["outcome"] == "adopted"  # the rejected run's fence
+    assert demo.stack.xcom(CUTOVER, run_id, "arm_fence")["outcome"] == "armed"  # the rejected run's was backed out
     # A person reads the evidence before answering; an answer within ~1 s of the task parking can get the resumed
     # task killed by Airflow itself (apache/airflow#71172; a CI-loaded run met it: "Server indicated the task
     # shouldn't be running anymore").

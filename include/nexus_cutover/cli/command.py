@@ -22,7 +22,7 @@ from ..metrics import failure_reason
 from ..projection import steps
 from ..projection.transition import CUTOVER
 from ..recording import NOT_RECORDING, Recorder, timed
-from ..transition import Outcome
+from ..transition import Outcome, Transition
 from .recording import command_recorder
 
 PROGRAM = "nexus-cutover"
@@ -107,18 +107,19 @@ def _pinned(c: Command, step: str, tenant: str | None) -> None:
 
 
 def recorded(c: Command, fn: Callable[[Command], tuple[int, dict[str, Any]]], *,
-             records_its_steps: bool = False) -> tuple[int, dict[str, Any]]:
+             loop: Transition | None = None) -> tuple[int, dict[str, Any]]:
     """Run the command ``fn``, recorded as the declared step it runs (its events when it did it, ``stopped`` with
     the reason when it refused, stopped or failed: the rows and figures a DAG's task of that step leaves); a command
-    that ``records_its_steps`` (``run``) gets the recorder and records each of its steps itself; a command that runs
-    no step (``plan``, ``status``, ``report``) records nothing."""
+    that runs the declared steps of ``loop`` (``run``: the cutover's, ``back-out``: the back-out's) gets the recorder
+    and records each of its steps itself; a command that runs no step (``plan``, ``status``, ``report``) records
+    nothing."""
     step = CUTOVER.for_command(c.args.command)
     tenant = getattr(c.args, "namespace", None)
     if tenant is None and getattr(c.args, "pack_install_id", None):
         tenant = steps.pack_namespace(c.engine, c.args.pack_install_id)
-    if step is None and not records_its_steps:
+    if step is None and loop is None:
         return fn(c)
-    c.recorder = command_recorder(c.args, program=PROGRAM, tenant=tenant, transition=CUTOVER)
+    c.recorder = command_recorder(c.args, program=PROGRAM, tenant=tenant, transition=loop or CUTOVER)
     if step is None:
         return fn(c)
     with timed(c.recorder, step.name, failure_of=failure_reason):

@@ -34,10 +34,11 @@ from ..holders import same_holder
 from ..liveness import DEFAULT_STALE_HEARTBEAT_S
 from ..projection import steps
 from ..projection.digest_limits import DEFAULT_DIGEST_CONNECTIONS, MAX_DIGEST_CONNECTIONS
-from ..projection.transition import CUTOVER, DEFAULT_ARM_WHEN_DRAIN_BELOW_S
+from ..projection.transition import BACK_OUT, CUTOVER, DEFAULT_ARM_WHEN_DRAIN_BELOW_S
 from ..transition import Outcome
 from ..watch import WAITING
 from . import writers_stop
+from .back_out import cmd_back_out
 from .command import (
     CLI_TAKE_OVER,
     EXIT_OK,
@@ -343,6 +344,8 @@ COMMANDS: dict[str, tuple[Callable[[Command], tuple[int, dict[str, Any]]], str, 
     "status": (cmd_status, "one tenant's state, as the status view shows it", ("ns",)),
     "run": (cmd_run, "all five steps in order in one process, stopping where the DAG stops",
             ("ns", "packs", "waits", "run", "digest")),
+    "back-out": (cmd_back_out, "before any checkpoint: release the cutover fence without a cutover (-check: what it "
+                 "would release; -fence-id N: the fence it shows, released under the namespace lock)", ("ns", "backout")),
     "report": (cmd_report, "the tenant's history from the delivery ledger (NEXUS_LEDGER_DSN, not the tenant's): every "
                "fence, answer, checkpoint, digest and stop of every run, in order; -json or -csv to keep it",
                ("ns", "ledger")),
@@ -367,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
              "cli:user@host:pid:time, unique to this invocation: give one -holder to every step of one cutover)")
         flag(p, "actor", default=default_actor(), metavar="NAME",
              help="the person the delivery ledger names for what this command does (default: your user name)")
-        if name in ("arm-fence", "run", "plan"):
+        if name in ("arm-fence", "run", "plan", "back-out"):
             flag(p, "adopt", metavar="HOLDER", help="take over the cutover fence HOLDER holds, once you know HOLDER is "
                  "finished (a fence armed by hand or by another command is never adopted without this)")
         if "ledger" in groups:
@@ -380,6 +383,10 @@ def build_parser() -> argparse.ArgumentParser:
             flag(p, "pack-install-id", required=True, metavar="ID", help="the installed-pack incarnation")
         if "dry" in groups:
             flag(p, "dry-run", action="store_true", help="read and print the plan; write nothing")
+        if "backout" in groups:
+            flag(p, "fence-id", type=int, metavar="N", help="the fence to release, as -check shows it (nothing is "
+                 "released without it)")
+            flag(p, "check", action="store_true", help="show what backing out would release, and release nothing")
         if "fence" in groups:
             flag(p, "fence-id", type=int, metavar="N", help="the fence to release (default: the cutover fence in force)")
         if "since" in groups:
@@ -443,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
             engine = make_engine(dsn, connect_timeout=min(10.0, args.timeout))
         log.info("%s on %s", args.command, mask_dsn(dsn))
         try:
-            code, result = recorded(Command(args, engine), fn, records_its_steps=fn is cmd_run)
+            code, result = recorded(Command(args, engine), fn, loop={cmd_run: CUTOVER, cmd_back_out: BACK_OUT}.get(fn))
         except (Stopped, TimedOut) as exc:
             fields["report"] = exc.report
             raise

@@ -332,3 +332,44 @@ CUTOVER = Transition("connector_projection_cutover", (
              "those rows against the tenant's backup; nothing here rewrites them"),
     )),
 ))
+
+
+def back_out_look_verdict(look: dict[str, Any]) -> Verdict:
+    """Nothing to back out, or too late (a pack is checkpointed): stop, naming why. Else proceed to the question."""
+    return Verdict(Outcome.STOP, look["refused"]) if look.get("refused") else PROCEED
+
+
+BACK_OUT_STEPS = "nexus_cutover.projection.steps.back_out"
+
+#: The back-out of a tenant before its checkpoint (runbook, "Rollback stance"; :mod:`.back_out`): the DAG
+#: ``connector_projection_back_out`` and ``nexus-cutover back-out`` run these steps, in this order.
+BACK_OUT = Transition("connector_projection_back_out", (
+    Stage(1, "Back out before the checkpoint: release the fence without a cutover", group_id=None, steps=(
+        Step("look_before_back_out", Kind.READS, f"{BACK_OUT_STEPS}:look_before_back_out",
+             task_doc=("Reads what backing out would release: the cutover fence in force and what is known of its "
+             "holder, the packs already checkpointed, the old writers. Writes nothing. **Stops** when no cutover "
+             "fence is in force (nothing to back out) or when any pack of the tenant has its checkpoint (too late: "
+             "finish the cutover instead)."),
+             key="look", role="back_out_look", verdict=back_out_look_verdict,
+             dry_run="the same read",
+             next_action="nothing to back out: the tenant's admission is not paused by a cutover. A checkpointed pack: "
+             "do not restart the old writers; keep the fence and finish the cutover with a rerun (Rollback stance)"),
+        Step("confirm_back_out", Kind.ASKS, f"{BACK_OUT_STEPS}:confirm_back_out",
+             task_doc=("Human in the loop: shows the fence (its holder) and the old writers, and asks whether to release "
+             "the fence without a cutover. No default: **Keep the fence** or no answer ends the run FAILED with the "
+             "fence still armed."),
+             key="answer", role="back_out_answer", planned=False,
+             dry_run="asks nothing; logs what it would ask",
+             next_action="the fence stays armed: trigger the cutover again to go on with it, or this DAG again to "
+             "back out"),
+        Step("back_out", Kind.WRITES, f"{BACK_OUT_STEPS}:back_out", records=f"{BACK_OUT_STEPS}:events",
+             task_doc=("Under the namespace lock: re-reads the fence shown, refuses once any pack is checkpointed (and "
+             "again after its write), then releases the fence without a cutover (`ReleasedBy` this run; `ArmedBy` "
+             "kept). The delivery ledger records `backed_out`. Admission is open again: restart the old writers. "
+             "Already backed out by this run: a no-op success."),
+             key="back_out", role="back_out", planned=False,
+             dry_run="writes nothing; the release it would make",
+             next_action="a checkpoint written meanwhile: do not restart the old writers, finish the cutover. A fence "
+             "held by a run still at work: let it finish (or fail), then trigger this DAG again"),
+    )),
+))

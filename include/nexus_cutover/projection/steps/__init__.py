@@ -71,6 +71,8 @@ from ..digest.model import HistoryDigest, load_digest
 from ..drain import blockers_text
 from ..greenfield import activate_pack
 from ..transition import CUTOVER
+from .back_out import QUESTION as BACK_OUT_QUESTION
+from .back_out import shown_of as shown_before_back_out
 from .checkpoints import audit_and_checkpoint
 from .context import RETURN, CutoverRun, Results, fence_and_checkpoints, run_step
 from .draining import wait_for_drain
@@ -100,6 +102,7 @@ __all__ = [  # the door: the declaration, the bodies, what they return and raise
     "load_digest", "old_writers_since_release", "pause_text", "readiness", "recheck_writers", "release_fence",
     "already_cut_over", "run_checkpoint", "run_step", "pack_namespace", "RETURN", "RATE_SAMPLES", "LiveAgain",
     "evidence_to_confirm", "dry_run_verdict", "complete_text", "writers_stop", "shown_with_the_controller",
+    "BACK_OUT_QUESTION", "shown_before_back_out",
     # the bodies the declaration calls (CUTOVER's Step.calls)
     "resolve_packs", "apply_schema", "wait_for_short_drain", "arm_fence", "wait_for_drain", "stop_old_writers",
     "check_old_writers",
