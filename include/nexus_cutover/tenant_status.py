@@ -58,7 +58,7 @@ def _fence(engine: Engine, ns: str) -> dict[str, Any]:
     if len(cutover) > 1:
         text = (f"STOP: {len(cutover)} cutover fences in force ("
                 + "; ".join(f"fence {f['FenceId']} by {f['ArmedBy']}" for f in cutover)
-                + "): every step refuses until L2 releases all but one")
+                + "): every step refuses until the tenant's delivery owner releases all but one")
     elif cutover:
         f = cutover[0]
         release = version_in_reason(f["Reason"])
@@ -199,7 +199,7 @@ def read_tenant_state(bind: Engine | str, tenant: str) -> dict[str, Any]:
 
 
 def phase(state: dict[str, Any]) -> str:
-    """One word for the list: where the cutover stands. ``stop``: a pack holds old-protocol work above its cutoff,
+    """One chip for the list: where the cutover stands. ``stop``: a pack holds old-protocol work above its cutoff,
     or several cutover fences are in force; either needs a person's decision, nothing goes on by itself.
     ``cut over``: the one definition (:func:`nexus_cutover.standing.is_cut_over`), as the rollout and ``plan``
     read it; the new host's health is its own section."""
@@ -216,6 +216,11 @@ def phase(state: dict[str, Any]) -> str:
         return "cut over"
     if all_cut:
         return "checkpointed"
-    if fence.get("armed"):
-        return "draining" if state.get("drain", {}).get("remaining") else "drained"
+    if fence.get("armed"):  # what the tenant's people see is the pause; the drain is why it may still last
+        return PAUSED_AND_DRAINING if state.get("drain", {}).get("remaining") else PAUSED
     return "not started"
+
+
+#: The phases of a tenant whose admission a cutover fence pauses: its old work still draining, or drained (the
+#: writers' stop, the confirmation and the checkpoint to come). Words a person sees, not the drain's state names.
+PAUSED_AND_DRAINING, PAUSED = "paused and draining", "paused"

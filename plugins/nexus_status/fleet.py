@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-STATES = ("not started", "draining", "drained", "checkpointed", "cut over", "unreadable")
+STATES = ("not started", "paused and draining", "paused", "checkpointed", "cut over", "unreadable")
 MAX_PAGE_SIZE = 500
 
 

@@ -128,10 +128,10 @@ REFUSALS = (
 _EXPLANATIONS = {
     FENCE_NOT_IN_FORCE: "the pack has history but its namespace has no non-expiring '*' admission fence in force: "
     "arm it (cutover step 1) and let the drain finish before the checkpoint",
-    FENCE_OVERRIDE_ACTIVE: "an active admission fence override lets sources through the fence: have L2 revoke it "
+    FENCE_OVERRIDE_ACTIVE: "an active admission fence override lets sources through the fence: have the tenant's delivery owner revoke it "
     "(this tool revokes nothing), then rerun",
     SEVERAL_CUTOVER_FENCES: "more than one non-expiring '*' fence is in force: which one holds the tenant is not clear; "
-    "have L2 release all but the one of the cutover in progress (this tool releases none of them), then rerun",
+    "have the tenant's delivery owner release all but the one of the cutover in progress (this tool releases none of them), then rerun",
     LIVE_WORK: "projection work is still pending/blocked/retry/processing: let the old runtime drain it (cutover step 2)",
     NATIVE_WORK_BEFORE_CHECKPOINT: "range-protocol WorkItems exist although no checkpoint was written: a new writer ran early",
     MIXED_HISTORY_INDIRECT: "coalesced input in an identity mixing pre-ordinal (0) and ordinal history: ownership is ambiguous",

@@ -2,7 +2,7 @@
 
 The runbook's back-out ("Rollback stance"): after a rejected (or unanswered) writer-stop question, or any stop
 before the checkpoint, the tenant may go back to its old runtime: restart the old writers and release the fence.
-Until this module that release was "L2's process", outside the product; :func:`back_out` is it, with its safety
+Until this module that release was done by hand, outside the product; :func:`back_out` is it, with its safety
 condition checked where it acts (issue 51, item 7).
 
 Invariants:

@@ -88,7 +88,7 @@ class SeveralCutoverFences(Refused):
         super().__init__(
             f"namespace {namespace!r} has {len(fences)} cutover fences in force (non-expiring '*'): {listed}. One "
             "cutover per tenant: which of them holds the tenant is not clear, so nothing was written. Next: find out "
-            "who armed each; have L2 release all but the one of the cutover in progress (this tool releases none "
+            "who armed each; have the tenant's delivery owner release all but the one of the cutover in progress (this tool releases none "
             "of them on a guess), then run again."
         )
 
@@ -133,7 +133,7 @@ class ActiveOverrides(Refused):
         super().__init__(
             f"namespace {namespace!r} has {len(overrides)} active admission fence override(s): {listed}. "
             "The cutover needs a namespace-wide fence with no active overrides; it revokes nothing. "
-            "Have the L2 delivery owner revoke or let them expire, then rerun arm_fence."
+            "Have the tenant's delivery owner revoke or let them expire, then rerun arm_fence."
         )
 
 

@@ -174,15 +174,15 @@ CUTOVER = Transition("connector_projection_cutover", (
              task_doc=("Arms one non-expiring namespace-wide `*` admission fence held by this run (`ArmedBy`), reuses it on "
              "rerun, or adopts the one a failed/finished run left. **Stops** at once, writing nothing, while "
              "another unfinished run holds the tenant (named in XCom `report`), and while any fence override is "
-             "active (listed; it revokes nothing): have L2 revoke them, then clear. Keep the old workers and "
+             "active (listed; it revokes nothing): have the tenant's delivery owner revoke them, then clear. Keep the old workers and "
              "dependency resolvers running."),
              commands=("arm-fence",), role="fence",
              key="fence", verdict=fence_verdict,
              dry_run="whether it would arm, reuse or adopt the fence; refusals as in the real run",
-             next_action="active overrides: have L2 revoke them, then clear. Several cutover fences: have L2 release "
-             "all but the one of the cutover in progress, then clear. A held tenant: the message names the holder "
-             "and how to take it over. Old work above a cutoff: a separately reviewed recovery decision (Rollback "
-             "stance)"),
+             next_action="active overrides: have the tenant's delivery owner revoke them, then clear. Several cutover "
+             "fences: have the tenant's delivery owner release all but the one of the cutover in progress, then "
+             "clear. A held tenant: the message names the holder and how to take it over. Old work above a cutoff: a "
+             "separately reviewed recovery decision (Rollback stance)"),
     )),
     Stage(2, "Old projection work drains", group_id="step_2_drain", steps=(
         Step("wait_for_drain", Kind.WAITS, f"{STEPS}:wait_for_drain", records=f"{STEPS}.draining:events",
@@ -274,7 +274,7 @@ CUTOVER = Transition("connector_projection_cutover", (
              key="checkpoints", verdict=checkpoint_verdict, role="checkpoints",
              per_pack_of="resolve_packs", provisional_while=("wait_for_drain",),
              dry_run="the audit, and the LegacyMaxOrdinal it would write",
-             next_action="a fence finding: clear `arm_fence` (or have L2 revoke the override), then this task; a "
+             next_action="a fence finding: clear `arm_fence` (or have the tenant's delivery owner revoke the override), then this task; a "
              "refusal needs a **separately reviewed recovery decision**; the cutoff is never used to hide it. Do not "
              "mark input processed/skipped, delete it, raise the cutoff or replay a source to pass. A lock timeout: "
              "clear and rerun"),
@@ -310,7 +310,7 @@ CUTOVER = Transition("connector_projection_cutover", (
                        plan="wait for the new host to be ready")),
         Step("resume_admission", Kind.WRITES, f"{STEPS}:resume_admission", records=f"{STEPS}.release:events",
              task_doc=("Re-checks readiness, then releases the fence this run holds (sets ReleasedAt): admission resumes "
-             "through L2 and the new host. Already released: no-op success; held by another run: stops."),
+             "through the new host. Already released: no-op success; held by another run: stops."),
              commands=("release-fence",),
              key="release", planned=False, role="release", fused_into="resume_admission",
              dry_run="the fence it would release once ready",
