@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import pathlib
 import signal
@@ -32,6 +33,8 @@ from scripts.demo import CONN_ID, CUTOVER_DAG, TENANT, Child, say, stop_pid_if_o
 from scripts.demo_airflow import AirflowStack, free_port  # noqa: E402
 from scripts.demo_seed import NEW_PRODUCER_VERSION, seed  # noqa: E402
 from scripts.metrics_log import MetricsLog  # noqa: E402
+from scripts.notices_log import CONN_ID as NOTIFY_CONN_ID  # noqa: E402
+from scripts.notices_log import NoticesLog  # noqa: E402
 
 
 def _port_free(port: int) -> bool:
@@ -78,6 +81,8 @@ class DemoAirflow:
                    f"--namespace {TENANT} --release {NEW_PRODUCER_VERSION}")
         # The nexus.* metrics go to a local listener that writes them to a file (runbook: "See the metrics locally").
         self.metrics = MetricsLog(self.state / "metrics.log")
+        # The notices go to a local stand-in for a chat channel, a file (issue 51, item 10).
+        self.notices = NoticesLog(self.state / "notices.log")
         metrics = {"AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
                    "AIRFLOW__METRICS__STATSD_PORT": str(self.metrics.port)}
         env = {"NEXUS_DEFAULT_HOST_CONTROLLER": "command", "NEXUS_PRODUCER_UPGRADE_COMMAND": upgrade, **metrics,
@@ -88,9 +93,11 @@ class DemoAirflow:
     def start(self, timeout_s: float = 600.0) -> DemoAirflow:
         try:
             self.metrics.start()
+            self.notices.start()
             self.stack.start(timeout_s=timeout_s)
             self.stack.put_connection(CONN_ID, "sqlite", host=str(self.tenant_db),
                                       description="demo tenant (embedded SQLite)")
+            self.show_the_settings()
             env = {**os.environ, "NEXUS_TENANT_DSN": f"sqlite:///{self.tenant_db}", "PYTHONPATH": str(REPO)}
             self.old_runtime = Child("old runtime", [sys.executable, str(REPO / "scripts" / "demo_old_runtime.py"),
                                                      "--namespace", TENANT, "--stop-after-fenced-drain"],
@@ -100,6 +107,29 @@ class DemoAirflow:
             raise
         return self
 
+    def show_the_settings(self) -> None:
+        """What the product reads from Airflow, created where a person looks (Admin -> Connections, Admin -> Variables),
+        each with what it is for (issue 51, item 6): the delivery ledger's connection (the environment defines it
+        too, with the same value), the notices' connection and the product's Variables."""
+        from nexus_airflow.host_controllers import HOST_COMMAND_VARIABLE, default_host_argv
+        from nexus_airflow.notify import VARIABLE as NOTIFY_VARIABLE
+        from nexus_airflow.writers_stop import WRITERS_STOP_COMMAND_VARIABLE
+        from scripts.demo_airflow import ledger_file
+
+        self.stack.put_connection("nexus_ledger", "sqlite", host=str(ledger_file(self.stack.home)),
+                                  description="the delivery ledger: every fence, answer, checkpoint and stop of every "
+                                  "run (embedded SQLite here; MySQL/MariaDB/TiDB or PostgreSQL in a deployment)")
+        self.stack.put_connection(NOTIFY_CONN_ID, "slackwebhook", **self.notices.connection())
+        for key, value, description in (
+            (NOTIFY_VARIABLE, NOTIFY_CONN_ID, "where every run's notices go unless its form names another: an smtp or "
+             "slackwebhook connection id (here: the local notices.log)"),
+            (HOST_COMMAND_VARIABLE, json.dumps(default_host_argv()), "host_controller=command: the new host's command, "
+             "a JSON argv ({tenant} replaced; the tenant DSN in its environment)"),
+            (WRITERS_STOP_COMMAND_VARIABLE, "", "writers_stop_controller=command: the command that stops the tenant's "
+             "old writers and waits for them, a JSON argv ({tenant} replaced; no DSN). Empty: not configured here"),
+        ):
+            self.stack.put("/api/v2/variables", key, {"key": key, "value": value, "description": description})
+
     def stop(self) -> None:
         if self.old_runtime:
             self.old_runtime.stop()
@@ -108,6 +138,8 @@ class DemoAirflow:
         self.stack.stop()
         if self.metrics.is_alive():
             self.metrics.stop()
+        if self.notices.is_alive():
+            self.notices.stop()
 
 
 def main() -> int:
@@ -135,6 +167,10 @@ Airflow is up: {stack.base_url}
                 the run starts the reference host itself)
   old runtime:  pid {demo.old_runtime.proc.pid}, stops by itself once the fence is armed and its work drained
   metrics:      the nexus.* metrics, as StatsD lines: tail -f {demo.metrics.path}
+  notices:      what a run tells its channel (a question waiting, a stop, the pause, a cut-over):
+                tail -f {demo.notices.path}
+  back out:     a cutover stopped before its checkpoint: trigger connector_projection_back_out with
+                {{"tenant": "{TENANT}"}} (it asks, then releases the fence without a cutover)
   field history: first upgrade the demo's producers (what a deployment's rollout does), then trigger
                 field_history_eligibility with {{"tenant": "{TENANT}"}}:
                 {demo.stack.env["NEXUS_PRODUCER_UPGRADE_COMMAND"]}

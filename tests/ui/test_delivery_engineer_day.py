@@ -269,6 +269,28 @@ def test_back_out_after_the_reject_releases_the_fence_without_a_cutover(demo, pe
     assert (done["outcome"], done["fence_id"]) == ("backed_out", fence_id) and rejected in done["previous_holder"]
     log = "\n".join(str(e.get("event", "")) for e in task_log(demo, run_id, "back_out", BACK_OUT))
     assert "released without a cutover" in log and "restart the old writers" in log, log[-2000:]
+    # the demo's channel (issue 51, item 10): the question waiting, then the back-out, where a person reads them
+    def told() -> str | None:
+        text = demo.notices.path.read_text() if demo.notices.path.exists() else ""
+        return text if f"BACKED OUT: tenant {TENANT}" in text else None
+
+    notices = wait_until("the BACKED OUT notice in notices.log", told, 60)
+    assert f"NEEDS CONFIRMATION: tenant {TENANT}, {BACK_OUT}.confirm_back_out" in notices
+    assert f"cutover fence {fence_id}" in notices.split(f"BACKED OUT: tenant {TENANT}")[1]
+
+
+def test_the_products_connections_and_variables_are_in_admin_with_what_they_are_for(demo, person):
+    """Issue 51, item 6: what the product reads from Airflow is where a person looks, each saying what it is for."""
+    person.open("/connections")
+    wait_until("the ledger's connection in Admin", lambda: "nexus_ledger" in person.text(), 60)
+    assert "the delivery ledger" in person.text() and "nexus_notify_demo" in person.text()
+    person.screenshot("05e_admin_connections")
+    person.open("/variables")
+    wait_until("the product's Variables in Admin", lambda: "nexus_host_command" in person.text(), 60)
+    text = person.text()
+    assert "nexus_notify_conn_id" in text and "nexus_writers_stop_command" in text
+    assert "host_controller=command" in text and "where every run's notices go" in text
+    person.screenshot("05f_admin_variables")
 
 
 def test_confirm_in_required_actions_and_the_cutover_succeeds(demo, person, runs):
