@@ -105,4 +105,19 @@ def _row(state: dict[str, Any], runs: dict[str, Any], history) -> dict[str, Any]
     found = runs.get(tenant, {})
     row["runs"] = with_tenant_state(found.get("runs", {}), state)
     row["proofs"] = found.get("proofs", {})
+    row["chip"] = chip_of(row)
     return row
+
+
+#: The chip of a tenant whose cutover run is under way but has not paused it yet (issue 51, item 9).
+STARTING = "starting, admission open"
+
+
+def chip_of(row: dict[str, Any]) -> str:
+    """The phase chip a person reads: the tenant's phase (what its database says; the state filter's word), except
+    that a tenant whose cutover run is queued or running before it armed the fence is :data:`STARTING` (the run
+    checks the form, adds the schema and waits for a short drain: the pause is still ahead), not "not started"."""
+    cutover = (row.get("runs") or {}).get("cutover") or {}
+    if row.get("phase") == "not started" and cutover.get("state") in ("queued", "running"):
+        return STARTING
+    return str(row.get("phase") or "")

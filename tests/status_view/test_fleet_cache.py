@@ -352,3 +352,19 @@ def test_after_a_cutover_success_what_now_names_field_history(tmp_path, monkeypa
             else "target_stage 3") in explained["next_action"], explained["next_action"]
     with_fh = with_tenant_state({"cutover": run, "field_history": {"state": "running"}}, state)["cutover"]
     assert with_fh["next_action"] is None  # its own run says where it is
+
+
+def test_the_chip_says_starting_while_a_run_has_not_paused_the_tenant_yet(tmp_path, monkeypatch):
+    """Issue 51, item 9: a tenant whose cutover run waits for a short drain before arming is not "not started"."""
+    from nexus_status import history
+    from nexus_status.fleet import STARTING, _row
+    from nexus_status.runs import summarize
+
+    state = _tenant_state(tmp_path, monkeypatch, "early", lambda sc: sc.pack("pk-a").lane("lane-1").generation(1))
+    assert state["phase"] == "not started"
+    waiting = summarize("connector_projection_cutover", "r1", "running", [("wait_for_short_drain", "deferred")], None)
+    row = _row(state, {"early": {"runs": {"cutover": waiting}}}, history)
+    assert (row["phase"], row["chip"]) == ("not started", STARTING)  # the filter's word stays the database's
+    failed = summarize("connector_projection_cutover", "r1", "failed", [("resolve_packs", "failed")], None)
+    assert _row(state, {"early": {"runs": {"cutover": failed}}}, history)["chip"] == "not started"
+    assert _row(state, {}, history)["chip"] == "not started"
