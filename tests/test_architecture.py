@@ -19,7 +19,10 @@
   anywhere else in the product, the plugins or the DAGs; the test hooks of ``nexus_airflow.faults`` excepted;
 * an XCom is pulled by a task id spelled in the call (a string, an f-string, a rollout
   task id name) only in the declared readers: ``nexus_airflow.results`` (the cutover's
-  steps) and ``nexus_airflow.rollout`` (the rollout DAG's tasks).
+  steps) and ``nexus_airflow.rollout`` (the rollout DAG's tasks);
+* no module under ``include/`` (every package: ``nexus_cutover``, ``nexus_sim``, ...), ``plugins/`` or ``dags/`` is
+  over :data:`MAX_LINES` (500) lines (issue 48): a longer one is split along its seams, its old module re-exporting
+  what moved.
 
 Every import statement counts, also one inside a function or under ``TYPE_CHECKING``;
 relative imports are resolved to their absolute module. In the product, a string
@@ -33,7 +36,7 @@ import ast
 import os
 import sys
 from collections import deque
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from itertools import pairwise
 from pathlib import Path
 
@@ -327,6 +330,35 @@ def test_no_import_circle_among_the_product_plugins_scripts_and_bench():
     graph = import_graph({p: None for root in CIRCLE_FREE for p in python_files(root)})
     found = [describe(c, graph) for c in circles(graph)]
     assert not found, report("import circles (a module reached again through its own imports)", found)
+
+
+#: Issue 48: the most lines a module of the product, the simulators, the plugins or the DAGs may have.
+MAX_LINES = 500
+
+
+def lines_over(paths: Iterable[Path], limit: int = MAX_LINES) -> list[tuple[Path, int]]:
+    """(file, its line count) of every file over ``limit`` lines, the longest first."""
+    counted = [(p, len(p.read_text(encoding="utf-8").splitlines())) for p in paths]
+    return sorted(((p, n) for p, n in counted if n > limit), key=lambda pn: (-pn[1], pn[0]))
+
+
+def test_the_line_count_check_names_only_a_file_over_the_limit(tmp_path):
+    at, over = tmp_path / "at.py", tmp_path / "over.py"
+    at.write_text("x = 1\n" * MAX_LINES, encoding="utf-8")
+    over.write_text("x = 1\n" * MAX_LINES + "y = 2", encoding="utf-8")  # a last line without its newline counts too
+    assert lines_over([at, over]) == [(over, MAX_LINES + 1)]
+
+
+def test_no_module_under_include_plugins_or_dags_is_over_500_lines():
+    """Issue 48: a module over :data:`MAX_LINES` lines holds more than one thing; split it along its seams (the old
+    module re-exports what moved, so no importer changes). Every package under ``include/`` counts, the simulators
+    (``nexus_sim``) too, as do the plugins and the DAG files."""
+    roots = (INCLUDE, PLUGINS, DAGS)
+    paths = [p for root in roots for p in python_files(root)]
+    packages = {top(module_name(p)) for p in paths if p.is_relative_to(INCLUDE)}
+    assert {"nexus_cutover", "nexus_sim"} <= packages and all(any(p.is_relative_to(r) for p in paths) for r in roots)
+    found = [f"{p.relative_to(REPO)}: {n} lines" for p, n in lines_over(paths)]
+    assert not found, report(f"split these modules along their seams into modules of at most {MAX_LINES} lines", found)
 
 
 def _rollout_task_id_names() -> set[str]:

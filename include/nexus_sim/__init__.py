@@ -1,9 +1,11 @@
 """Simulators and builders for tests, the demo and the benchmarks -- not part of the product.
 
 * :mod:`.old_runtime` -- the old-protocol runtime (``ProjectionProtocol = 0``),
-  also a command: ``python -m nexus_sim.old_runtime --namespace <ns>``;
+  also a command: ``python -m nexus_sim.old_runtime --namespace <ns>``; the statements it runs
+  are :mod:`.old_runtime_sql`'s;
 * :mod:`.scenario` -- the deterministic tenant-history builder and ready-made histories, among them
-  :func:`.scenario.production.production_tenant`, the production-shaped tenant (issues 24, 25);
+  :func:`.scenario.production.production_tenant`, the production-shaped tenant (issues 24, 25;
+  its names and data in :mod:`.scenario.production_model`, its planner in :mod:`.scenario.production_plan`);
 * :mod:`.collation` -- what the tenant's server holds and treats as equal, asked of the server;
 * :mod:`.traffic` -- live traffic after the release (receipts, ordinary work), stoppable, reporting what it wrote;
 * :mod:`.producers`, :mod:`.outbox_worker` -- reference producers of

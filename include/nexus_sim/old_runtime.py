@@ -26,6 +26,11 @@ It heartbeats as ``ingress_writer`` and ``projection_worker`` (ProcessIds
 ``<id>/ingress_writer`` and ``<id>/projection_worker``) and sets ``StoppedAt`` on
 both when :meth:`run` ends. Changing the status of the WorkItems it works is
 its job, as it is the old runtime's; it never touches range work.
+
+What it holds: the simulator (:class:`OldRuntimeSimulator`, its :class:`SimulatorConfig` and :class:`StepReport`)
+and its command line (:func:`main`). The statements it runs (which WorkItems are old work, which it may claim and
+in what order, old-style admission and coalescing) are :mod:`nexus_sim.old_runtime_sql`'s; :func:`allocate_table_id`
+is re-exported here (importers may keep ``from nexus_sim.old_runtime import allocate_table_id``).
 """
 
 from __future__ import annotations
@@ -35,10 +40,9 @@ import datetime as dt
 import logging
 import threading
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from sqlalchemy import Column, Connection, Engine, and_, case, func, insert, or_, select, update
+from sqlalchemy import Connection, Engine, func, select, update
 
 from nexus_cutover import catalog
 from nexus_cutover import tx as policy
@@ -47,13 +51,20 @@ from nexus_cutover.cli.common import configure_logging, flag, run_command, stop_
 from nexus_cutover.clock import utcnow
 from nexus_cutover.db import DSN_ENV_TENANT, Deadline, dsn_from_env, make_engine, translate_errors
 from nexus_cutover.errors import CutoverError
-from nexus_cutover.identity import ProjectionIdentity, matches
 from nexus_cutover.runtime.activation import active_packs
 from nexus_cutover.runtime.fenced_sources import FenceView, fences_in_force
 from nexus_cutover.runtime.model import Input, Routing
 from nexus_cutover.runtime.registry import default_process_id, heartbeat, mark_stopped, register
-from nexus_cutover.runtime.tx import allocate_ordinals, run_in_pack_transaction
+from nexus_cutover.runtime.tx import run_in_pack_transaction
 from nexus_cutover.schema import has_column
+
+from .old_runtime_sql import (  # noqa: F401 - re-exported: importers know allocate_table_id as old_runtime's
+    allocate_table_id,
+    claimable,
+    old_admit,
+    old_work,
+    reclaim_first,
+)
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +214,7 @@ class OldRuntimeSimulator:
             return 0
 
         def body(conn: Connection) -> int:
-            return _old_admit(conn, self.namespace, pack, inputs, receipt_keys)
+            return old_admit(conn, self.namespace, pack, inputs, receipt_keys)
 
         return run_in_pack_transaction(self.engine, pack, body, what=f"old-style admission into {pack!r}", deadline=Deadline(30))
 
@@ -211,7 +222,7 @@ class OldRuntimeSimulator:
         with translate_errors("reading blocked work"), self.engine.connect() as conn:
             blocked = [
                 r.WorkId
-                for r in conn.execute(select(WorkItem.c.WorkId).where(_old_work(self.namespace, ranged), WorkItem.c.Status == "blocked"))
+                for r in conn.execute(select(WorkItem.c.WorkId).where(old_work(self.namespace, ranged), WorkItem.c.Status == "blocked"))
             ]
         released = 0
         for work_id in blocked:
@@ -238,8 +249,8 @@ class OldRuntimeSimulator:
                 r.WorkId
                 for r in conn.execute(
                     select(WorkItem.c.WorkId)
-                    .where(_old_work(self.namespace, ranged), _claimable(now, self.worker_id))
-                    .order_by(_reclaim_first(), WorkItem.c.WorkId)
+                    .where(old_work(self.namespace, ranged), claimable(now, self.worker_id))
+                    .order_by(reclaim_first(), WorkItem.c.WorkId)
                     .limit(self.config.work_per_step)
                 )
             ]
@@ -256,7 +267,7 @@ class OldRuntimeSimulator:
             now = utcnow()
             claimed = conn.execute(
                 update(WorkItem)
-                .where(WorkItem.c.WorkId == work_id, _old_work(self.namespace, ranged), _claimable(now, self.worker_id))
+                .where(WorkItem.c.WorkId == work_id, old_work(self.namespace, ranged), claimable(now, self.worker_id))
                 .values(
                     Status="processing", LeaseOwner=self.worker_id, LeaseExpiresAt=now + dt.timedelta(seconds=cfg.lease_s), UpdatedAt=now
                 )
@@ -308,7 +319,7 @@ class OldRuntimeSimulator:
             return conn.execute(
                 select(func.count())
                 .select_from(WorkItem)
-                .where(_old_work(self.namespace, ranged), WorkItem.c.Status.in_(catalog.WORK_LIVE_STATUSES))
+                .where(old_work(self.namespace, ranged), WorkItem.c.Status.in_(catalog.WORK_LIVE_STATUSES))
             ).scalar_one()
 
     def drained(self) -> bool:
@@ -351,109 +362,6 @@ class OldRuntimeSimulator:
         return 0
 
 
-def _old_work(namespace: str, ranged: bool):
-    cond = [WorkItem.c.Namespace == namespace, WorkItem.c.WorkClass == catalog.WORK_CLASS_PROJECTION]
-    if ranged:
-        cond.append(WorkItem.c.InputStartOrdinal.is_(None))
-    return and_(*cond)
-
-
-def _claimable(now: dt.datetime, worker_id: str):
-    """Pending; retry that is due; processing whose lease expired or is the worker's own (a restart resumes it)."""
-    return or_(
-        WorkItem.c.Status == "pending",
-        and_(WorkItem.c.Status == "retry", or_(WorkItem.c.NextAttemptAt.is_(None), WorkItem.c.NextAttemptAt <= now)),
-        and_(WorkItem.c.Status == "processing", or_(WorkItem.c.LeaseExpiresAt < now, WorkItem.c.LeaseOwner == worker_id)),
-    )
-
-
-def _reclaim_first():
-    """Claim order: items left ``processing`` (a crashed worker's expired lease, or this worker's own after a restart)
-    before new work, as an old runtime's lease reaper does; a drain that looks at the tenant meanwhile would report an
-    expired lease as stuck (contract, "Drain"), however early its WorkId."""
-    return case((WorkItem.c.Status == "processing", 0), else_=1)
-
-
-def allocate_table_id(conn: Connection, key: Column) -> int:
-    """``MAX()+1`` of the whole table: how the old runtime allocates ids (the new one uses per-pack id shards)."""
-    return (conn.execute(select(func.max(key))).scalar() or 0) + 1
-
-
-def _old_admit(conn: Connection, namespace: str, pack: str, inputs: list[Input], receipt_keys: Iterable[tuple[str, str]]) -> int:
-    """Old-style admission of ``inputs`` under the pack lock; returns how many Events were created."""
-    now = utcnow()
-    t = IngressReceipt
-    admitted = 0
-    for item in inputs:
-        exists = conn.execute(
-            select(Event.c.EventId).where(
-                Event.c.PackInstallId == pack, Event.c.SourceLane == item.source_lane, Event.c.ReceiptId == item.receipt_id
-            )
-        ).first()
-        if exists is not None:
-            continue
-        identity = item.identity(pack)
-        ordinal = allocate_ordinals(conn, pack, 0, 1)
-        event_id = allocate_table_id(conn, Event.c.EventId)
-        conn.execute(
-            insert(Event).values(
-                EventId=event_id,
-                Namespace=namespace,
-                **identity.as_values(),
-                EnqueueOrdinal=ordinal,
-                ReceiptId=item.receipt_id,
-                ReplayOfWorkId=None,
-                Status="pending",
-                Payload=item.payload,
-                ReceivedAt=item.received_at or now,
-            )
-        )
-        _old_coalesce(conn, namespace, identity, ordinal, event_id, now)
-        admitted += 1
-    for lane, receipt in receipt_keys:
-        conn.execute(
-            update(t)
-            .where(t.c.PackInstallId == pack, t.c.SourceLane == lane, t.c.ReceiptId == receipt, t.c.MaterializedAt.is_(None))
-            .values(MaterializedAt=now, ConfirmedAt=now)
-        )
-    return admitted
-
-
-def _old_coalesce(conn: Connection, namespace: str, identity: ProjectionIdentity, ordinal: int, event_id: int, now: dt.datetime) -> None:
-    latest = conn.execute(
-        select(WorkItem.c.WorkId, WorkItem.c.Status, WorkItem.c.Attempt, WorkItem.c.LaneOrdinal)
-        .where(matches(WorkItem, identity), WorkItem.c.LaneOrdinal.is_not(None))
-        .order_by(WorkItem.c.LaneOrdinal.desc())
-        .limit(1)
-        .with_for_update()
-    ).first()
-    if latest is not None and latest.Status == "pending" and latest.Attempt == 0:
-        moved = conn.execute(
-            update(WorkItem)
-            .where(
-                WorkItem.c.WorkId == latest.WorkId,
-                WorkItem.c.Status == "pending",
-                WorkItem.c.Attempt == 0,
-            )
-            .values(SelectedEventId=event_id, LaneOrdinal=ordinal, UpdatedAt=now)
-        ).rowcount
-        if moved == 1:
-            return
-    conn.execute(
-        insert(WorkItem).values(
-            WorkId=allocate_table_id(conn, WorkItem.c.WorkId),
-            Namespace=namespace,
-            WorkClass=catalog.WORK_CLASS_PROJECTION,
-            **identity.as_values(),
-            SelectedEventId=event_id,
-            LaneOrdinal=ordinal,
-            ReplayOfWorkId=None,
-            Attempt=0,
-            Status="pending",
-            CreatedAt=now,
-            UpdatedAt=now,
-        )
-    )
 
 
 # -- command line -------------------------------------------------------------
