@@ -358,6 +358,38 @@ def test_rollout_page_and_what_now_in_chromium(stack, rollouts_seeded):
     assert "wait_for_drain deferred" in s02_row and "items/min, ETA ~" in s02_row
     for html in (rollout_html, tenants_html):
         assert "s3cret" not in html and "tidb.internal" not in html
+    steer_from_the_page(stack)
+
+
+def steer_from_the_page(stack) -> None:
+    """Issue 51, item 8: a running rollout's Pause, Resume and Cancel buttons set its control Variable through
+    Airflow's REST API with the person's login (Cancel asks for a second click); a finished one has none."""
+    from nexus_airflow.rollout import control_variable
+
+    key = control_variable("rollout-b")
+    value = lambda: stack.request("GET", f"/api/v2/variables/{key}")["value"]  # noqa: E731
+    button = "document.querySelector('[data-rollout=\"rollout-b\"] button[data-value=\"{}\"]')"
+    with Browser() as browser:
+        browser.set_cookie(stack.base_url, "_token", stack.token)
+        browser.goto(f"{stack.base_url}/nexus-status/rollouts")
+        browser.wait_for(button.format("resume") + " !== null")
+        assert browser.eval("document.querySelectorAll('[data-rollout=\"rollout-a\"] button.control').length") == 0
+        assert browser.eval(button.format("pause") + ".disabled") is True  # it is paused already
+        browser.eval(button.format("resume") + ".click()")
+        browser.wait_for("document.querySelector('[data-rollout=\"rollout-b\"]').innerText.includes('= resume')")
+        assert value() == "resume"
+        browser.screenshot(ARTIFACTS / "rollout_controls_running.png")
+        browser.eval(button.format("cancel") + ".click()")
+        assert value() == "resume"  # one click arms it, and asks again
+        assert "Really cancel" in browser.eval(button.format("cancel") + ".textContent")
+        browser.eval(button.format("cancel") + ".click()")
+        browser.wait_for("document.querySelector('[data-rollout=\"rollout-b\"]').innerText.includes('= cancel')")
+        assert value() == "cancel"
+        browser.wait_for("document.querySelector('[data-rollout=\"rollout-b\"] .controls').innerText"
+                         ".startsWith('cancelled')")  # no button un-cancels it
+        assert browser.eval("document.querySelectorAll('[data-rollout=\"rollout-b\"] button.control').length") == 0
+        browser.screenshot(ARTIFACTS / "rollout_controls.png")
+    assert value() == "cancel"
 
 
 def _login(stack, user: str) -> str:
