@@ -220,8 +220,14 @@ def test_no_dsn_or_password_in_redacted_text():
     text = redact("OperationalError: mysql+pymysql://cutover:s3cret@db.internal:4000/t (password=hunter2, pwd: x1)")
     assert "s3cret" not in text and "db.internal" not in text and "hunter2" not in text and "x1" not in text
     assert text.startswith("OperationalError: [DSN hidden]")
-    tree = redact_tree({"a": ["sqlite:////srv/t.db", {"b": "ok /dags/x/runs/y"}], "n": 3})
+    tree = redact_tree({"a": ["postgresql://l@ledger.internal/l", {"b": "ok /dags/x/runs/y"}], "n": 3})
     assert tree == {"a": ["[DSN hidden]", {"b": "ok /dags/x/runs/y"}], "n": 3}
+    # a file database's URL names no host, user or password: a command showing it stays pasteable (issue 51, item 2)
+    command = "NEXUS_TENANT_DSN=sqlite:////srv/run/tenant-demo.db python -m nexus_sim.upgrade --namespace demo"
+    assert redact(command) == command
+    for hidden in ("sqlite://u:pw@host/x.db", "sqlite+pysqlite://h/x", "mysql://h/db", "sqlite:///x.db?password=p"):
+        assert "[DSN hidden]" in redact(hidden) or "***" in redact(hidden), hidden
+        assert "pw" not in redact(hidden).replace("pwd", "") and "host" not in redact(hidden), hidden
 
 
 def test_run_step_reason_and_next_action_from_the_one_source():

@@ -402,6 +402,8 @@ def test_field_history_stops_at_stage_1_names_the_producer_upgrade_and_reaches_s
     message = (demo.stack.xcom(FIELD_HISTORY, stopped, "stage_1", key="report") or {}).get("message", "")
     command = demo.stack.env["NEXUS_PRODUCER_UPGRADE_COMMAND"]
     assert "Next: upgrade the lagging producers" in message and command in message, message
+    # the status view shows the same command whole, to be pasted (issue 51, item 2: it said [DSN hidden])
+    assert command in tenant_view(person, must_show=command)["text"]
 
     env_part, _, argv = command.partition(" ")  # NEXUS_TENANT_DSN=... python -m nexus_sim.upgrade ...
     upgraded = subprocess.run(argv.split(), env={**demo.stack.env, env_part.split("=", 1)[0]: env_part.split("=", 1)[1]},
