@@ -291,6 +291,17 @@ PROJECTION_DOORS = {f"nexus_cutover.projection.{m}" for m in ("steps", "transiti
                                                                "dry_run", "digest_limits")} | {"nexus_cutover.projection"}
 
 
+FIELD_HISTORY_DOORS = {"nexus_cutover.field_history.steps", "nexus_cutover.field_history.transition"}
+
+
+def test_the_plugins_and_the_command_lines_reach_field_history_only_through_its_door():
+    callers = python_files(PLUGINS) + python_files(PRODUCT / "cli")
+    found = sorted({f"{where(p, line)} imports {mod}" for p in callers for line, mod in imports(p)
+                    if mod.startswith("nexus_cutover.field_history") and mod not in FIELD_HISTORY_DOORS})
+    assert callers and not found, report("import Field History's steps module (nexus_cutover.field_history.steps) "
+                                         "or its declaration, not what is behind them", found)
+
+
 def test_the_plugins_and_the_command_lines_reach_the_cutover_only_through_its_door():
     callers = python_files(PLUGINS) + python_files(PRODUCT / "cli")
     found = sorted({f"{where(p, line)} imports {mod}" for p in callers for line, mod in imports(p)

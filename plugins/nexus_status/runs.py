@@ -223,7 +223,7 @@ def with_tenant_state(runs: dict[str, Any], state: dict[str, Any]) -> dict[str, 
     elif cutover.get("state") == "success" and not runs.get("field_history"):
         fh = state.get("field_history") or {}
         if "error" not in fh and int(fh.get("stage") or 0) < FIELD_HISTORY_LAST_STAGE:
-            from nexus_cutover.field_history.prerequisites import next_stage_action
+            from nexus_cutover.field_history.steps import next_stage_action
 
             cutover["next_action"] = (f"trigger field_history_eligibility for this tenant (Field History: "
                                       f"{fh.get('stage_text') or 'not started'}): "

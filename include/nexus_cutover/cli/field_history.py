@@ -37,8 +37,7 @@ import sys
 
 from ..db import DSN_ENV_TENANT, Deadline, dsn_from_env, make_engine, mask_dsn
 from ..errors import ReadEquivalenceBroken
-from ..field_history.materialize import DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE, materialize
-from ..field_history.status import FieldHistoryStatus, read_status
+from ..field_history.steps import DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE, FieldHistoryStatus, materialize, read_status
 from ..field_history.transition import FIELD_HISTORY
 from ..metrics import failure_reason
 from ..recording import timed
@@ -175,7 +174,7 @@ def _print_status(st: FieldHistoryStatus) -> None:
 
 def _check_stage_3(engine, args) -> int:
     """``stage3 -check``: what stage 3 would do, read-only, by its own rules; exits with the code stage 3 would give."""
-    from ..field_history.gates import stage_3_check
+    from ..field_history.steps import stage_3_check
 
     found = stage_3_check(engine, producer_release=args.producer_release, namespace=args.namespace)
     if args.json:
