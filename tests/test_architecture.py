@@ -40,6 +40,8 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from itertools import pairwise
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 INCLUDE, PLUGINS, DAGS = REPO / "include", REPO / "plugins", REPO / "dags"
 PRODUCT = INCLUDE / "nexus_cutover"
@@ -291,23 +293,24 @@ PROJECTION_DOORS = {f"nexus_cutover.projection.{m}" for m in ("steps", "transiti
                                                                "dry_run", "digest_limits")} | {"nexus_cutover.projection"}
 
 
+#: The same for Field History (``nexus_cutover.field_history``): its steps module and its declaration.
 FIELD_HISTORY_DOORS = {"nexus_cutover.field_history.steps", "nexus_cutover.field_history.transition"}
 
+#: Each domain package with a door: what may be imported of it, and what to import instead of anything else.
+DOORS = {
+    "nexus_cutover.projection": (PROJECTION_DOORS, "the cutover's steps module (nexus_cutover.projection.steps)"),
+    "nexus_cutover.field_history": (FIELD_HISTORY_DOORS, "Field History's steps module "
+                                                         "(nexus_cutover.field_history.steps) or its declaration"),
+}
 
-def test_the_plugins_and_the_command_lines_reach_field_history_only_through_its_door():
+
+@pytest.mark.parametrize("package", sorted(DOORS))
+def test_the_plugins_and_the_command_lines_reach_a_domain_package_only_through_its_door(package):
+    doors, instead = DOORS[package]
     callers = python_files(PLUGINS) + python_files(PRODUCT / "cli")
     found = sorted({f"{where(p, line)} imports {mod}" for p in callers for line, mod in imports(p)
-                    if mod.startswith("nexus_cutover.field_history") and mod not in FIELD_HISTORY_DOORS})
-    assert callers and not found, report("import Field History's steps module (nexus_cutover.field_history.steps) "
-                                         "or its declaration, not what is behind them", found)
-
-
-def test_the_plugins_and_the_command_lines_reach_the_cutover_only_through_its_door():
-    callers = python_files(PLUGINS) + python_files(PRODUCT / "cli")
-    found = sorted({f"{where(p, line)} imports {mod}" for p in callers for line, mod in imports(p)
-                    if mod.startswith("nexus_cutover.projection") and mod not in PROJECTION_DOORS})
-    assert callers and not found, report("import the cutover's steps module (nexus_cutover.projection.steps), not "
-                                         "what is behind it", found)
+                    if mod.startswith(package) and mod not in doors})
+    assert callers and not found, report(f"import {instead}, not what is behind it", found)
 
 
 def test_the_circle_finder_finds_a_circle_through_every_kind_of_import():
