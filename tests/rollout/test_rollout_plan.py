@@ -67,11 +67,16 @@ def test_tenant_run_ids_are_deterministic_and_url_safe():
 def test_the_wave_question_shows_one_row_per_tenant_with_its_evidence_and_the_ones_not_asked():
     ev = {"checked_at": "2026-12-01T10:00:00", "live": [], "processes": [
         {"process_id": "w1", "heartbeat_age_s": 30.0}, {"process_id": "w2", "heartbeat_age_s": 7200.0}]}
+    stopped = {**ev, "writers_stop": {"controller": "command", "ok": True, "seconds": 4.2, "ran": "scale-down acme"}}
     body = wave_body(3, [{"tenant": "acme", "status": "ready", "checked_at": ev["checked_at"], "evidence": ev,
+                          "drain": "drained"},
+                         {"tenant": "gamma", "status": "ready", "checked_at": ev["checked_at"], "evidence": stopped,
                           "drain": "drained"},
                          {"tenant": "beta", "status": "run failed"}])
     assert "## Wave 3" in body
-    assert "| `acme` | 0 / 2 | 30.0 | drained |" in body
+    assert "| `acme` | 0 / 2 | manual (a person) | 30.0 | drained |" in body
+    # the writer-stop controller's answer beside the registry's evidence (issue 50, item 1's answer in a wave)
+    assert "| `gamma` | 0 / 2 | command: OK, 4.2 s | 30.0 | drained |" in body
     assert "| `beta` | run failed (not in this question) |" in body
 
 
