@@ -131,11 +131,17 @@ def run_fused(op: BaseOperator, context, steps: tuple[str, ...], first: Any) -> 
 
 
 def _check_the_form(op: BaseOperator, context) -> None:
-    """The run's first task: a bad form fails before anything is read."""
+    """The run's first task: a bad form, or a controller the deployment has not configured, fails before anything is
+    read."""
     from nexus_airflow.params import check_form, form_of
+    from nexus_cutover.projection.transition import CUTOVER
 
     with domain_errors(context, op.log):
         check_form(context, *form_of(op.dag_id))
+        if op.dag_id == CUTOVER.name:  # what the form names must exist in this deployment: refused before any write
+            from nexus_airflow.writers_stop import require_configuration
+
+            require_configuration(context)
 
 
 def _unless_cancelled(op: BaseOperator, context, safe_point: str) -> None:

@@ -9,7 +9,8 @@ Invariants:
   the HTTP connection ``writers_stop_http_conn_id`` (its ``schema`` the URL's scheme, its login and password as
   basic authentication, its extra ``headers`` as further headers; each secret given to Airflow's ``mask_secret``).
   Both are configured by the deployment, never taken from the trigger form.
-* A missing or malformed configuration is bad input: the step stops with the fence held, nothing run.
+* A missing or malformed configuration is bad input, refused by the run's first task before anything is written
+  (:func:`require_configuration`); should it go missing later, the step stops with the fence held, nothing run.
 * ``manual`` reads no configuration and runs nothing.
 """
 
@@ -61,6 +62,26 @@ def endpoint(conn_id: str, tenant: str) -> tuple[str, dict[str, str]]:
         mask_secret(str(value))
         headers[str(name)] = str(value)
     return base + HTTP_ENDPOINT.format(tenant=tenant), headers
+
+
+def require_configuration(context) -> None:
+    """Refuse (bad input) a run whose ``writers_stop_controller`` is not configured in this deployment: checked by the
+    run's first task, before anything is written, so a missing Variable or connection never stops the run at step 3
+    with the fence held. The same reads as the step's own (:func:`configure`), whose values it does not keep."""
+    from airflow.sdk import BaseHook
+
+    from nexus_cutover.errors import BadInput
+    from nexus_cutover.projection import steps
+
+    ws, p = steps.writers_stop, params_of(context)
+    if p.writers_stop_controller == ws.COMMAND:
+        command_argv()
+    elif p.writers_stop_controller == ws.HTTP:
+        try:
+            BaseHook.get_connection(p.writers_stop_http_conn_id)
+        except Exception as exc:  # noqa: BLE001 - Airflow's not-found error differs by version: one message
+            raise BadInput(f"writers_stop_controller http needs the Airflow connection {p.writers_stop_http_conn_id!r} "
+                           f"(writers_stop_http_conn_id): {type(exc).__name__}") from None
 
 
 class StopOldWritersOperator(CutoverStepOperator):

@@ -13,6 +13,7 @@ import threading
 import pytest
 
 from nexus_cutover import ledger as L
+from nexus_cutover.projection.transition import CUTOVER
 from tests.dags.airflow_harness import HitlAnswerer, run_dag
 from tests.dags.cutover_support import DAG_ID, NS, Deployer, base_conf, drained_tenant, snapshot
 from tests.projection.test_writers_stop_controller import SIM_PROCESSES, STOP_SCRIPT, _live, _until
@@ -98,3 +99,23 @@ def test_a_failing_command_stops_the_run_at_the_step_with_the_fence_held(dag, ol
     rows = [r for r in _rows(ledger) if r["run_id"] == result.run_id]
     assert (rows[-1]["step"], rows[-1]["kind"]) == ("stop_old_writers", L.STOPPED)
     assert "exited with 5" in rows[-1]["reason"]
+
+
+@pytest.mark.parametrize("controller", ["command", "http"])
+def test_a_controller_the_deployment_has_not_configured_is_refused_before_any_write(dag, tenant, monkeypatch,
+                                                                                   controller):
+    """Without the Variable (command) or the connection (http) the run's first task refuses, naming what is missing:
+    no fence armed, no schema created (it used to stop at stop_old_writers with the fence held)."""
+    engine, conn_id = tenant
+    drained_tenant().write(engine)
+    monkeypatch.delenv("AIRFLOW_VAR_NEXUS_WRITERS_STOP_COMMAND", raising=False)
+    result = run_dag(dag, base_conf(conn_id, writers_stop_controller=controller,
+                                    writers_stop_http_conn_id="nexus_deployer_nowhere"))
+    first = CUTOVER.names[0]
+    assert result.state == "failed" and result.state_of(first) == "failed", result.task_states
+    assert result.state_of("arm_fence") == "upstream_failed"
+    report = json.dumps(result.xcom(first, key="report") or {})
+    named = "nexus_writers_stop_command" if controller == "command" else "nexus_deployer_nowhere"
+    assert named in report, report
+    snap = snapshot(engine)
+    assert snap["fences"] == [] and snap["protocol_rows"] is None  # not even the additive schema
