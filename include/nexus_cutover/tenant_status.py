@@ -76,7 +76,8 @@ def _fence(engine: Engine, ns: str) -> dict[str, Any]:
             # the product version that armed or adopted the fence in force (None: not recorded)
             "holder_version": version_in_reason(cutover[0]["Reason"]) if len(cutover) == 1 else None,
             "last_holder": last["ArmedBy"] if last else None, "admission_pause_s": pause,
-            "last_fence": {k: last[k] for k in ("FenceId", "ArmedAt", "ReleasedAt")} if last else None}
+            "last_fence": {k: last[k] for k in ("FenceId", "ArmedBy", "ArmedAt", "ReleasedAt", "ReleasedBy")}
+            if last else None}
 
 
 def _drain(engine: Engine, ns: str) -> dict[str, Any]:

@@ -220,6 +220,8 @@ def with_tenant_state(runs: dict[str, Any], state: dict[str, Any]) -> dict[str, 
     declared = CUTOVER.get(task) if isinstance(task, str) else None
     if declared is not None and declared.role in WAIT_RESULTS and cutover.get("task_state") in WAITING_STATES:
         cutover.update(_wait_explained(task, state))
+    elif cutover.get("state") == "failed" and (released := _released_by_another(cutover, state)):
+        cutover["next_action"] = released
     elif cutover.get("state") == "success" and not runs.get("field_history"):
         fh = state.get("field_history") or {}
         if "error" not in fh and int(fh.get("stage") or 0) < FIELD_HISTORY_LAST_STAGE:
@@ -229,6 +231,23 @@ def with_tenant_state(runs: dict[str, Any], state: dict[str, Any]) -> dict[str, 
                                       f"{fh.get('stage_text') or 'not started'}): "
                                       + next_stage_action(int(fh.get("stage") or 0)))
     return {**runs, "cutover": cutover}
+
+
+def _released_by_another(run: dict[str, Any], state: dict[str, Any]) -> str | None:
+    """What to do after a failed run whose fence someone else released without a cutover (a back-out, or by hand):
+    its own stop's next action (retry it, or back out) no longer holds. None when the fence is not that run's."""
+    from nexus_cutover.holders import airflow_run_named
+
+    fence = state.get("fence") or {}
+    last = fence.get("last_fence") or {}
+    armed_by = airflow_run_named(last.get("ArmedBy"))
+    if fence.get("armed") or not last or armed_by is None or armed_by[1] != run.get("run_id"):
+        return None
+    if not last.get("ReleasedBy") or last.get("ReleasedBy") == last.get("ArmedBy"):
+        return None
+    return (f"nothing for this run: the fence it left (fence {last.get('FenceId')}) was released without a cutover at "
+            f"{last.get('ReleasedAt')} by {last.get('ReleasedBy')} (backed out); restart the old writers you stopped. "
+            "To cut the tenant over later, trigger connector_projection_cutover again (a new fence, a new question)")
 
 
 def _wait_explained(task: str, state: dict[str, Any]) -> dict[str, Any]:

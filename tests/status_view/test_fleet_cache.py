@@ -374,3 +374,32 @@ def test_the_chip_says_starting_while_a_run_has_not_paused_the_tenant_yet(tmp_pa
     failed = summarize("connector_projection_cutover", "r1", "failed", [("resolve_packs", "failed")], None)
     assert _row(state, {"early": {"runs": {"cutover": failed}}}, history)["chip"] == "not started"
     assert _row(state, {}, history)["chip"] == "not started"
+
+
+def test_what_now_after_a_back_out_no_longer_says_retry_or_back_out(tmp_path, monkeypatch):
+    """Issue 51, item 7: a rejected run whose fence was then backed out: What now? says it was released without a
+    cutover, by whom, and what is left to do, instead of the rejected question's "retry, or back out"."""
+    from nexus_status.runs import summarize, with_tenant_state
+    from nexus_status.tenants import read_tenant
+
+    from nexus_cutover.projection import back_out, cutover_fence
+
+    run_id = "manual__2026-12-07T10:00:00+00:00"
+    rejected = f"airflow:connector_projection_cutover:{run_id}"
+    _tenant_state(tmp_path, monkeypatch, "backed", lambda sc: sc.pack("pk-a").lane("lane-1").generation(1))
+    engine = make_engine(f"sqlite:///{tmp_path / 'backed.db'}")
+    report = {"message": "cutover not performed: eng rejected it. Next: to try again, ... To back out instead: ..."}
+    run = summarize("connector_projection_cutover", run_id, "failed", [("confirm_writers_stopped", "failed")], report)
+    try:
+        fence_id = cutover_fence.arm_fence(engine, "backed", armed_by=rejected, timeout_s=30).fence_id
+        fenced = with_tenant_state({"cutover": run}, read_tenant("nexus_tenant_backed"))
+        assert fenced["cutover"]["next_action"].startswith("to try again")  # still fenced: the stop's advice holds
+        back_out.back_out(engine, "backed", fence_id, holder="airflow:connector_projection_back_out:bo-1",
+                          holder_state=lambda _h: cutover_fence.HOLDER_FINISHED, timeout_s=30)
+    finally:
+        engine.dispose()
+    state = read_tenant("nexus_tenant_backed")
+    said = with_tenant_state({"cutover": run}, state)["cutover"]["next_action"]
+    assert said.startswith(f"nothing for this run: the fence it left (fence {fence_id}) was released without a cutover")
+    assert "airflow:connector_projection_back_out:bo-1" in said and "restart the old writers" in said
+    assert state["phase"] == "not started"  # nothing was cut over
