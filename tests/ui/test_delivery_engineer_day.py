@@ -275,6 +275,11 @@ def test_back_out_after_the_reject_releases_the_fence_without_a_cutover(demo, pe
         return text if f"BACKED OUT: tenant {TENANT}" in text else None
 
     notices = wait_until("the BACKED OUT notice in notices.log", told, 60)
+    # the tenant view's What now? for the rejected run: backed out, by whom, what is left (not "retry, or back out")
+    view = tenant_view(person, must_show="was released without a cutover")
+    what_now = view["text"].split("PROOFS")[0]
+    assert f"fence {fence_id}) was released without a cutover" in what_now and run_id in what_now, what_now
+    person.screenshot("05g_tenant_view_after_the_back_out")
     assert f"NEEDS CONFIRMATION: tenant {TENANT}, {BACK_OUT}.confirm_back_out" in notices
     assert f"cutover fence {fence_id}" in notices.split(f"BACKED OUT: tenant {TENANT}")[1]
 
