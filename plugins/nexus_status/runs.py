@@ -210,6 +210,7 @@ def with_tenant_state(runs: dict[str, Any], state: dict[str, Any]) -> dict[str, 
     """``runs`` (a row's ``{"cutover": ..., "field_history": ...}``) with the waits and the step after a success
     explained from the tenant's ``state`` (see the module invariants); a section that could not be read adds
     nothing."""
+    runs = _field_history_next(runs, state)
     cutover = runs.get("cutover")
     if not cutover:
         return runs
@@ -231,6 +232,22 @@ def with_tenant_state(runs: dict[str, Any], state: dict[str, Any]) -> dict[str, 
                                       f"{fh.get('stage_text') or 'not started'}): "
                                       + next_stage_action(int(fh.get("stage") or 0)))
     return {**runs, "cutover": cutover}
+
+
+def _field_history_next(runs: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    """A Field History run that succeeded below the last stage (its target_stage was lower) is not the end: its
+    What now? names the next run and what it needs (issue 51, item 2: a first run looked finished after stage 1)."""
+    run, fh = runs.get("field_history"), state.get("field_history") or {}
+    if not run or run.get("state") != "success" or "error" in fh:
+        return runs
+    stage = int(fh.get("stage") or 0)
+    if stage >= FIELD_HISTORY_LAST_STAGE:
+        return runs
+    from nexus_cutover.field_history.steps import next_stage_action
+
+    said = (f"Field History is at {fh.get('stage_text') or f'stage {stage}'}, not done: trigger "
+            f"field_history_eligibility again: {next_stage_action(stage)}")
+    return {**runs, "field_history": {**run, "next_action": said}}
 
 
 def _released_by_another(run: dict[str, Any], state: dict[str, Any]) -> str | None:

@@ -403,3 +403,18 @@ def test_what_now_after_a_back_out_no_longer_says_retry_or_back_out(tmp_path, mo
     assert said.startswith(f"nothing for this run: the fence it left (fence {fence_id}) was released without a cutover")
     assert "airflow:connector_projection_back_out:bo-1" in said and "restart the old writers" in said
     assert state["phase"] == "not started"  # nothing was cut over
+
+
+def test_a_field_history_run_that_stopped_short_of_stage_3_names_the_next_run(tmp_path, monkeypatch):
+    """Issue 51, item 2: a run with target_stage 1 succeeds after stage 1; its What now? says the tenant is not done
+    and what the next run needs (the producer upgrade, then target_stage 3), instead of looking finished."""
+    from nexus_status.runs import summarize, with_tenant_state
+
+    state = _tenant_state(tmp_path, monkeypatch, "fh", lambda sc: None)
+    fh = {**state["field_history"], "stage": 1, "stage_text": "stage 1 done"}
+    run = summarize("field_history_eligibility", "f1", "success", [], None)
+    said = with_tenant_state({"field_history": run}, {**state, "field_history": fh})["field_history"]["next_action"]
+    assert said.startswith("Field History is at stage 1 done, not done: trigger field_history_eligibility again")
+    assert "upgrade every producer" in said and "target_stage 3" in said
+    done = {**fh, "stage": 3, "stage_text": "stage 3 done"}
+    assert with_tenant_state({"field_history": run}, {**state, "field_history": done})["field_history"] == run
