@@ -104,7 +104,10 @@ class Field:
         shown = {"section": self.section} if self.section else {}
         if self.required:
             return Param(title=self.title, description=self.description, **self.schema, **shown)
-        return Param(self.default, title=self.title, description=self.description, **nullable(self.schema), **shown)
+        schema = nullable(self.schema)
+        if "enum" in schema:  # the form's empty choice reads as what it means, not "null" (issue 51, item 9)
+            schema["values_display"] = {"null": f"(default: {self.default})", **schema.get("values_display", {})}
+        return Param(self.default, title=self.title, description=self.description, **schema, **shown)
 
     def value(self, params: Mapping[str, Any], name: str) -> Any:
         if self.required:

@@ -141,6 +141,24 @@ class Person:
         box.send_keys(Keys.ENTER)
         wait_until(f"{name} = {option}", lambda: option in hidden.get_attribute("value"))
 
+    def options(self, form, name: str) -> list[str]:
+        """The choices the select field ``name`` offers, as a person reads them. Escape closes the choices and the
+        trigger dialog with them: open the form again to fill it."""
+        import time
+
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.common.keys import Keys
+
+        hidden = form.find_element(By.NAME, f"element_{name}")
+        box = hidden.find_element(By.XPATH, "./ancestor::*[.//input[@type='text']][1]//input[@type='text']")
+        self.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", box)
+        box.click()
+        shown = wait_until(f"the choices of {name}", lambda: [o.text for o in self.driver.find_elements(
+            By.CSS_SELECTOR, "[role=option]") if o.text] or None)
+        box.send_keys(Keys.ESCAPE)
+        time.sleep(0.3)
+        return shown
+
     def open_section(self, form, title: str) -> None:
         self.click(title, within=form)
 

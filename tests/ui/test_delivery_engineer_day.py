@@ -163,6 +163,10 @@ def test_only_the_tenant_filled_starts_the_cutover_and_a_second_run_stops_before
     up_front = form.text.split(CONNECTIONS)[0]
     assert "Tenant (namespace)" in up_front and "How the new host is started" in up_front and "Dry run" in up_front
     assert "Approval" not in up_front and "Rollout" not in up_front and "Drain timeout" not in up_front
+    # a dropdown's empty choice says what it means (issue 51, item 9: it read "null")
+    choices = person.options(form, "host_controller")
+    assert "null" not in choices and "(default: command)" in choices, choices
+    form = person.open_trigger_form(CUTOVER)
     person.type_into(form, "tenant", TENANT)
     person.submit(form)
     runs["rejected"] = first = new_run(demo, CUTOVER, before)
