@@ -55,6 +55,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import URL, make_url
 
+from .clock import utc_text
 from .db import DSN_ENV_LEDGER, is_write_conflict, mask_dsn
 from .errors import BadInput, Unreachable
 from .events import (  # re-exported: the ledger's readers name the kinds from here
@@ -366,6 +367,14 @@ def line_of(row: dict[str, Any]) -> str:
     return "  ".join(str(p) for p in parts) + "".join(f"\n    {line}" for line in evidence_lines(row))
 
 
+def _zoned(value: Any) -> str:
+    """A kept time as a person reads it, with its zone (``-`` for none); a value that is no time, as it is."""
+    try:
+        return utc_text(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
 def evidence_lines(row: dict[str, Any]) -> list[str]:
     """The evidence a person was shown, as the report prints it under its row: the writer table (process, role,
     version, state, last heartbeat, stopped at), or the text, and the writer-stop controller's answer (its own event's
@@ -383,7 +392,7 @@ def evidence_lines(row: dict[str, Any]) -> list[str]:
              + (f"; live: {', '.join(kept['live'])}" if kept.get("live") else "; none live")]
     for p in rows:
         lines.append(f"{p.get('process_id')}  {p.get('role')}  {p.get('binary_version')}  {p.get('state')}  "
-                     f"heartbeat {p.get('last_heartbeat_at')}  stopped {p.get('stopped_at') or '-'}")
+                     f"heartbeat {_zoned(p.get('last_heartbeat_at'))}  stopped {_zoned(p.get('stopped_at'))}")
     if isinstance(kept.get("writers_stop"), dict):
         lines += ["with the writer-stop controller's answer:", *controller_lines(kept["writers_stop"])]
     return lines

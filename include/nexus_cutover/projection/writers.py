@@ -34,7 +34,7 @@ from sqlalchemy import Connection, Engine, func, or_, select
 
 from .. import catalog, tx
 from ..catalog import ProcessRegistry
-from ..clock import utcnow
+from ..clock import utc_text, utcnow
 from ..liveness import LIVE, STOPPED, heartbeat_cutoff, live_clause, process_state
 
 #: Most recently stopped processes shown per role (the rest are counted): evidence for a person, never a decision.
@@ -160,7 +160,7 @@ class WriterEvidence:
             return head + "\n  none registered (no ingress_writer, receipt_materializer, projection_worker or dependency_resolver)"
         table = [("process", "role", "version", "state", "last heartbeat (age s)", "stopped at")] + [
             (str(p["process_id"]), str(p["role"]), str(p["binary_version"]), str(p["state"]),
-             f"{p['last_heartbeat_at']} ({p['heartbeat_age_s']})", str(p["stopped_at"] or "-")) for p in self.processes]
+             f"{utc_text(p['last_heartbeat_at'])} ({p['heartbeat_age_s']})", utc_text(p["stopped_at"])) for p in self.processes]
         widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
         lines = ["  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in table]
         if self.stopped_not_shown:
@@ -182,7 +182,7 @@ class WriterEvidence:
         for p in self.processes:
             rows.append(
                 f"| `{p['process_id']}` | {p['role']} | {p['binary_version']} | **{p['state']}** | "
-                f"{p['last_heartbeat_at']} ({p['heartbeat_age_s']}) | {p['stopped_at'] or '-'} |"
+                f"{utc_text(p['last_heartbeat_at'])} ({p['heartbeat_age_s']}) | {utc_text(p['stopped_at'])} |"
             )
         tail = ""
         if self.stopped_not_shown:
