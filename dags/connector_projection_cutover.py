@@ -17,10 +17,9 @@ from nexus_airflow.base import STEP_HOOKS, never_retry_stops, step_failed
 from nexus_airflow.declared import CUTOVER, Kind, build, steps_md
 from nexus_airflow.hitl import ConfirmWritersStoppedOperator, StartNewHostOperator
 from nexus_airflow.notify import SUCCESS, CutoverNotifier
-from nexus_airflow.operators import ASSET_ALIAS, CutoverStepOperator
+from nexus_airflow.operators import ASSET_ALIAS, CutoverStepOperator, StopOldWritersOperator
 from nexus_airflow.params import cutover_params
 from nexus_airflow.sensors import TenantWaitSensor
-from nexus_airflow.writers_stop import StopOldWritersOperator
 
 DAG_DOC = f"""
 # Connector projection range cutover (per tenant)

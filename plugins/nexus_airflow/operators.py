@@ -25,7 +25,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from nexus_airflow import results
+from nexus_airflow import results, writers_stop
 from nexus_airflow.base import DAG_TAKE_OVER, domain_errors, holder_state, params_of, run_holder, stop, tenant_engine
 from nexus_airflow.faults import fault_point
 
@@ -95,6 +95,14 @@ class CutoverStepOperator(BaseOperator):
         return run_fused(self, context, self.steps, run_declared(self, context, self.steps[0]))
 
 
+class StopOldWritersOperator(CutoverStepOperator):
+    """The writer-stop step's body, its controller configured from the form and the deployment
+    (:func:`nexus_airflow.writers_stop.configure`)."""
+
+    def execute(self, context) -> Any:
+        return run_declared(self, context, self.task_id, prepare=lambda run: writers_stop.configure(context, run))
+
+
 def run_declared(op: BaseOperator, context, step: str, *, pack: str | None = None,
                  prepare: Callable[[Any], None] | None = None) -> Any:
     """The step ``step`` as its task runs it: what Airflow adds before and after it (:func:`before`,
@@ -139,9 +147,7 @@ def _check_the_form(op: BaseOperator, context) -> None:
     with domain_errors(context, op.log):
         check_form(context, *form_of(op.dag_id))
         if op.dag_id == CUTOVER.name:  # what the form names must exist in this deployment: refused before any write
-            from nexus_airflow.writers_stop import require_configuration
-
-            require_configuration(context)
+            writers_stop.require_configuration(context)
 
 
 def _unless_cancelled(op: BaseOperator, context, safe_point: str) -> None:

@@ -1,5 +1,6 @@
 """How the cutover's writer-stop step stops the old writers in Airflow: the form's ``writers_stop_controller`` with
-the deployment's configuration (issue 50, item 1; the controller itself is the domain's,
+the deployment's configuration, read by its step's operator (:class:`nexus_airflow.operators.StopOldWritersOperator`)
+and checked by the run's first task (issue 50, item 1; the controller itself is the domain's,
 :mod:`nexus_cutover.projection.writers_stop`, the one ``nexus-cutover run`` uses).
 
 Invariants:
@@ -18,10 +19,8 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
 
 from nexus_airflow.base import params_of
-from nexus_airflow.operators import CutoverStepOperator, run_declared
 
 WRITERS_STOP_COMMAND_VARIABLE = "nexus_writers_stop_command"
 HTTP_ENDPOINT = "/api/v1/tenants/{tenant}/connector-projection-old-writers/stop"
@@ -82,13 +81,6 @@ def require_configuration(context) -> None:
         except Exception as exc:  # noqa: BLE001 - Airflow's not-found error differs by version: one message
             raise BadInput(f"writers_stop_controller http needs the Airflow connection {p.writers_stop_http_conn_id!r} "
                            f"(writers_stop_http_conn_id): {type(exc).__name__}") from None
-
-
-class StopOldWritersOperator(CutoverStepOperator):
-    """The writer-stop step's body, its controller configured from the form and the deployment."""
-
-    def execute(self, context) -> Any:
-        return run_declared(self, context, self.task_id, prepare=lambda run: configure(context, run))
 
 
 def configure(context, run) -> None:
