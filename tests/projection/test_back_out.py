@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from sqlalchemy import insert, select, update
+from sqlalchemy import func, insert, select, update
 
 from nexus_cutover import catalog
 from nexus_cutover import ledger as L
@@ -198,3 +198,47 @@ def test_the_command_line_needs_adopt_for_an_airflow_runs_fence_and_refuses_afte
     assert late.returncode == 3 and "already have their one-time checkpoint" in late.stderr
     with engine.connect() as conn:
         assert conn.execute(select(catalog.AdmissionFence.c.ReleasedAt)).scalars().all() == [None]
+
+
+def test_a_production_shaped_tenant_is_backed_out_and_a_checkpoint_of_an_uninstalled_pack_still_refuses(
+        mysql_server_url):
+    """nexus_sim's production-shaped tenant (ordinary work beside projection work, hostile lane and receipt ids, the
+    full 10,000 stopped registry rows, an uninstalled incarnation of its first pack): the look shows a bounded
+    evidence table, and one checkpoint row of the *uninstalled* pack is enough to refuse; without it the back-out
+    releases the fence and touches no Event or WorkItem."""
+    from nexus_cutover.db import make_engine
+    from nexus_cutover.schema import apply_steps, projection_steps
+    from nexus_sim.scenario.production import build_production_tenant
+    from nexus_sim.scenario.production_model import UNINSTALLED_PACK
+    from tests.support import mysql_database
+
+    with mysql_database(mysql_server_url) as url:
+        engine = make_engine(url)
+        try:
+            build_production_tenant(engine, namespace=NS, seed=7, active_packs=1, plain_lanes=2, generations=2,
+                                    greenfield_pack=False)
+            apply_steps(engine, projection_steps(engine))
+            fence_id = cutover_fence.arm_fence(engine, NS, armed_by=FAILED_RUN, timeout_s=30).fence_id
+            before = history(engine)
+            seen = B.look(engine, NS, holder=ME, holder_state=FINISHED, stale_heartbeat=STALE)
+            r = catalog.ProcessRegistry
+            with engine.connect() as conn:
+                stopped = conn.execute(select(func.count()).select_from(r).where(
+                    r.c.Namespace == NS, r.c.StoppedAt.is_not(None), r.c.Role.in_(catalog.OLD_WRITER_ROLES),
+                    r.c.ProjectionProtocol == catalog.PROTOCOL_OLD)).scalar()
+            assert seen.refusal is None and stopped > 1000
+            assert len(seen.evidence["processes"]) < 200  # the question's table stays bounded, every stop counted
+            assert sum(seen.evidence["stopped_by_role"].values()) == stopped
+            with engine.begin() as conn:
+                conn.execute(insert(catalog.ConnectorProjectionProtocol).values(
+                    PackInstallId=UNINSTALLED_PACK, ProtocolVersion=1, LegacyMaxOrdinal=0, WrittenAt=utcnow(),
+                    WrittenBy="an earlier incarnation"))
+            with pytest.raises(B.CheckpointWritten, match=UNINSTALLED_PACK):
+                B.back_out(engine, NS, fence_id, holder=ME, holder_state=FINISHED, timeout_s=30)
+            with engine.begin() as conn:  # the test's own row, removed: the back-out itself deletes nothing
+                conn.execute(catalog.ConnectorProjectionProtocol.delete().where(
+                    catalog.ConnectorProjectionProtocol.c.PackInstallId == UNINSTALLED_PACK))
+            assert B.back_out(engine, NS, fence_id, holder=ME, holder_state=FINISHED, timeout_s=30).outcome == B.BACKED_OUT
+            assert history(engine) == before
+        finally:
+            engine.dispose()
