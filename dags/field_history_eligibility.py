@@ -32,7 +32,8 @@ otherwise **stops and reports** (failed task, log, XCom `report`):
 {steps_md(FIELD_HISTORY)}
 
 Trigger with `tenant`, `stage1_release`, `target_stage` and (stages 2-3) `producer_release`; the DB is the
-Airflow connection `conn_id` (default `nexus_tenant_<tenant>`). Stages above `target_stage` are skipped;
+Airflow connection `conn_id` (default `nexus_tenant_<tenant>`). Stages above `target_stage` are skipped
+(empty: 3 with a `producer_release`, else 1);
 stages already passed are re-verified, not redone, so the same form can be run again at any time.
 It never UPDATEs or DELETEs an Event, WorkItem, outbox or process row, never overwrites a stamped
 eligibility value, and has no way to skip a refusal.

@@ -43,6 +43,8 @@ from nexus_airflow.sensors import StatusPollSensor
 from nexus_cutover import settings
 
 VERSION_PATTERN = r"^\d+(\.\d+)*$"
+#: What an empty ``target_stage`` means (:func:`target_stage_of`).
+STAGE_BY_RELEASES = "3 with a producer-cutover release, else 1"
 OPTIONAL_VERSION_PATTERN = r"^$|^\d+(\.\d+)*$"
 
 
@@ -50,12 +52,15 @@ FH_FIELDS: dict[str, Field] = {
     **TENANT_FIELDS,
     "conn_id": CONN_ID_FIELD.in_section(CONNECTIONS_ONLY),  # this form has no pack or fence field
     "read_pool": READ_POOL_FIELD.in_section(CONNECTIONS_ONLY),
+    # No fixed default (issue 51, item 2): a first run given both releases goes to stage 3 instead of looking done
+    # after stage 1; one given only the stage-1 release stops after stage 1 and its What now? names the next run.
     "target_stage": Field(
-        1,
+        None,
         "Target stage",
-        "Run the gates up to this stage; earlier stages are re-verified, not redone.",
-        {"type": "integer", "enum": [1, 2, 3]},
-        int,
+        "Run the gates up to this stage; earlier stages are re-verified, not redone. Empty: as far as the releases "
+        "given allow (3 with a producer-cutover release, else 1).",
+        {"type": "integer", "enum": [1, 2, 3], "values_display": {"null": f"(default: {STAGE_BY_RELEASES})"}},
+        lambda v: None if v is None else int(v),
     ),
     "stage1_release": Field(
         _REQUIRED,
@@ -116,8 +121,16 @@ def field_history_params() -> dict[str, Any]:
     return params_of_fields(FH_FIELDS)
 
 
+def target_stage_of(values: dict[str, Any]) -> int:
+    """The stage a run goes to: the form's ``target_stage``, else 3 when it names a producer-cutover release (stages
+    2 and 3 need one), else 1."""
+    if values.get("target_stage") is not None:
+        return int(values["target_stage"])
+    return 3 if values.get("producer_release") else 1
+
+
 def _producer_release_for_stages_2_and_3(values: dict[str, Any]) -> str | None:
-    if values["target_stage"] >= 2 and not values["producer_release"]:
+    if target_stage_of(values) >= 2 and not values["producer_release"]:
         return f"target_stage={values['target_stage']} needs producer_release (the producer-cutover release, e.g. 4.13.0)"
     return None
 
@@ -142,7 +155,8 @@ class FieldHistoryParams:
 
     @classmethod
     def from_context(cls, context) -> FieldHistoryParams:
-        return cls(**resolve(FH_FIELDS, context["params"]))
+        values = resolve(FH_FIELDS, context["params"])
+        return cls(**{**values, "target_stage": target_stage_of(values)})
 
     def require_producer_release(self) -> str:
         from nexus_cutover.errors import BadInput

@@ -120,6 +120,21 @@ def test_the_form_names_its_sections_for_what_they_hold(dag):
     assert CONNECTIONS not in sections.values(), sections
 
 
+@pytest.mark.parametrize(("form", "stage"), [({}, 3), ({"producer_release": None}, 1), ({"target_stage": 2}, 2)])
+def test_an_empty_target_stage_goes_as_far_as_the_releases_given_allow(dag, form, stage):
+    """Issue 51, item 2: a first run given both releases goes to stage 3 instead of looking done after stage 1;
+    the form's empty choice says so instead of naming a number."""
+    from airflow.sdk.definitions.param import ParamsDict
+
+    from nexus_airflow.field_history import STAGE_BY_RELEASES, FieldHistoryParams
+
+    params = ParamsDict(dag.params)
+    for name, value in {**conf(), **form}.items():
+        params[name] = value
+    assert FieldHistoryParams.from_context({"params": params.validate()}).target_stage == stage
+    assert dag.params.get_param("target_stage").schema["values_display"]["null"] == f"(default: {STAGE_BY_RELEASES})"
+
+
 def test_parse_does_no_database_work_and_imports_no_domain_code():
     code = textwrap.dedent(
         f"""
@@ -200,7 +215,7 @@ def test_happy_path_through_stage_3_then_rerun_reverifies(dag, tenant):
     assert decided["decided_digest"] == mat["counts"]["decided_digest"]
     assert proof["stage_3"]["equal"] is True and proof["stage_3"]["differences"] == 0
 
-    again = run_dag(dag, conf(target_stage=3))
+    again = run_dag(dag, conf())  # no target_stage: with a producer-cutover release it means 3 (issue 51, item 2)
     assert again.state == "success"
     assert again.xcom("stage_1")["already_done"] and again.xcom("stage_3")["already_done"]
     assert again.xcom("stage_2_materialize")["already_done"] and again.xcom("stage_3")["actions"] == []
@@ -208,9 +223,11 @@ def test_happy_path_through_stage_3_then_rerun_reverifies(dag, tenant):
     assert history_checksum(tenant) == history
 
 
-def test_target_stage_1_skips_the_later_stages(dag, tenant):
+@pytest.mark.parametrize("stage", [{"target_stage": 1}, {}], ids=["target_stage_1", "no_target_no_producer_release"])
+def test_target_stage_1_skips_the_later_stages(dag, tenant, stage):
+    """An empty target_stage without a producer-cutover release means stage 1 (stages 2 and 3 need one)."""
     legacy(tenant)
-    result = run_dag(dag, conf(target_stage=1, producer_release=""))
+    result = run_dag(dag, {**conf(producer_release=""), **stage})
     assert result.state_of("stage_1") == "success"
     assert all(result.state_of(t) == "skipped" for t in ORDER[1:])
     assert settings(tenant) == {}
