@@ -113,6 +113,7 @@ class DemoAirflow:
         too, with the same value), the notices' connection and the product's Variables."""
         from nexus_airflow.host_controllers import HOST_COMMAND_VARIABLE, default_host_argv
         from nexus_airflow.notify import VARIABLE as NOTIFY_VARIABLE
+        from nexus_airflow.variables import VARIABLES
         from nexus_airflow.writers_stop import WRITERS_STOP_COMMAND_VARIABLE
         from scripts.demo_airflow import ledger_file
 
@@ -120,14 +121,14 @@ class DemoAirflow:
                                   description="the delivery ledger: every fence, answer, checkpoint and stop of every "
                                   "run (embedded SQLite here; MySQL/MariaDB/TiDB or PostgreSQL in a deployment)")
         self.stack.put_connection(NOTIFY_CONN_ID, "slackwebhook", **self.notices.connection())
-        for key, value, description in (
-            (NOTIFY_VARIABLE, NOTIFY_CONN_ID, "where every run's notices go unless its form names another: an smtp or "
-             "slackwebhook connection id (here: the local notices.log)"),
-            (HOST_COMMAND_VARIABLE, json.dumps(default_host_argv()), "host_controller=command: the new host's command, "
-             "a JSON argv ({tenant} replaced; the tenant DSN in its environment)"),
-            (WRITERS_STOP_COMMAND_VARIABLE, "", "writers_stop_controller=command: the command that stops the tenant's "
-             "old writers and waits for them, a JSON argv ({tenant} replaced; no DSN). Empty: not configured here"),
-        ):
+        demo = {NOTIFY_VARIABLE: (NOTIFY_CONN_ID, " (here: the local notices.log)"),
+                HOST_COMMAND_VARIABLE: (json.dumps(default_host_argv()), ""),
+                WRITERS_STOP_COMMAND_VARIABLE: ("", " (empty here: not configured)")}
+        for declared in VARIABLES:  # each with what it sets, as the status view's settings page says it
+            if declared.key not in demo:
+                continue
+            key, (value, here) = declared.key, demo[declared.key]
+            description = declared.description + here
             self.stack.put("/api/v2/variables", key, {"key": key, "value": value, "description": description})
 
     def stop(self) -> None:

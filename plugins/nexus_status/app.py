@@ -37,6 +37,7 @@ from airflow.api_fastapi.core_api.security import (
     requires_access_configuration,
     requires_access_connection,
     requires_access_dag,
+    requires_access_variable,
 )
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import HTMLResponse, Response
@@ -147,6 +148,8 @@ def report_page(tenant: str = Query(..., min_length=1, max_length=190)) -> str: 
 
 #: The settings page reads Airflow's configuration: the permission to read it.
 CONFIG_READS = [Depends(requires_access_configuration("GET"))]
+#: The settings page also lists the product's Variables: the permission to read Variables too.
+SETTINGS_READS = [*CONFIG_READS, Depends(requires_access_variable("GET"))]
 
 
 @app.get("/api/settings", dependencies=CONFIG_READS)
@@ -164,11 +167,15 @@ def _settings() -> list[dict[str, Any]]:
     return [{k: scrub(v) if isinstance(v, str) else v for k, v in row.items()} for row in listing()]
 
 
-@app.get("/settings", response_class=HTMLResponse, dependencies=CONFIG_READS)
+@app.get("/settings", response_class=HTMLResponse, dependencies=SETTINGS_READS)
 def settings_page() -> str:
+    from nexus_airflow.compat import session
     from nexus_status.settings_page import page as render
+    from nexus_status.settings_page import variable_rows
 
-    return render(_settings())
+    with session() as metadata:
+        variables = variable_rows(metadata)
+    return render(_settings(), variables)
 
 
 @app.get("/embedded.js")

@@ -3,10 +3,15 @@ its value and where it came from; a secret never shown; a bad value shown as its
 
 from __future__ import annotations
 
+import html
+
 import pytest
 
 from nexus_cutover import settings
+from tests.dags.conftest import airflow_db  # noqa: F401 - the metadata DB the Variables are read from
 
+#: The page reads the product's Variables from Airflow's metadata DB.
+pytestmark = pytest.mark.usefixtures("airflow_db")
 LEDGER_PASSWORD = "ledger-pw-3f9a"
 
 
@@ -14,9 +19,9 @@ LEDGER_PASSWORD = "ledger-pw-3f9a"
 def client():
     """The plugin's app with the configuration-read permission passed (the test has no Airflow user)."""
     from fastapi.testclient import TestClient
-    from nexus_status.app import CONFIG_READS, app
+    from nexus_status.app import SETTINGS_READS, app
 
-    for dependency in CONFIG_READS:
+    for dependency in SETTINGS_READS:
         app.dependency_overrides[dependency.dependency] = lambda: None
     try:
         yield TestClient(app)
@@ -47,6 +52,41 @@ def test_each_setting_shows_its_value_and_its_source_and_no_secret(client, monke
     for name in ("status_readers", "AIRFLOW__NEXUS__STATUS_READERS", "NEXUS_HOST_POLL_S", "set (secret: not shown)"):
         assert name in page.text, name
     assert LEDGER_PASSWORD not in page.text + client.get("/api/settings").text
+
+
+def test_the_products_variables_are_listed_with_their_values_and_what_they_set(client):
+    """Issue 51, item 6: every Variable the product reads is on the page, set or unset, with what it sets; a
+    per-run Variable is one row counting its runs; a credential in a value is masked."""
+    from airflow.models.variable import Variable
+    from nexus_status.settings_page import variable_rows
+
+    from nexus_airflow.compat import session
+    from nexus_airflow.rollout import control_variable
+    from nexus_airflow.variables import VARIABLES
+
+    notify, host, stop, control, alert = VARIABLES
+    Variable.set(notify.key, "nexus_notify_demo")
+    Variable.set(host.key, f'["deploy", "--dsn", "mysql://deployer:{LEDGER_PASSWORD}@db/x"]')
+    Variable.delete(stop.key)
+    for run in ("manual__1", "manual__2:x"):
+        Variable.set(control_variable(run), "pause")
+    Variable.set(control.key.replace("_", "x") + "lookalike", "pause")  # "_" is not a wildcard in the count
+    try:
+        with session() as metadata:
+            rows = {r["variable"]: r for r in variable_rows(metadata)}
+        assert (rows[notify.key]["value"], rows[notify.key]["source"]) == ("nexus_notify_demo", "Variable")
+        assert LEDGER_PASSWORD not in rows[host.key]["value"] and "deploy" in rows[host.key]["value"]
+        assert (rows[stop.key]["value"], rows[stop.key]["source"]) == (None, "unset")
+        assert rows[control.key + "<run>"]["value"] == "2 run(s)"
+        assert rows[alert.key + "<run>"]["source"] in {"unset", "Variable"}  # other tests' runs may have alerted
+        page = client.get("/settings").text
+        assert "<h2>Airflow Variables</h2>" in page and LEDGER_PASSWORD not in page
+        for v in VARIABLES:
+            assert v.key in page and html.escape(v.description.split(":")[0]) in page, v.key
+    finally:
+        for key in (notify.key, host.key, control_variable("manual__1"), control_variable("manual__2:x"),
+                    control.key.replace("_", "x") + "lookalike"):
+            Variable.delete(key)
 
 
 def test_the_status_page_links_to_the_settings(client):

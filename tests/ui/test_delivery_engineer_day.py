@@ -300,6 +300,12 @@ def test_the_products_connections_and_variables_are_in_admin_with_what_they_are_
     assert "nexus_notify_conn_id" in text and "nexus_writers_stop_command" in text
     assert "host_controller=command" in text and "where every run's notices go" in text
     person.screenshot("05f_admin_variables")
+    # the status view's settings page lists them too, with their values, below the [nexus] settings
+    person.open("/nexus-status/settings")
+    wait_until("the Variables on the settings page", lambda: "Airflow Variables" in person.text(), 60)
+    settings = person.text().split("Airflow Variables")[1]
+    assert "nexus_notify_conn_id" in settings and "nexus_notify_demo" in settings, settings
+    assert "nexus_rollout_control__<run>" in settings
 
 
 def test_confirm_in_required_actions_and_the_cutover_succeeds(demo, person, runs):
