@@ -65,13 +65,19 @@ def page(report: dict[str, Any]) -> str:
                    + shown(r) for r in report["events"]) or f"<tr><td colspan=\"{len(PAGE_COLUMNS)}\">no event recorded</td></tr>"
     return (
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>Report: " + html.escape(tenant) + "</title>"
-        "<style>body{font:13px system-ui,sans-serif;margin:16px}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ddd;padding:3px 6px;vertical-align:top;text-align:left}th{background:#f4f4f4}"
-        "td.digest,td.run_id{font-family:monospace;font-size:11px}.muted{color:#666}"
-        "tr.evidence pre{margin:0;font-size:11px;white-space:pre-wrap}</style></head><body>"
+        # The table fits its frame (issue 51, item 9: Airflow's iframe is narrower than a window): long ids, digests
+        # and evidence lines wrap anywhere rather than widen the table (a step, a kind and a time keep a
+        # readable width); a frame too narrow for even that scrolls
+        # the table inside its own box, never the page.
+        "<style>body{font:13px system-ui,sans-serif;margin:16px}div.frame{max-width:100%;overflow-x:auto}"
+        "table{border-collapse:collapse;width:100%}"
+        "td,th{border:1px solid #ddd;padding:3px 6px;vertical-align:top;text-align:left}"
+        "td{overflow-wrap:anywhere}td.step,td.kind,td.outcome{min-width:7em}td.recorded_at{min-width:10em}"
+        "th{background:#f4f4f4}td.digest,td.run_id,td.holder{font-family:monospace;font-size:11px}.muted{color:#666}"
+        "tr.evidence pre{margin:0;font-size:11px;white-space:pre-wrap;overflow-wrap:anywhere}</style></head><body>"
         f"<h2>Delivery ledger of tenant <code>{html.escape(tenant)}</code></h2>"
         f"<p class=\"muted\">{len(report['events'])} event(s) from {html.escape(redact(report['ledger']))}, in the "
         "order they happened; kept outside Airflow's metadata. "
         f"<a href=\"api/report?tenant={q}&amp;format=json\">JSON</a> · "
         f"<a href=\"api/report?tenant={q}&amp;format=csv\">CSV</a> · <a href=\"./\">all tenants</a></p>"
-        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></body></html>")
+        f"<div class=\"frame\"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div></body></html>")
