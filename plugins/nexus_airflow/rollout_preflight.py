@@ -23,11 +23,23 @@ Invariants (the vocabulary is :mod:`nexus_airflow.rollout`):
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 from nexus_airflow import rollout as ro
+
+
+class TenantLog(logging.LoggerAdapter):
+    """The task log with each line naming its tenant first: the preflight and the plan read several tenants at once,
+    so their lines interleave (issue 51, item 8)."""
+
+    def __init__(self, log, tenant: str) -> None:
+        super().__init__(log, {"tenant": tenant})
+
+    def process(self, msg, kwargs):
+        return f"tenant {self.extra['tenant']}: {msg}", kwargs
 
 
 def run_preflight(params: dict[str, Any], run_id: str, context, log) -> list[dict[str, Any]]:
@@ -63,7 +75,7 @@ def tenant_engine_of(tenant: str, log, airflow: threading.Lock) -> Iterator[Any]
 
     with contextlib.ExitStack() as opened:
         with airflow:
-            engine = opened.enter_context(tenant_engine(conn_id_for(tenant), log))
+            engine = opened.enter_context(tenant_engine(conn_id_for(tenant), TenantLog(log, tenant)))
         yield engine
 
 
@@ -74,11 +86,14 @@ def dry_run_options(values: dict[str, Any], run_id: str, context, log, airflow: 
     from nexus_cutover.projection.dry_run import PlanOptions
 
     conf = renamed_fields(values.get("cutover_conf") or {})
-    judge = holder_state(context, log)
 
-    def locked_state(holder: str) -> str:
-        with airflow:
-            return judge(holder)
+    def state_for(tenant: str):
+        judge = holder_state(context, TenantLog(log, tenant))
+
+        def locked_state(holder: str) -> str:
+            with airflow:
+                return judge(holder)
+        return locked_state
 
     timeout = CUTOVER_FIELDS["lock_timeout"].value(conf, "lock_timeout")
     drain = CUTOVER_FIELDS["drain_timeout"].value(conf, "drain_timeout")
@@ -88,7 +103,7 @@ def dry_run_options(values: dict[str, Any], run_id: str, context, log, airflow: 
         namespace=tenant, holder=holder_of_run(ro.CUTOVER_DAG, ro.run_id_for(run_id, tenant)),
         timeout_s=float(timeout), drain_timeout_s=float(drain), stale_heartbeat_s=float(stale),
         arm_when_drain_below_s=float(arm_below),
-        holder_state=locked_state, take_over=DAG_TAKE_OVER)
+        holder_state=state_for(tenant), take_over=DAG_TAKE_OVER)
 
 
 def stopped_tenants(rows: list[dict[str, Any]] | None) -> dict[str, str]:

@@ -165,8 +165,12 @@ def test_the_plan_reads_every_standing_from_a_bounded_pool_and_an_unreadable_one
 
     names = ["pf_go", "pf_gone", "pf_wait", "pf_none"]
     log = logging.getLogger("test.standings")
-    with caplog.at_level(logging.WARNING, logger="test.standings"):
-        got = standings(names, log, concurrency=2)
+    log.addHandler(caplog.handler)  # also when run alone, before any DAG run set up Airflow's logging
+    try:
+        with caplog.at_level(logging.WARNING, logger="test.standings"):
+            got = standings(names, log, concurrency=2)
+    finally:
+        log.removeHandler(caplog.handler)
     assert list(got) == names
     for name in ("pf_go", "pf_wait"):
         assert got[name] == steps.cutover_standing(fleet[name], name)
@@ -175,3 +179,31 @@ def test_the_plan_reads_every_standing_from_a_bounded_pool_and_an_unreadable_one
     warned = caplog.text
     assert "pf_gone" in warned and "pf_none" in warned and "s3cret" not in warned
     assert standings([], log, concurrency=2) == {}
+
+
+def test_every_line_the_preflight_logs_for_a_tenant_names_it(fleet, caplog):
+    """Issue 51, item 8: the preflight reads tenants several at a time, so their lines interleave in the task log;
+    each line about one tenant's database starts with its name (and still never shows a DSN's password)."""
+    import logging
+
+    from nexus_airflow.rollout_preflight import run_preflight
+
+    tenants = ["pf_go", "pf_wait", "pf_gone", "pf_none"]
+    log = logging.getLogger("test.preflight")
+    log.addHandler(caplog.handler)  # whatever Airflow's logging setup did to propagation before this test
+    try:
+        with caplog.at_level(logging.INFO, logger="test.preflight"):
+            rows = run_preflight({"tenants": tenants, "preflight_concurrency": 3}, "manual__lines", {"ti": None}, log)
+    finally:
+        log.removeHandler(caplog.handler)
+    assert [r["tenant"] for r in rows] == tenants
+    # a set: with propagation on as well, the handler sees each record twice
+    per_tenant = {r.getMessage() for r in caplog.records if "tenant database:" in r.getMessage()
+                  and not r.getMessage().startswith("preflight of")}
+    assert len(per_tenant) == 3, per_tenant  # pf_none has no connection: its row says so
+    for line in per_tenant:
+        named = line.split(":", 1)[0]
+        assert named in {f"tenant {t}" for t in tenants} and f"nexus_tenant_{named.split()[1]}" in line, line
+    table = caplog.records[-1].getMessage()
+    assert table.startswith("preflight of 4 tenant(s)") and all(t in table for t in tenants)
+    assert "s3cret" not in caplog.text
