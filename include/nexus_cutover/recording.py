@@ -208,7 +208,8 @@ def ledger_event(origin: Origin, event: Event):
 
 
 class MetricsSink:
-    """The figures each event carries, tagged with its tenant, through ``send(metric, value, **tags)``."""
+    """The figures each event carries, through ``send(metric, value, **tags)``: tagged with its tenant when the
+    metric is a per-tenant one (:data:`~nexus_cutover.metrics.TENANT_METRICS`), fleet-wide otherwise."""
 
     def __init__(self, send: Callable[..., None]) -> None:
         self.send = send
@@ -216,7 +217,8 @@ class MetricsSink:
     def receive(self, origin: Origin, events: Sequence[Event]) -> None:
         for event in events:
             for metric, value, tags in figures_of(event):
-                self.send(metric, value, tenant=event.tenant or origin.tenant, **tags)
+                tenant = {"tenant": event.tenant or origin.tenant} if "tenant" in metric.tags else {}
+                self.send(metric, value, **tenant, **tags)
 
 
 def step_figures(step: str, result: Any, transition: Transition | None = None) -> list[tuple[Any, float]]:

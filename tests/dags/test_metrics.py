@@ -22,6 +22,7 @@ from sqlalchemy import select
 from nexus_airflow.declared import steps_of
 from nexus_airflow.metrics import ALL
 from nexus_cutover import catalog
+from nexus_cutover.metrics import TENANT_METRICS
 from nexus_cutover.projection.cutover_fence import cutover_fence_in_force
 from nexus_sim.old_runtime import OldRuntimeSimulator, SimulatorConfig, StepReport
 from nexus_sim.scenario import utcnow
@@ -35,6 +36,18 @@ CONFIRM = "Confirm: all old writers stopped"
 PREFIX = "airflow"  # the deployed [metrics] statsd_prefix, which the StatsD exporter's mapping matches
 #: The steps that take _System_Lock rows (namespace lock; the checkpoint also the pack's).
 LOCKED_STEPS = {"arm_fence", "audit_and_checkpoint", "resume_admission"}
+
+
+def _metric_of(line: str):
+    """The declared metric a StatsD line was sent for (the longest declared name its name starts with)."""
+    name = line.split(":", 1)[0].split(".", 1)[1]  # without the prefix
+    return max((m for m in ALL if name == m.name or name.startswith(m.name + ".")), key=lambda m: len(m.name))
+
+
+def _buckets(mapping: list[dict], name: str) -> list[str]:
+    """A histogram's ``le`` values in the exporter's mapping, ``+Inf`` included: one series each."""
+    entry = next(e for e in mapping if e["name"] == name)
+    return [str(b) for b in entry["histogram_options"]["buckets"]] + ["+Inf"]
 
 
 def _run_in_own_process(conf: dict, logical_date: dt.datetime, port: int) -> subprocess.CompletedProcess:
@@ -129,13 +142,13 @@ def test_a_statsd_listener_receives_every_figure_of_a_cutover_run(airflow_db, te
     assert result.state == "success", result.task_states
     got = statsd.values(PREFIX)
 
-    # every step that ran: its duration, tagged (fleet-wide in plain StatsD) and per tenant in the name; a fused
-    # task's steps (the readiness wait and the release: issue 36, item 4) each their own
+    # every step that ran: its duration, fleet-wide by step (issue 49, item 5: no tenant in its name or tags); a
+    # fused task's steps (the readiness wait and the release: issue 36, item 4) each their own
     ran = [t for t, s in result.task_states.items() if s == "success"]
     ran_steps = [step for t in ran for step in steps_of(DAG_ID, t.split("[")[0])]
     steps = set(ran_steps)
     assert {"verify_readiness", "resume_admission"} <= steps and "verify_readiness" not in result.task_states
-    durations = {step: got.get((f"nexus.step.duration.{NS}.{step}.success", "ms")) for step in steps}
+    durations = {step: got.get((f"nexus.step.duration.{step}.success", "ms")) for step in steps}
     assert all(durations.values()), ({s: v for s, v in durations.items() if not v}, sorted(got)[:80])
     assert sum(len(v) for v in durations.values()) == len(ran_steps)  # one per step run (two mapped checkpoints)
     assert len(got[("nexus.step.duration", "ms")]) == len(ran_steps), sorted(k for k in got if "step.duration" in k[0])
@@ -156,10 +169,10 @@ def test_a_statsd_listener_receives_every_figure_of_a_cutover_run(airflow_db, te
     assert 0 < shortest <= pause_ms[0] <= longest <= run_s * 1000, (shortest, pause_ms, longest, run_s)
 
     # lock wait of every locked step, and of no other; never longer than the step
-    locked = {step for step in steps if got.get((f"nexus.lock.wait.{NS}.{step}", "ms"))}
+    locked = {step for step in steps if got.get((f"nexus.lock.wait.{step}", "ms"))}
     assert locked == LOCKED_STEPS, locked
     for step in LOCKED_STEPS:
-        waits = got[(f"nexus.lock.wait.{NS}.{step}", "ms")]
+        waits = got[(f"nexus.lock.wait.{step}", "ms")]
         assert all(0 <= w <= max(durations[step]) for w in waits), (step, waits, durations[step])
 
     # the drain as it went: work remaining at the first poll, none at the last, a rate measured in between
@@ -190,7 +203,14 @@ def test_a_statsd_listener_receives_every_figure_of_a_cutover_run(airflow_db, te
     unmapped = [line for line, sample in exported if sample is None]
     assert {line.split(":")[0] for line in unmapped} <= {f"{PREFIX}.{m.name}" for m in ALL}, unmapped  # the bare names
     samples = [s for _, s in exported if s is not None]
-    assert all(s.labels.get("tenant") == NS for s in samples if s.name != "nexus_ledger_pending"), samples
+    for line, sample in exported:  # a per-tenant metric's series carry the tenant, every other one is fleet-wide
+        if sample is not None:
+            tagged = _metric_of(line) in TENANT_METRICS
+            assert (sample.labels.get("tenant") == NS) if tagged else ("tenant" not in sample.labels), (line, sample)
+    # the series this tenant has in Prometheus: few, whatever the number of steps (issue 49, item 5: ~350 before)
+    tenant_series = {(series, tuple(sorted(s.labels.items())), bucket) for s in samples if s.labels.get("tenant") == NS
+                     for series in s.series for bucket in (_buckets(mapping, s.name) if series.endswith("_bucket") else [None])}
+    assert len(tenant_series) <= 25, sorted(tenant_series)
     # the spool's pending count is this machine's own series (several workers would overwrite one gauge)
     from nexus_cutover.ledger_spool import HOST
     from nexus_cutover.metrics import name_safe
@@ -211,7 +231,8 @@ def test_a_statsd_listener_receives_every_figure_of_a_cutover_run(airflow_db, te
     assert [s.value for s in by_name["nexus_drain_remaining"]] == remaining
     assert {s.labels["step"] for s in by_name["nexus_lock_wait_seconds"]} == LOCKED_STEPS
     print(f"nexus.* over StatsD: run {run_s:.1f} s, admission pause {pause_ms[0] / 1000:.2f} s, lock waits (ms) "
-          + ", ".join(f"{s} {max(got[(f'nexus.lock.wait.{NS}.{s}', 'ms')]):.1f}" for s in sorted(LOCKED_STEPS))
+          + ", ".join(f"{s} {max(got[(f'nexus.lock.wait.{s}', 'ms')]):.1f}" for s in sorted(LOCKED_STEPS))
+          + f", {len(tenant_series)} series of the tenant"
           + f", drain remaining {remaining}, rates {[round(r, 1) for r in rates]}, digest {rate[0]:.0f} rows/s, "
           f"{len(statsd.lines)} StatsD lines")
 

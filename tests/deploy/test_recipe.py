@@ -136,13 +136,13 @@ MUTATIONS = {
                                           ["deploy/helm-values.yaml: airflowLocalSettings does not star-import"]),
     "helm: pool slots": (HELM_VALUES, '{"tidb_reads": {"slots": 2,', '{"tidb_reads": {"slots": 3,',
                          ["deploy/helm-values.yaml: the pools.json of extraConfigMaps is"]),
-    "helm: statsd prefix": (HELM_VALUES, 'match: "airflow.nexus.lock.wait.*.*"', 'match: "af.nexus.lock.wait.*.*"',
-                            ["deploy/helm-values.yaml: the StatsD mapping 'af.nexus.lock.wait.*.*' does not start with",
-                             "deploy/helm-values.yaml: statsd.extraMappings entry 'af.nexus.lock.wait.*.*' is not in "
+    "helm: statsd prefix": (HELM_VALUES, 'match: "airflow.nexus.lock.wait.*"', 'match: "af.nexus.lock.wait.*"',
+                            ["deploy/helm-values.yaml: the StatsD mapping 'af.nexus.lock.wait.*' does not start with",
+                             "deploy/helm-values.yaml: statsd.extraMappings entry 'af.nexus.lock.wait.*' is not in "
                              "deploy/statsd/nexus-mapping.yml",
-                             "deploy/helm-values.yaml: statsd.extraMappings has no entry 'airflow.nexus.lock.wait.*.*' of"]),
+                             "deploy/helm-values.yaml: statsd.extraMappings has no entry 'airflow.nexus.lock.wait.*' of"]),
     "helm: a mapping's name differs": (HELM_VALUES, "      name: nexus_lock_wait_seconds\n", "      name: nexus_lock_wait\n",
-                                       ["deploy/helm-values.yaml: statsd.extraMappings entry 'airflow.nexus.lock.wait.*.*' is"]),
+                                       ["deploy/helm-values.yaml: statsd.extraMappings entry 'airflow.nexus.lock.wait.*' is"]),
     "helm: a mapping left out": (HELM_VALUES, '''    - match: "airflow.nexus.ledger.pending.*"\n      name: nexus_ledger_pending\n'''
                                  '''      ttl: 24h\n      labels:\n        host: "$1"\n''', "",
                                  ["deploy/helm-values.yaml: statsd.extraMappings has no entry 'airflow.nexus.ledger.pending.*' "
@@ -155,7 +155,7 @@ MUTATIONS = {
                                                        "top-level defaults {'ttl': '24h'} of "]),
     "mapping: a ttl the values lack": (STATSD_MAPPING, '    name: nexus_lock_wait_seconds\n    ttl: 24h\n',
                                        '    name: nexus_lock_wait_seconds\n    ttl: 48h\n',
-                                       ["deploy/helm-values.yaml: statsd.extraMappings entry 'airflow.nexus.lock.wait.*.*' is"]),
+                                       ["deploy/helm-values.yaml: statsd.extraMappings entry 'airflow.nexus.lock.wait.*' is"]),
     "mapping: a label renamed": (STATSD_MAPPING, '      reason: "$3"', '      why: "$3"',
                                  ["deploy/helm-values.yaml: statsd.extraMappings entry 'airflow.nexus.step.failed.*.*.*' is"]),
     "dockerfile: another Airflow": (DOCKERFILE, "FROM apache/airflow:3.3.2-python3.11",

@@ -433,11 +433,16 @@ def _assert_metrics_of_the_first_rollout(statsd, run_id: str, names: list[str], 
     for n in names[:2]:
         assert got[(f"nexus.admission.pause.{n}", "ms")] == [pytest.approx(outcomes[n]["admission_pause_s"] * 1000,
                                                                           abs=0.01)]
-        assert got[(f"nexus.step.duration.{n}.final_old_writer_check.success", "ms")]
-        for wait in ("wait_for_drain", "verify_readiness"):  # once, whether it ended in the triggerer or a worker
-            assert len(got[(f"nexus.step.duration.{n}.{wait}.success", "ms")]) == 1, (n, wait)
         assert got[(f"nexus.drain.remaining.{n}", "g")][-1] == 0  # drained: its drain poll says so
-    assert got[(f"nexus.step.duration.{names[2]}.confirm_writers_stopped.failed", "ms")]
+    # the step durations are fleet-wide (issue 49, item 5): one per run that ran the step, whichever process ended
+    # it (a wait that ended in the triggerer or in a worker is counted once); no tenant in their names
+    done = [n for n in names if outcomes[n]["state"] == "success"]
+    assert len(got[("nexus.step.duration.final_old_writer_check.success", "ms")]) == len(done) == 2
+    assert len(got[("nexus.step.duration.verify_readiness.success", "ms")]) == len(done)
+    # the drain passed for the done tenants and for names[2], which stopped later, at its confirmation
+    assert len(got[("nexus.step.duration.wait_for_drain.success", "ms")]) == len(done) + 1
+    assert len(got[("nexus.step.duration.confirm_writers_stopped.failed", "ms")]) == 1
+    assert not [k for k in got if k[0].startswith("nexus.step.duration.") and any(n in k[0] for n in names)]
     assert got[(f"nexus.step.failed.{names[2]}.confirm_writers_stopped.refused", "c")] == [1]  # a stop, by its reason
     assert got.get((f"nexus.rollout.halted.{rollout}", "g")) == [0, 1]  # the second close halted the rollout
 

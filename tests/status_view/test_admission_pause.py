@@ -84,13 +84,13 @@ def test_the_pause_is_the_fence_rows_own_interval_in_the_release_and_the_tenant_
 
 @given(hostile_text(max_size=40))
 def test_metric_names_stay_one_segment_per_tag_for_any_tenant(tenant):
-    from nexus_airflow.metrics import STEP_DURATION, name_safe, named
+    from nexus_airflow.metrics import STEP_FAILED, name_safe, named
 
     segment = name_safe(tenant)
     assert segment and "." not in segment and len(segment) <= 100
     assert all(c.isascii() and (c.isalnum() or c in "_-") for c in segment)
-    name = named(STEP_DURATION, {"tenant": tenant, "step": "task_group.step", "outcome": "success"})
-    assert name.split(".")[:3] == ["nexus", "step", "duration"] and len(name.split(".")) == 3 + 3
+    name = named(STEP_FAILED, {"tenant": tenant, "step": "task_group.step", "reason": "refused"})  # a per-tenant metric
+    assert name.split(".")[:3] == ["nexus", "step", "failed"] and len(name.split(".")) == 3 + 3
 
 
 def test_rollout_progress_and_eta_at_the_measured_pace():

@@ -443,5 +443,5 @@ def test_field_history_stops_at_stage_1_names_the_producer_upgrade_and_reaches_s
     assert "BadInput" not in view["text"]
     # make airflow's metrics: the nexus.* lines the runs sent, in the file the banner names (runbook)
     metrics = demo.metrics.path.read_text()
-    assert f"nexus.step.duration.{TENANT}.stage_3.success" in metrics, metrics[-2000:]
+    assert "nexus.step.duration.stage_3.success" in metrics, metrics[-2000:]  # fleet-wide: by step, no tenant
     assert f"nexus.admission.pause.{TENANT}" in metrics, metrics[-2000:]
