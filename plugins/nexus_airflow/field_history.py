@@ -43,8 +43,9 @@ from nexus_airflow.sensors import StatusPollSensor
 from nexus_cutover import settings
 
 VERSION_PATTERN = r"^\d+(\.\d+)*$"
-#: What an empty ``target_stage`` means (:func:`target_stage_of`).
-STAGE_BY_RELEASES = "3 with a producer-cutover release, else 1"
+#: What an empty ``target_stage`` means (:func:`target_stage_of`), as the form's empty choice reads: no digit, so a
+#: person typing a stage's number into the choice picks that stage, not the default.
+STAGE_BY_RELEASES = "as far as the releases given allow"
 OPTIONAL_VERSION_PATTERN = r"^$|^\d+(\.\d+)*$"
 
 
