@@ -132,7 +132,7 @@ def plan(params: dict[str, Any] | None = None, run_id: str | None = None, dag_ru
         raise DownstreamTasksSkipped(tasks=unused)
 
 
-@task
+@task(show_return_value_in_logs=False)  # the task logs its lanes itself; the value is the XCom
 def open_wave(wave: int, params: dict[str, Any] | None = None, run_id: str | None = None, ti=None) -> list[dict[str, Any]]:
     import logging
 
@@ -142,8 +142,9 @@ def open_wave(wave: int, params: dict[str, Any] | None = None, run_id: str | Non
 
 
 # multiple_outputs=False: a dict return would otherwise be spread into one XCom per key, and its "wave" key
-# would overwrite the wave's outcome (XCom ``wave``)
-@task(trigger_rule=TriggerRule.NONE_SKIPPED, multiple_outputs=False)
+# would overwrite the wave's outcome (XCom ``wave``). show_return_value_in_logs=False: Airflow would log the value
+# as a Python dict (issue 51, item 9); these tasks log their outcome as lines a person reads.
+@task(trigger_rule=TriggerRule.NONE_SKIPPED, multiple_outputs=False, show_return_value_in_logs=False)
 def close_wave(wave: int, run_id: str | None = None, ti=None) -> dict[str, Any]:
     import logging
 
@@ -152,7 +153,7 @@ def close_wave(wave: int, run_id: str | None = None, ti=None) -> dict[str, Any]:
     return _close(wave, run_id, ti, logging.getLogger("nexus.rollout"))
 
 
-@task(trigger_rule=TriggerRule.ALL_DONE, multiple_outputs=False)
+@task(trigger_rule=TriggerRule.ALL_DONE, multiple_outputs=False, show_return_value_in_logs=False)
 def summary(run_id: str | None = None, ti=None) -> dict[str, Any]:
     """Every tenant's outcome, logged as a table; fails the rollout unless every planned tenant succeeded."""
     import logging

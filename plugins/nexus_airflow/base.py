@@ -113,8 +113,36 @@ def stop(context, log, message: str, report: Any = None, *, next_action: str | N
     if report is not None:
         if "ti" in context:  # every task run has one; a bare unit call of a callback may not
             context["ti"].xcom_push(key="report", value=report)
-        log.info("report (XCom report):\n%s", report if isinstance(report, str) else json.dumps(report, indent=2, default=str))
+        log.info("report (XCom report):\n%s", report if isinstance(report, str) else fact_lines(report))
     raise stopped(log, message, code)
+
+
+def fact_lines(report: Any, most: int = 50) -> str:
+    """A report as a person reads it in a task log (issue 51, item 9): one fact per line, ``key: value``, a table's
+    rows one per line (the first ``most``; the whole is the XCom), never a Python dict or a JSON block."""
+    def fact(value: Any) -> str:
+        if value is None:
+            return "none"
+        if isinstance(value, (list, tuple)) and all(not isinstance(v, (dict, list, tuple)) for v in value):
+            return ", ".join(fact(v) for v in value) or "none"
+        if isinstance(value, (dict, list, tuple)):
+            return json.dumps(value, default=str)
+        return str(value)
+
+    if not isinstance(report, dict):
+        return fact(report)
+    lines: list[str] = []
+    for key, value in report.items():
+        if isinstance(value, dict) and value:
+            lines += [f"{key}:", *(f"  {k}: {fact(v)}" for k, v in value.items())]
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, dict) for v in value):
+            lines.append(f"{key}: {len(value)}")
+            lines += ["  - " + "; ".join(f"{k} {fact(v)}" for k, v in row.items()) for row in value[:most]]
+            if len(value) > most:
+                lines.append(f"  ... and {len(value) - most} more (XCom report)")
+        else:
+            lines.append(f"{key}: {fact(value)}")
+    return "\n".join(lines)
 
 
 def stopped(log, message: str, code: int = 3) -> TaskStopped:

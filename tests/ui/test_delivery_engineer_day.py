@@ -445,3 +445,25 @@ def test_field_history_stops_at_stage_1_names_the_producer_upgrade_and_reaches_s
     metrics = demo.metrics.path.read_text()
     assert "nexus.step.duration.stage_3.success" in metrics, metrics[-2000:]  # fleet-wide: by step, no tenant
     assert f"nexus.admission.pause.{TENANT}" in metrics, metrics[-2000:]
+
+
+#: What a Python value looks like when a log line prints it whole: a dict, a list, a datetime (issue 51, item 9).
+PYTHON_REPR = re.compile(r"\{'|\['|\[\{|datetime\.datetime\(|Decimal\(")
+
+
+def test_no_task_log_line_of_the_day_prints_a_python_value(demo):
+    """Issue 51, item 9: every task log of the day's runs (cutover, reject and retry, back-out, Field History, the
+    rollout), as the log pane shows them: one fact per line, never a Python dict, list or datetime printed whole
+    (a stop's report is ``key: value`` lines; Airflow's "Returned value was" is off for the rollout's tasks)."""
+    found = {}
+    logs = sorted((demo.stack.home / "logs").rglob("attempt=*.log"))
+    assert len(logs) > 30, logs  # the day ran: its flows' tasks each left a log
+    for path in logs:
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                event = str(json.loads(line).get("event", ""))
+            except ValueError:
+                event = line
+            if PYTHON_REPR.search(event):
+                found.setdefault(str(path.relative_to(demo.stack.home)), event[:300])
+    assert not found, found

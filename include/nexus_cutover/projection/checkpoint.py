@@ -333,7 +333,7 @@ def run_checkpoint(
     if dry_run:
         return _preview(engine, pack_install_id, namespace, deadline, written_by, batch_size, fence_planned)
     names = lifecycle_lock_names(namespace, [pack_install_id])
-    log.info("pack %s: taking locks %s (timeout %.0fs)", pack_install_id, names, timeout_s)
+    log.info("pack %s: taking locks %s (timeout %.0fs)", pack_install_id, ", ".join(names), timeout_s)
 
     def decide_and_write(conn: Connection) -> CheckpointResult:
         existing, report = _decide(conn, pack_install_id, namespace, deadline, batch_size, for_update=True,
