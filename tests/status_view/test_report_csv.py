@@ -52,20 +52,6 @@ def ledger_url(request, tmp_path):
     return url, _postgres_connection(url)
 
 
-@pytest.fixture
-def client():
-    """The plugin's app with its permission checks passed (see the module's docstring)."""
-    from fastapi.testclient import TestClient
-    from nexus_status.app import TENANT_READS, app
-
-    for dependency in TENANT_READS:
-        app.dependency_overrides[dependency.dependency] = lambda: None
-    try:
-        yield TestClient(app)
-    finally:
-        app.dependency_overrides.clear()
-
-
 def test_the_report_download_neutralises_every_formula_cell(ledger_url, client, monkeypatch):
     url, conn = ledger_url
     monkeypatch.setenv("AIRFLOW_CONN_NEXUS_LEDGER", conn)

@@ -9,8 +9,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 
-import pytest
-
 from nexus_cutover import ledger as L
 from tests.dags.airflow_harness import connection_json
 from tests.ui.browser import Person
@@ -19,19 +17,6 @@ T0 = dt.datetime(2026, 12, 7, 8, 0, 0, tzinfo=dt.UTC)
 TENANT = "tenant-with-a-rather-long-name-0042"
 RUN = f"rollout__manual__2026-12-07T08:00:00.123456+00:00__{TENANT}"
 HOLDER = f"airflow:connector_projection_cutover:{RUN}"
-
-
-@pytest.fixture
-def client():
-    from fastapi.testclient import TestClient
-    from nexus_status.app import TENANT_READS, app
-
-    for dependency in TENANT_READS:
-        app.dependency_overrides[dependency.dependency] = lambda: None
-    try:
-        yield TestClient(app)
-    finally:
-        app.dependency_overrides.clear()
 
 
 def _events() -> list[L.LedgerEvent]:
