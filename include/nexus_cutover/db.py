@@ -43,6 +43,8 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
+import pymysql
+from pymysql.constants import CLIENT
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL
@@ -219,7 +221,6 @@ class _TlsConnector:
                 files = {"ca": settings.ca, "cert": settings.cert, "key": settings.key}
                 cparams["ssl"] = {k: v for k, v in files.items() if v}
             return None
-        import pymysql
 
         if settings.mode == "DISABLED":
             cparams["ssl_disabled"] = True
@@ -250,8 +251,6 @@ def _pymysql_connection_class():
     without TLS (tests/tls/test_tls_modes.py keeps that observation as a test: when it fails, PyMySQL refuses by
     itself and this class can go). The server's capabilities are known only inside the handshake, so the refusal
     lives at that point, before any credential is sent."""
-    import pymysql
-    from pymysql.constants import CLIENT
 
     class TlsCheckedConnection(pymysql.connections.Connection):
         def __init__(self, *args, nexus_tls: tls.TlsSettings, nexus_where: str, **kwargs) -> None:

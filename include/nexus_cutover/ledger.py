@@ -49,6 +49,7 @@ from sqlalchemy import (
     Table,
     Text,
     create_engine,
+    inspect,
     select,
 )
 from sqlalchemy import exc as sa_exc
@@ -56,7 +57,12 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import URL, make_url
 
 from .clock import utc_text
-from .db import DSN_ENV_LEDGER, is_write_conflict, mask_dsn
+from .db import (
+    DSN_ENV_LEDGER,
+    is_write_conflict,
+    make_engine,  # TLS as the tenant connections have it, the session checked
+    mask_dsn,
+)
 from .errors import BadInput, Unreachable
 from .events import (  # re-exported: the ledger's readers name the kinds from here
     ANSWER,
@@ -79,6 +85,7 @@ from .events import (  # re-exported: the ledger's readers name the kinds from h
     digest_of,
 )
 from .events import LEDGER_KINDS as KINDS
+from .spreadsheet import safe_cell
 
 __all__ = ["ANSWER", "BACKED_OUT", "CHECKPOINT", "DIGEST_TAKEN", "DIGEST_VERIFIED", "DRAIN_DONE", "DSN_ENV_LEDGER", "EVIDENCE_SHOWN",
            "FENCE_ADOPTED", "FENCE_ARMED", "FENCE_RELEASED", "FENCE_REUSED", "GATE_PASSED", "HOST_STARTED", "KINDS",
@@ -237,7 +244,6 @@ def ledger_engine(dsn: str | URL, *, timeout_s: float = DEFAULT_TIMEOUT_S, creat
         os.makedirs(os.path.dirname(os.path.abspath(url.database)), exist_ok=True)
         return create_engine(url, connect_args={"timeout": timeout_s, "check_same_thread": False})
     if url.drivername.split("+")[0] in _MYSQL:
-        from .db import make_engine  # TLS as the tenant connections have it, the session checked
 
         return make_engine(url, connect_timeout=timeout_s)
     if url.drivername == "postgresql":
@@ -258,8 +264,6 @@ def ensure_table(engine: Engine) -> None:
     try:
         _metadata.create_all(engine, checkfirst=True)
     except sa_exc.DBAPIError:  # another process created it between the check and the CREATE: fine if it is there now
-        from sqlalchemy import inspect
-
         if TABLE not in inspect(engine).get_table_names():
             raise
     _ready.add(where)
@@ -316,7 +320,6 @@ REPORT_LIMIT = 100_000
 def history(engine: Engine, tenant: str, *, limit: int = REPORT_LIMIT) -> list[dict[str, Any]]:
     """Every event of ``tenant`` in order (``recorded_at``, ``seq``, key), on the index (tenant, recorded_at, seq);
     an empty list when the ledger has no table yet. Times are ISO 8601 UTC; ``detail`` is parsed."""
-    from sqlalchemy import inspect
 
     if not tenant:
         raise BadInput("report: give the tenant (-namespace)")
@@ -346,7 +349,6 @@ def to_csv(rows: Iterable[dict[str, Any]]) -> str:
     JSON text. A text cell a spreadsheet would run as a formula (a reason, an actor, a step starting with ``=``,
     ``+``, ``-``, ``@``, a tab or a carriage return) gets a leading ``'`` (:func:`nexus_cutover.spreadsheet.safe_cell`,
     the preflight's rule); numbers (``map_index`` -1, a cutoff) are written as numbers."""
-    from .spreadsheet import safe_cell
 
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\r\n", extrasaction="ignore")

@@ -29,6 +29,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from . import events as E
+from .errors import BadInput
+
 log = logging.getLogger(__name__)
 
 __all__ = ["ADMISSION_PAUSE", "ALL", "TENANT_METRICS", "COUNTER", "DIGEST_ROWS_PER_S", "DRAIN_ETA", "DRAIN_RATE", "DRAIN_REMAINING",
@@ -152,7 +155,6 @@ def figures_of(event) -> list[tuple[Metric, float, dict[str, Any]]]:
     a step's duration and lock wait when it passed or stopped (and its failure by reason), the fence's arming time
     while the run holds it (0 from every release, whichever path released it), the admission pause of a release,
     the digest's rows per second, the drain's remaining work, rate and ETA at each look."""
-    from . import events as E
 
     kind, step, detail = event.kind, event.step, event.detail or {}
     out: list[tuple[Metric, float, dict[str, Any]]] = []
@@ -242,7 +244,6 @@ class StatsdSender:
     def __init__(self, address: str, prefix: str = "airflow") -> None:
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit():
-            from .errors import BadInput
 
             raise BadInput(f"NEXUS_STATSD={address!r}: give host:port, e.g. localhost:8125")
         self.target = (host, int(port))

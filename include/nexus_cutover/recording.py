@@ -37,8 +37,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from . import events as E
+from . import ledger_spool
 from .events import Event
+from .field_history.transition import FIELD_HISTORY
+from .ledger import LedgerEvent
+from .locks import metering
 from .metrics import figures_of
+from .projection.transition import CUTOVER
 from .transition import Transition
 
 log = logging.getLogger(__name__)
@@ -142,8 +147,6 @@ class StepClock:
     and how it ended, recorded once (:attr:`settled`)."""
 
     def __init__(self, recorder: Recorder, step: str) -> None:
-        from .locks import metering
-
         self.recorder, self.step = recorder, step
         self.meter = metering()
         self.started = time.monotonic()
@@ -186,8 +189,6 @@ class LedgerSink:
         self.dsn, self.where, self.send = dsn, where, send
 
     def receive(self, origin: Origin, events: Sequence[Event]) -> None:
-        from . import ledger_spool
-
         rows = [ledger_event(origin, e) for e in events if e.recorded]
         if rows:
             ledger_spool.record(rows, self.dsn, where=self.where,
@@ -196,7 +197,6 @@ class LedgerSink:
 
 def ledger_event(origin: Origin, event: Event):
     """``event`` as a :class:`~nexus_cutover.ledger.LedgerEvent` of ``origin``'s run."""
-    from .ledger import LedgerEvent
 
     when = event.at or dt.datetime.now(dt.UTC)
     return LedgerEvent(
@@ -225,8 +225,6 @@ def step_figures(step: str, result: Any, transition: Transition | None = None) -
     """The figures a declared step's result carries (its records' events' figures; the cutover's or Field History's
     step when ``transition`` is not given): what a metrics sink sends for it besides its duration."""
     if transition is None:
-        from .field_history.transition import FIELD_HISTORY
-        from .projection.transition import CUTOVER
 
         transition = CUTOVER if CUTOVER.get(step) is not None else FIELD_HISTORY
     return [(metric, value) for event in records_of(transition, step, result) for metric, value, _ in figures_of(event)]

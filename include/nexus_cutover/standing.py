@@ -23,6 +23,14 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
+from . import schema, tx
+from .above_cutoff import namespace_above_cutoff
+from .admission_fences import cutover_fences, fences_in_force
+from .catalog import ConnectorProjectionProtocol
+from .clock import utcnow
+from .protocol_row import active_protocol_rows
+from .runtime.activation import active_packs
+
 
 def is_cut_over(*, packs: int, checkpointed: int, cutover_fences: int, above_cutoff: int) -> bool:
     """The definition (module docstring), from counts: ``packs`` active, ``checkpointed`` of them with their
@@ -54,13 +62,6 @@ class Standing:
 
 def read_standing(bind: Engine | Connection, namespace: str) -> Standing:
     """The tenant's :class:`Standing` (read only, through the read path: driver errors leave as contract errors)."""
-    from . import schema, tx
-    from .above_cutoff import namespace_above_cutoff
-    from .admission_fences import cutover_fences, fences_in_force
-    from .catalog import ConnectorProjectionProtocol
-    from .clock import utcnow
-    from .protocol_row import active_protocol_rows
-    from .runtime.activation import active_packs
 
     with tx.reading(bind, f"reading where namespace {namespace!r} stands") as conn:
         packs = active_packs(conn, namespace)

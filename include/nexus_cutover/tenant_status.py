@@ -19,11 +19,21 @@ from typing import Any
 from sqlalchemy import Engine, func, select
 
 from . import catalog, tx
+from .above_cutoff import packs_above_cutoff
 from .admission_fences import cutover_fences, fences_in_force
 from .clock import utc_text, utcnow
+from .code_version import version_in_reason
 from .db import make_engine, translate_errors
 from .errors import CutoverError
+from .field_history.status import read_status
 from .liveness import DEFAULT_STALE_HEARTBEAT_S
+from .projection.cutover_fence import admission_pause_s, last_released_cutover_fence
+from .projection.drain import drain_report
+from .projection.writers import readiness
+from .protocol_row import active_protocol_rows
+from .runtime.activation import active_packs
+from .schema import has_column, has_table
+from .standing import is_cut_over
 
 STALE_HEARTBEAT = dt.timedelta(seconds=DEFAULT_STALE_HEARTBEAT_S)
 
@@ -48,8 +58,6 @@ def _reachable(engine: Engine) -> None:
 def _fence(engine: Engine, ns: str) -> dict[str, Any]:
     """The fence section; ``holder`` is who holds the cutover fence in force, ``last_holder`` who released the
     last one (the run a person wants to read about: the one that holds the tenant or last changed it)."""
-    from .code_version import version_in_reason
-    from .projection.cutover_fence import admission_pause_s, last_released_cutover_fence
 
     with tx.reading(engine, "reading the admission fences") as conn:
         fences = fences_in_force(conn, ns, utcnow())
@@ -81,8 +89,6 @@ def _fence(engine: Engine, ns: str) -> dict[str, Any]:
 
 
 def _drain(engine: Engine, ns: str) -> dict[str, Any]:
-    from .projection.drain import drain_report
-
     r = drain_report(engine, ns, deadline=utcnow() + dt.timedelta(hours=1), stale_heartbeat=STALE_HEARTBEAT,
                      sample_limit=5)
     return {"remaining": r.remaining, "counts": dict(r.counts), "state": r.state, "text": r.counts_text(),
@@ -93,10 +99,6 @@ def _drain(engine: Engine, ns: str) -> dict[str, Any]:
 def _packs(engine: Engine, ns: str) -> list[dict[str, Any]]:
     """Every active pack with its checkpoint and its old work above the cutoff: a few statements whatever the
     number of packs (a namespace may hold thousands; one read-only transaction, TiDB bounds its statements)."""
-    from .above_cutoff import packs_above_cutoff
-    from .protocol_row import active_protocol_rows
-    from .runtime.activation import active_packs
-    from .schema import has_table
 
     out = []
     with tx.reading(engine, "reading the packs and their checkpoints") as conn:
@@ -120,8 +122,6 @@ def _packs(engine: Engine, ns: str) -> list[dict[str, Any]]:
 
 
 def _hosts(engine: Engine, ns: str) -> dict[str, Any]:
-    from .projection.writers import readiness
-
     r = readiness(engine, ns, stale_heartbeat=STALE_HEARTBEAT)
     hosts = [{k: h[k] for k in ("process_id", "state", "binary_version", "activated_at", "heartbeat_age_s")}
              for h in r.hosts]
@@ -155,9 +155,6 @@ def field_history_stage(d: dict[str, Any], *, switches_final: bool) -> tuple[int
 
 
 def _field_history(engine: Engine, ns: str) -> dict[str, Any]:
-    from .field_history.status import read_status
-    from .schema import has_column
-
     if not has_column(engine, catalog.FIELD_HISTORY_ELIGIBLE):
         return {"stage": 0, "stage_text": "stage 0: FieldHistoryEligible column absent"}
     status = read_status(engine, ns)
@@ -204,7 +201,6 @@ def phase(state: dict[str, Any]) -> str:
     or several cutover fences are in force; either needs a person's decision, nothing goes on by itself.
     ``cut over``: the one definition (:func:`nexus_cutover.standing.is_cut_over`), as the rollout and ``plan``
     read it; the new host's health is its own section."""
-    from .standing import is_cut_over
 
     packs = state.get("packs") or []
     all_cut = bool(packs) and all(p["checkpoint"] for p in packs)

@@ -10,16 +10,19 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import shlex
 import subprocess
 import sys
 from typing import Any
 
 from .. import polling, settings
 from ..clock import utcnow
+from ..db import host_environment
 from ..errors import BadInput
 from ..events import run_ended
 from ..metrics import failure_reason
 from ..projection import dry_run, steps
+from ..projection.next_actions import next_action
 from ..projection.transition import CUTOVER
 from ..recording import timed
 from ..transition import PROCEED, Outcome, Transition, Verdict, verdict_line
@@ -116,8 +119,6 @@ def _run_declared(c: Command, run: steps.CutoverRun, step, results: steps.Result
 
 
 def _stop_message(step: str, result) -> str:
-    from ..projection.next_actions import next_action
-
     reason = result.stop_message.rstrip().rstrip(".")
     return f"{step}: {reason}." if "Next:" in reason else f"{step}: {reason}. Next: {next_action(step)}."
 
@@ -166,10 +167,6 @@ def _start_new_host(c: Command) -> dict[str, Any]:
 def _start_host(command: str) -> int:
     """Start the new host detached, with the tenant DSN in its environment only (and no other secret of ours:
     :func:`nexus_cutover.db.host_environment`)."""
-    import shlex
-
-    from ..db import host_environment
-
     env = host_environment(os.environ, settings.value("tenant_dsn") or "")
     proc = subprocess.Popen(shlex.split(command), env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

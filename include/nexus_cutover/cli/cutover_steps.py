@@ -26,15 +26,19 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .. import polling, settings, tx
+from .. import ledger, polling, settings, tx
 from ..clock import utc_text, utcnow
-from ..db import DSN_ENV_TENANT, dsn_from_env, make_engine, mask_dsn
+from ..db import DSN_ENV_TENANT, dsn_from_env, make_engine, mask_dsn, tls_line, tls_report
 from ..errors import BadInput
 from ..holders import same_holder
+from ..ledger import DSN_ENV_LEDGER, ledger_engine
 from ..liveness import DEFAULT_STALE_HEARTBEAT_S
+from ..namespaces import require_known_namespace
 from ..projection import steps
 from ..projection.digest_limits import DEFAULT_DIGEST_CONNECTIONS, MAX_DIGEST_CONNECTIONS
 from ..projection.transition import BACK_OUT, CUTOVER, DEFAULT_ARM_WHEN_DRAIN_BELOW_S
+from ..schema import require_tenant_schema
+from ..tenant_status import read_tenant_state
 from ..transition import Outcome
 from ..watch import WAITING
 from . import writers_stop
@@ -274,11 +278,6 @@ def _has_release(c: Command) -> bool:
 
 
 def cmd_status(c: Command) -> tuple[int, dict[str, Any]]:
-    from ..db import tls_line, tls_report
-    from ..namespaces import require_known_namespace
-    from ..schema import require_tenant_schema
-    from ..tenant_status import read_tenant_state
-
     # The view shows an unreadable section as such; the command first refuses, as every other command does (exit 2),
     # a session unfit for any command (db.session_problem), a database without the tenant schema and a namespace the
     # database does not have (a mistyped one), rather than print the refusal into every section and exit 0.
@@ -309,7 +308,6 @@ def cmd_status(c: Command) -> tuple[int, dict[str, Any]]:
 def cmd_report(c: Command) -> tuple[int, dict[str, Any]]:
     """The tenant's whole history from the delivery ledger (``NEXUS_LEDGER_DSN``), in order: text lines, ``-json``
     or ``-csv`` (a file a reviewer keeps). Read only; it needs no tenant database and no Airflow."""
-    from .. import ledger
 
     rows = ledger.history(c.engine, c.args.namespace)
     if c.args.csv:
@@ -437,8 +435,6 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         if "ledger" in COMMANDS[args.command][2]:  # the ledger's own database, never the tenant's
-            from ..ledger import DSN_ENV_LEDGER, ledger_engine
-
             dsn = settings.value("ledger_dsn")
             if not dsn:
                 raise BadInput(f"no delivery ledger given: set {DSN_ENV_LEDGER} to its SQLAlchemy URL (the Airflow "

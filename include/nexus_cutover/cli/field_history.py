@@ -35,12 +35,23 @@ import argparse
 import logging
 import sys
 
-from ..db import DSN_ENV_TENANT, Deadline, dsn_from_env, make_engine, mask_dsn
+from ..db import DSN_ENV_TENANT, Deadline, dsn_from_env, make_engine, mask_dsn, tls_line
 from ..errors import ReadEquivalenceBroken
-from ..field_history.steps import DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE, FieldHistoryStatus, materialize, read_status
-from ..field_history.transition import FIELD_HISTORY
+from ..field_history.steps import (
+    DEFAULT_BATCH_SIZE,
+    MAX_BATCH_SIZE,
+    FieldHistoryRun,
+    FieldHistoryStatus,
+    materialize,
+    read_status,
+    run_step,
+    stage_3_check,
+)
+from ..field_history.transition import FIELD_HISTORY, steps_of_stage
 from ..metrics import failure_reason
 from ..recording import timed
+from ..transition import Kind, Outcome
+from ..tx import connection_tls
 from .common import (
     configure_logging,
     default_holder,
@@ -109,7 +120,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def field_history_run(args, engine):
     """The :class:`~nexus_cutover.field_history.steps.FieldHistoryRun` of a stage command's flags."""
-    from ..field_history.steps import FieldHistoryRun
 
     return FieldHistoryRun(engine, namespace=args.namespace, stage1_release=getattr(args, "stage1_release", "") or "",
                            producer_release=getattr(args, "producer_release", "") or "",
@@ -121,11 +131,6 @@ def field_history_run(args, engine):
 def _run_gate(args, engine) -> tuple[int, dict]:
     """The declared steps of one stage, in order, each step's body as the DAG runs it (the outbox drain looked at
     once, not waited for): (exit code, the report(s)). The first step that does not proceed ends the stage."""
-    from ..db import tls_line
-    from ..field_history.steps import run_step
-    from ..field_history.transition import steps_of_stage
-    from ..transition import Kind, Outcome
-    from ..tx import connection_tls
 
     fields = {"tls": connection_tls(engine)}  # what the command reached the tenant with (mode, TLS version; no key)
     log.info("%s", tls_line(fields["tls"]))
@@ -174,7 +179,6 @@ def _print_status(st: FieldHistoryStatus) -> None:
 
 def _check_stage_3(engine, args) -> int:
     """``stage3 -check``: what stage 3 would do, read-only, by its own rules; exits with the code stage 3 would give."""
-    from ..field_history.steps import stage_3_check
 
     found = stage_3_check(engine, producer_release=args.producer_release, namespace=args.namespace)
     if args.json:

@@ -23,15 +23,16 @@ from typing import Any
 from sqlalchemy import Engine
 
 from .. import events as E
-from ..db import Deadline
+from ..db import Deadline, tls_line
 from ..events import Event
 from ..transition import Outcome, StepResult
+from ..tx import connection_tls
 from ..watch import WAITING, Watch
 from . import gates
 from .gates import stage_3_check
 from .materialize import DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE, materialize
 from .prerequisites import next_stage_action
-from .status import FieldHistoryStatus, read_status
+from .status import FieldHistoryStatus, read_status, render_comparison
 from .transition import FIELD_HISTORY
 
 #: The door: what the command line and the Airflow adapter use of Field History (the declaration is
@@ -79,8 +80,6 @@ def stage_1(run: FieldHistoryRun) -> StepResult:
     """The nullable column (added if absent), and every runtime_api / audit_outbox_worker on the stage-1 release.
     As a DAG run's first step it reports the TLS its tenant connection uses (:func:`nexus_cutover.tx.connection_tls`):
     a line and the result keyed ``tls`` (XCom); the stage commands report it themselves (their ``tls`` field)."""
-    from ..db import tls_line
-    from ..tx import connection_tls
 
     result = _gate("stage_1", gates.stage_1(run.engine, stage1_release=run.stage1_release, namespace=run.namespace))
     tenant_tls = connection_tls(run.engine)
@@ -113,7 +112,6 @@ def stage_2_materialize(run: FieldHistoryRun) -> StepResult:
 def stage_3(run: FieldHistoryRun) -> StepResult:
     """The read switch, under the settings row's lock, only while every switch rule holds (with the whole-table
     read comparison in its report)."""
-    from .status import render_comparison
 
     report = gates.stage_3(run.engine, producer_release=run.producer_release, updated_by=run.updated_by,
                            namespace=run.namespace, deadline=Deadline(run.switch_timeout_s))

@@ -42,6 +42,7 @@ from .. import schema
 from ..clock import utcnow
 from ..db import Deadline
 from ..errors import Refused
+from ..standing import read_standing
 from . import cutover_fence, writers
 from .checkpoint import CheckpointResult, run_checkpoint
 from .digest.compute import compute_digest
@@ -283,6 +284,5 @@ def cutover_standing(engine: Engine, namespace: str) -> dict[str, Any]:
     deciding whether to run it again and for ``plan``. ``cut_over`` is the one definition
     (:func:`nexus_cutover.standing.is_cut_over`); ``old_work_above_cutoff``: one entry per pack that holds some,
     a stop needing a separately reviewed recovery decision, never "cut over"."""
-    from ..standing import read_standing
 
     return read_standing(engine, namespace).as_json()

@@ -32,6 +32,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from ..db import make_engine
 from ..errors import BadInput, CutoverError
 from ..spreadsheet import safe_cell
 from .dry_run import PlanOptions, plan
@@ -156,7 +157,6 @@ def to_csv(rows: Sequence[dict[str, Any]]) -> str:
 @contextlib.contextmanager
 def engine_of(url: str, *, connect_timeout: float = 10.0):
     """An engine on ``url`` for one tenant's read, disposed afterwards (tests, bench and the command line)."""
-    from ..db import make_engine
 
     engine = make_engine(url, connect_timeout=connect_timeout)
     try:

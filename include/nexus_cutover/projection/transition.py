@@ -47,7 +47,7 @@ def drain_verdict(report: dict[str, Any]) -> Verdict:
     if report["state"] == "drained":
         return PROCEED
     if report["state"] == "stuck":
-        from .drain import blockers_text
+        from .drain import blockers_text  # noqa: PLC0415 - the DAG files import the declaration at parse: kept light
 
         blockers = blockers_text(report.get("blocker_totals") or {})
         return Verdict(Outcome.STOP, "the drain is stuck: " + (blockers or "drain_timeout reached"),

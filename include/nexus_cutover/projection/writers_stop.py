@@ -31,6 +31,7 @@ Invariants:
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime as dt
 import json
@@ -45,9 +46,11 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from .. import settings
 from ..clock import utcnow
+from ..dsn import MASK, hide_dsn_secrets, host_environment, is_secret_parameter
 from ..errors import BadInput
 
 MANUAL, COMMAND, HTTP = "manual", "command", "http"
@@ -199,8 +202,6 @@ def answer_markdown(answer: Mapping[str, Any]) -> str:
 
 def _without_credentials(url: str) -> tuple[str, dict[str, str]]:
     """A URL's ``user:password@`` as a basic ``Authorization`` header, and the URL without it (never shown)."""
-    import base64
-    from urllib.parse import unquote, urlsplit, urlunsplit
 
     parts = urlsplit(url)
     if parts.username is None:
@@ -214,10 +215,6 @@ def _without_credentials(url: str) -> tuple[str, dict[str, str]]:
 def shown_url(url: str) -> str:
     """``url`` as a person, a log and the ledger may see it: a password and every query parameter named like a
     secret (a token, a key) as ``***``."""
-    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
-
-    from ..dsn import MASK, is_secret_parameter
-
     try:
         parts = urlsplit(url)
         netloc = parts.netloc
@@ -243,7 +240,6 @@ def run_controller(c: WritersStopController, tenant: str, *, body: Mapping[str, 
     else:
         raise BadInput("a manual writer stop runs nothing: a person stops the old writers")
     if hide:
-        from ..dsn import hide_dsn_secrets
 
         answer.output_tail = hide_dsn_secrets(answer.output_tail, hide)
     return answer
@@ -254,8 +250,6 @@ def _tail(data: bytes) -> str:
 
 
 def _run_command(c: WritersStopController, tenant: str) -> WritersStopAnswer:
-    from ..dsn import host_environment
-
     argv = c.argv_for(tenant)
     env = {**host_environment(os.environ, ""), TENANT_ENV: tenant}  # no DSN, no secret of ours
     started = utcnow()

@@ -11,9 +11,12 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from ... import tx
 from ...errors import Refused
 from ...liveness import DEFAULT_STALE_HEARTBEAT_S
+from ...protocol_row import read_protocol_row
 from ...recording import NOT_RECORDING, Recorder
+from ...schema import missing_projection_schema
 from ...transition import Outcome, StepResult, Transition, Verdict
 from .. import cutover_fence
 from ..cutover_fence import (
@@ -107,8 +110,6 @@ class CutoverRun:
         return cutover_fence.FenceResult.from_json(raw) if isinstance(raw, dict) and "outcome" in raw else None
 
     def missing_schema(self) -> list[str]:
-        from ...schema import missing_projection_schema
-
         return missing_projection_schema(self.engine)
 
 
@@ -133,8 +134,6 @@ class Results:
 def fence_and_checkpoints(engine: Engine, namespace: str, packs: list[str]) -> tuple[dict[str, Any] | None, list[str]]:
     """Read only: the cutover fence in force (its row, or None) and which of ``packs`` are checkpointed, in one
     read: what a stop message says is true of the tenant now."""
-    from ... import tx
-    from ...protocol_row import read_protocol_row
 
     with tx.reading(engine, "reading the tenant's state") as conn:
         fence = cutover_fence_in_force(conn, namespace)

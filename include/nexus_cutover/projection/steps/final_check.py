@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from ... import events as E
+from ... import tx
 from ...clock import utcnow
 from ...events import Event
 from ...transition import Outcome, StepResult, Verdict
@@ -66,8 +67,6 @@ def _cutoffs(run: CutoverRun) -> dict[str, int | None]:
 
 
 def _released_at(run: CutoverRun) -> dt.datetime | StepResult:
-    from ... import tx
-
     fence = run.fence()
     if fence is not None and fence.not_needed and fence.fence_id is None:
         return utcnow()  # no release to date: look at live ones

@@ -4,7 +4,9 @@ uses) and ``apply_schema`` (the additive schema).
 
 from __future__ import annotations
 
+from ...db import tls_line
 from ...transition import Outcome, StepResult, Verdict
+from ...tx import connection_tls
 from .. import actions, cutover_fence
 from .context import CutoverRun
 
@@ -15,8 +17,6 @@ def resolve_packs(run: CutoverRun) -> StepResult:
     the namespace lock, where it acts). As the run's first step it reports the TLS its tenant connection uses
     (:func:`nexus_cutover.tx.connection_tls`: the mode, the certificate paths, the TLS version negotiated; no key,
     no password): a line, the result keyed ``tls`` (the DAG's XCom) and the ``tls`` field (``run``/``plan -json``)."""
-    from ...db import tls_line
-    from ...tx import connection_tls
 
     packs = actions.resolve_packs(run.engine, run.namespace, run.requested_packs)
     run.say(f"packs: {', '.join(packs)}")
@@ -33,7 +33,6 @@ def resolve_packs(run: CutoverRun) -> StepResult:
 
 def apply_schema(run: CutoverRun) -> StepResult:
     """The additive schema, each object skipped when present; the TLS the tenant connection uses."""
-    from ...tx import connection_tls
 
     def created(label: str) -> None:
         run.say(f"{label}: created")

@@ -9,10 +9,12 @@ import datetime as dt
 from typing import Any
 
 from ... import events as E
+from ... import tx
 from ...errors import Refused
 from ...events import Event
 from ...transition import StepResult
 from .. import actions, writers_stop
+from ..cutover_fence import cutover_fence_in_force
 from .context import CutoverRun, _judged
 from .watching import CutoverWatch
 
@@ -52,8 +54,6 @@ def stop_old_writers(run: CutoverRun) -> StepResult:
 
 def _require_the_fence(run: CutoverRun, what: str) -> None:
     """The controller runs only with the tenant's cutover fence in force (seed 000, step 3: "retaining the fence")."""
-    from ... import tx
-    from ..cutover_fence import cutover_fence_in_force
 
     with tx.reading(run.engine, "reading the cutover fence") as conn:
         fence = cutover_fence_in_force(conn, run.namespace)
