@@ -1,9 +1,10 @@
 """The Airflow Variables the product reads, declared once: ``make airflow`` creates them with these descriptions
 (Admin > Variables) and the status view's settings page lists them with their values (issue 51, item 6).
 
-Invariants: a Variable the product reads is named here and nowhere else as a string; its module keeps its constant
-(the code that reads it). A Variable written per run (a rollout's control, a run's fence-alert record) is listed by
-its prefix, never one row per run.
+Invariants: every Variable the product reads is listed here, by the constant of the module that reads it (the name
+is spelled once, beside its reader). A Variable written per run (a rollout's control, a run's fence-alert record) is
+listed by its prefix, never one row per run. A Variable a person names in a form (``tenants_variable``) is theirs,
+not the product's, and is not listed.
 """
 
 from __future__ import annotations
