@@ -53,12 +53,8 @@ class ConfirmBackOutOperator(_StrictHITL):
         if look.get("already") or look.get("fence_id") is None:
             self.log.info("nothing to confirm: this run already backed the fence out")
             return {"outcome": "nothing_to_confirm"}
-        p = params_of(context)
-        self._ask(context, (
-            f"## Tenant `{p.tenant}`: back out of the cutover\n\n"
-            + str(_look(context, "question_md") or "")
-            + "\n**Back out** releases this fence without a cutover: admission opens again to the old runtime. "
-            "Restart the old writers you stopped. No pack has its checkpoint; when you answer, the release checks that "
-            "again under the tenant's lock, and that the fence and its holder are still the ones shown.\n\n"
-            f"**{self.reject_option}** (or no answer in time) ends this run failed; the fence stays armed."))
+        from nexus_cutover.projection.steps import back_out_question
+
+        self._ask(context, back_out_question(params_of(context).tenant, str(_look(context, "question_md") or ""),
+                                             keep=self.reject_option))
 

@@ -296,24 +296,12 @@ class ConfirmWritersStoppedOperator(_StrictHITL):
         self._ask(context, self._question(context, ev))
 
     def _question(self, context, ev, follow_up: str = "") -> str:
-        """The tenant's own question: its evidence, what confirming means, what the answer re-checks."""
+        """The tenant's own question (its words are the step's: :func:`~nexus_cutover.projection.steps.
+        writers_question`), with this try's number and the writer-stop controller's answer."""
         from nexus_cutover.projection import steps
 
-        p = params_of(context)
         stopped = steps.shown_with_the_controller({}, results.writers_stop(context["ti"])).get("writers_stop")
-        return (
-            f"## Tenant `{p.tenant}`: stop every old writer before the cutover checkpoint\n\n"
-            + follow_up
-            + f"Evidence taken at {ev.checked_at.isoformat()}Z, try {context['ti'].try_number} of this step.\n\n"
-            + ev.as_markdown()
-            + (f"\n{steps.writers_stop.answer_markdown(stopped)}" if stopped else "")
-            + "\nThe database cannot prove that an old binary will never resume. Confirm only if every old "
-            "ingress_writer, receipt_materializer, projection_worker and dependency_resolver of this tenant "
-            "is stopped and will not be restarted. The admission fence stays armed either way.\n\n"
-            f"When you answer, the registry is read again: an old writer that is live, or that started or "
-            f"heartbeated after this evidence was taken ({ev.checked_at.isoformat()}Z), fails the run.\n\n"
-            "**Reject** (or no answer in time) ends the run failed: cutover not performed."
-        )
+        return steps.writers_question(params_of(context).tenant, ev, context["ti"].try_number, stopped, follow_up)
 
     def _await_wave(self, context, ev) -> dict[str, Any]:
         """Wait for the wave's answer in the rollout run (rescheduled each poll), then re-check this tenant; a tenant
@@ -474,18 +462,9 @@ class StartNewHostOperator(_StrictHITL):
         if p.host_controller == "http":
             return host_controllers.start_http(p.tenant, p.host_http_conn_id, self._packs(context),
                                                context["run_id"], self.log)
-        self._ask(context, (
-            f"## Tenant `{p.tenant}`: start the matching new host\n\n"
-            f"Every pack checkpoint is written: {self._packs(context)}.\n\n"
-            "Start the new host and Connectors for this tenant (ProjectionProtocol 1), then choose "
-            f"**{self.approve_option}**. verify_readiness checks that it registered and activated.\n\n"
-            "The project's reference host, started from a shell that reaches the tenant database "
-            "(the password is the connection's, shown masked here):\n\n"
-            f"```\n{_host_command_line(p.tenant, NexusTenantHook(p.conn_id).masked_dsn)}\n```\n\n"
-            "Or let the run start it: trigger with host_controller `command` (the Variable "
-            f"`{host_controllers.HOST_COMMAND_VARIABLE}` names the command) or `http` (a deployer).\n\n"
-            "Do not restart an old writer after this point."
-        ))
+        self._ask(context, steps.host_question(
+            p.tenant, self._packs(context), _host_command_line(p.tenant, NexusTenantHook(p.conn_id).masked_dsn),
+            approve=self.approve_option, command_variable=host_controllers.HOST_COMMAND_VARIABLE))
         raise AssertionError("unreachable: asking a person defers the task")
 
     @staticmethod

@@ -72,6 +72,7 @@ from ..drain import blockers_text
 from ..greenfield import activate_pack
 from ..transition import CUTOVER
 from .back_out import QUESTION as BACK_OUT_QUESTION
+from .back_out import question_body as back_out_question
 from .back_out import shown_of as shown_before_back_out
 from .checkpoints import audit_and_checkpoint
 from .context import RETURN, CutoverRun, Results, fence_and_checkpoints, run_step
@@ -79,7 +80,7 @@ from .draining import wait_for_drain
 from .fence import already_cut_over, arm_fence
 from .final_check import complete_text, dry_run_verdict, final_old_writer_check, history_unchanged, old_writers_since_release
 from .history import history_digest
-from .new_host import start_new_host, verify_readiness
+from .new_host import host_question, start_new_host, verify_readiness
 from .pre_arm import RATE_SAMPLES, wait_for_short_drain
 from .release import pause_text, resume_admission
 from .schema_and_packs import apply_schema, resolve_packs
@@ -91,6 +92,7 @@ from .writers import (
     evidence_to_confirm,
     shown_with_the_controller,
     stop_old_writers,
+    writers_question,
 )
 
 __all__ = [  # the door: the declaration, the bodies, what they return and raise, and the reads callers show
@@ -102,7 +104,7 @@ __all__ = [  # the door: the declaration, the bodies, what they return and raise
     "load_digest", "old_writers_since_release", "pause_text", "readiness", "recheck_writers", "release_fence",
     "already_cut_over", "run_checkpoint", "run_step", "pack_namespace", "RETURN", "RATE_SAMPLES", "LiveAgain",
     "evidence_to_confirm", "dry_run_verdict", "complete_text", "writers_stop", "shown_with_the_controller",
-    "BACK_OUT_QUESTION", "shown_before_back_out",
+    "BACK_OUT_QUESTION", "shown_before_back_out", "writers_question", "host_question", "back_out_question",
     # the bodies the declaration calls (CUTOVER's Step.calls)
     "resolve_packs", "apply_schema", "wait_for_short_drain", "arm_fence", "wait_for_drain", "stop_old_writers",
     "check_old_writers",

@@ -23,6 +23,18 @@ from .context import RETURN, CutoverRun
 QUESTION = "Back out tenant {tenant}: release its cutover fence without a cutover"
 
 
+def question_body(tenant: str, look_md: str, *, keep: str) -> str:
+    """The question's body (Markdown): the look's table (the fence, its holder, the old writers), what backing out
+    does, what the answer re-checks, and what ``keep`` (the other answer) or no answer means."""
+    return (
+        f"## Tenant `{tenant}`: back out of the cutover\n\n"
+        + look_md
+        + "\n**Back out** releases this fence without a cutover: admission opens again to the old runtime. "
+        "Restart the old writers you stopped. No pack has its checkpoint; when you answer, the release checks that "
+        "again under the tenant's lock, and that the fence and its holder are still the ones shown.\n\n"
+        f"**{keep}** (or no answer in time) ends this run failed; the fence stays armed.")
+
+
 def _look_step() -> str:
     return BACK_OUT.with_role("back_out_look").name
 

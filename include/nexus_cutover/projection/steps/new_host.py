@@ -29,6 +29,23 @@ def start_new_host(run: CutoverRun) -> StepResult:
     return StepResult(value, fields={"host_pid": value["host_pid"]} if "host_pid" in value else {})
 
 
+def host_question(tenant: str, packs: list[str], command_line: str, *, approve: str, command_variable: str) -> str:
+    """The body (Markdown) of the question a ``manual`` host start asks: what is written, what to start, the shell
+    line that starts the reference host (``command_line``, its DSN masked), the controllers that start it instead."""
+    return (
+        f"## Tenant `{tenant}`: start the matching new host\n\n"
+        f"Every pack checkpoint is written: {packs}.\n\n"
+        "Start the new host and Connectors for this tenant (ProjectionProtocol 1), then choose "
+        f"**{approve}**. verify_readiness checks that it registered and activated.\n\n"
+        "The project's reference host, started from a shell that reaches the tenant database "
+        "(the password is the connection's, shown masked here):\n\n"
+        f"```\n{command_line}\n```\n\n"
+        "Or let the run start it: trigger with host_controller `command` (the Variable "
+        f"`{command_variable}` names the command) or `http` (a deployer).\n\n"
+        "Do not restart an old writer after this point."
+    )
+
+
 def verify_readiness(run: CutoverRun) -> StepResult:
     """One look at the new host: registered, activated, heartbeating, and no live old writer."""
     r = actions.readiness(run.engine, run.namespace, stale_heartbeat=run.stale)

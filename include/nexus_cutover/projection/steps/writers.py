@@ -129,6 +129,26 @@ def confirm_writers_stopped(run: CutoverRun) -> StepResult:
                    keyed={"evidence": ev.as_json()})
 
 
+def writers_question(tenant: str, ev, try_number: int, stopped: dict[str, Any] | None, follow_up: str = "") -> str:
+    """The question's body a person reads (Markdown), on every path that shows one: the evidence ``ev`` with its time
+    and the asking try's number, the writer-stop controller's answer when one ran, what confirming means and what the
+    answer re-checks."""
+    taken = ev.checked_at.isoformat()
+    return (
+        f"## Tenant `{tenant}`: stop every old writer before the cutover checkpoint\n\n"
+        + follow_up
+        + f"Evidence taken at {taken}Z, try {try_number} of this step.\n\n"
+        + ev.as_markdown()
+        + (f"\n{writers_stop.answer_markdown(stopped)}" if stopped else "")
+        + "\nThe database cannot prove that an old binary will never resume. Confirm only if every old "
+        "ingress_writer, receipt_materializer, projection_worker and dependency_resolver of this tenant "
+        "is stopped and will not be restarted. The admission fence stays armed either way.\n\n"
+        f"When you answer, the registry is read again: an old writer that is live, or that started or "
+        f"heartbeated after this evidence was taken ({taken}Z), fails the run.\n\n"
+        "**Reject** (or no answer in time) ends the run failed: cutover not performed."
+    )
+
+
 def shown_with_the_controller(evidence: dict[str, Any], stopped: Any) -> dict[str, Any]:
     """The evidence a person is shown at the confirmation: the registry's, and the writer-stop controller's answer
     when one ran (``manual``: the registry's alone, as before)."""
