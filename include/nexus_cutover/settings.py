@@ -116,6 +116,10 @@ SETTINGS: tuple[Setting, ...] = (
        "its pool forks (the workers' setting)."),
     _S("fused_tasks", "boolean", True, "Whether the steps declared fused run as one task (ADR 0011); False: "
        "one task per step. Set it alike for every Airflow component, with no run in flight."),
+    _S("armed_slots", "integer", 0, "Cutover runs of this Airflow armed at once (their admission fenced): a run "
+       "arms its fence only while fewer are armed, else waits before arming with admission open; set it to the "
+       "worker slots armed work may take, and the pool nexus_armed to as many. 0: no bound. The workers' setting.",
+       "4"),
     _S("waits_end_in_triggerer", "boolean", False, "Whether a deferred wait that passes in the triggerer ends "
        "its task there (no worker resumes it)."),
     _S("trigger_quiet_log_s", "float", 300.0, "Seconds between two log lines of a deferred wait whose progress "

@@ -23,7 +23,8 @@ from nexus_cutover.field_history.transition import FIELD_HISTORY
 from nexus_cutover.projection.transition import BACK_OUT, CUTOVER
 from nexus_cutover.transition import Kind
 
-__all__ = ["BACK_OUT", "CUTOVER", "FIELD_HISTORY", "FUSED", "HEAVY_READS", "Kind", "PRIORITY_ARMED", "PRIORITY_BEFORE_ARMING", "build",
+__all__ = ["ARMED_WINDOWS", "BACK_OUT", "CUTOVER", "FIELD_HISTORY", "FUSED", "HEAVY_READS", "Kind", "PRIORITY_ARMED",
+           "PRIORITY_BEFORE_ARMING", "build",
            "steps_md", "steps_of", "task_of"]
 
 #: Absolute task priorities (``weight_rule="absolute"``): Airflow's scheduler and executors take queued work by
@@ -37,6 +38,19 @@ PRIORITY_ARMED, PRIORITY_BEFORE_ARMING = 1000, 1  # 1000: above any downstream-w
 #: :attr:`~nexus_cutover.transition.Step.heavy_read`): their task instances run in the run's ``read_pool``
 #: (:mod:`nexus_airflow.policies`).
 HEAVY_READS = {t.name: tuple(s.name for s in t if s.heavy_read) for t in (CUTOVER, FIELD_HISTORY)}
+
+
+def armed_window(transition) -> tuple[str, str, tuple[str, ...]] | None:
+    """The tasks of a transition's admission pause: ``(fence task, release task, the tasks after the fence up to and
+    including the release)``, read from the steps declared with the roles ``fence`` and ``release``; None when the
+    transition arms no fence."""
+    try:
+        fence, release = transition.with_role("fence").name, transition.with_role("release").name
+    except KeyError:
+        return None
+    names = transition.names[transition.names.index(fence) + 1: transition.names.index(release) + 1]
+    tasks = tuple(dict.fromkeys(task_of(transition.name, name) for name in names))
+    return task_of(transition.name, fence), task_of(transition.name, release), tasks
 
 
 def fused_tasks(transition) -> dict[str, tuple[str, ...]]:
@@ -75,6 +89,11 @@ def task_of(dag_id: str, step: str) -> str:
 def steps_of(dag_id: str, task_id: str) -> tuple[str, ...]:
     """The declared steps the task ``task_id`` of the DAG ``dag_id`` runs, in order."""
     return FUSED.get(dag_id, {}).get(task_id, (task_id,))
+
+
+#: DAG -> its admission pause's tasks (:func:`armed_window`): the fence step's task waits for an armed slot
+#: (:mod:`nexus_airflow.armed_slots`), the window's tasks run in the armed pool (:mod:`nexus_airflow.policies`).
+ARMED_WINDOWS = {t.name: window for t in (CUTOVER,) if (window := armed_window(t))}
 
 
 def check_fused(transition) -> None:

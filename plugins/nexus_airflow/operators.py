@@ -25,8 +25,9 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from nexus_airflow import results, writers_stop
+from nexus_airflow import armed_slots, results, writers_stop
 from nexus_airflow.base import DAG_TAKE_OVER, domain_errors, holder_state, params_of, run_holder, stop, tenant_engine
+from nexus_airflow.declared import ARMED_WINDOWS, task_of
 from nexus_airflow.faults import fault_point
 
 ASSET_ALIAS = "nexus-connector-projection-ranges"
@@ -156,6 +157,19 @@ def _unless_cancelled(op: BaseOperator, context, safe_point: str) -> None:
     stop_if_cancelled(context, op.log, safe_point)
 
 
+def _wait_for_an_armed_slot(op: BaseOperator, context, window: tuple[str, str, tuple[str, ...]]) -> None:
+    """Before the fence step: arm only while fewer runs are armed than ``[nexus] armed_slots``
+    (:mod:`nexus_airflow.armed_slots`); a tenant fenced already never waits."""
+    from nexus_cutover.projection import steps
+
+    def fenced() -> bool:
+        p = params_of(context)
+        with domain_errors(context, op.log), tenant_engine(p.conn_id, op.log) as engine:
+            return steps.fence_and_checkpoints(engine, p.tenant, [])[0] is not None
+
+    armed_slots.wait_for_a_slot(op, context, fence_task=window[0], release_task=window[1], fenced=fenced)
+
+
 def _emit_the_asset_event(op: BaseOperator, context, value: dict[str, Any], step: str) -> dict[str, Any]:
     """The cutover's Asset event after its last step ``step``, with the per-pack cutoffs and the verified digest
     (not on a dry run)."""
@@ -185,6 +199,9 @@ def before(step: str, dag_id: str) -> list[Callable[[BaseOperator, Any], None]]:
     hooks: list[Callable[[BaseOperator, Any], None]] = []
     if step == transition.names[0]:
         hooks.append(_check_the_form)
+    window = ARMED_WINDOWS.get(dag_id)
+    if window is not None and task_of(dag_id, step) == window[0]:
+        hooks.append(lambda op, context: _wait_for_an_armed_slot(op, context, window))
     declared = transition.get(step)
     if declared is not None and declared.cancel_point:
         hooks.append(lambda op, context: _unless_cancelled(op, context, declared.cancel_point))

@@ -1,0 +1,129 @@
+"""Arm only what the workers can carry (issue 50, item 4): a tenant is armed while fewer than ``[nexus] armed_slots``
+cutover runs of this Airflow are armed.
+
+A tenant's admission pause is the time from arming its fence to releasing it; every task of that window needs a
+worker slot when it starts. When more tenants are armed than the deployment has slots for armed work, their tasks
+queue behind each other *inside* their pauses (measured: a wave of 13 on 4 slots paused its drained tenants 1.40x the
+same wave without its slow tenants). The bound moves that queue to before arming, where the tenant's admission is
+still open: the fence step waits (rescheduled, no worker slot held) until an armed slot is free, then arms.
+
+Invariants:
+
+* The count is read from Airflow's own task states (the Task SDK's ``get_task_states``, one read of the cutover DAG's
+  fence and release tasks over its runs): a run is **armed** when its fence task succeeded and its release task has
+  not finished (it may still run: a run stopped after arming has its release ``upstream_failed`` and uses no slot),
+  **arming** when its fence task is running. Both count against the bound, so two fence tasks that start together
+  never both take the last slot: whichever looks second sees the other running or armed (a task is ``running``
+  from before its look until it succeeds or fails). Only ever too many counted, never too few: a dry run's fence
+  task counts while its run is in the window (seconds), and so does a run between its release and the read.
+* A tenant whose fence is already in force (this run's rerun, or a failed run's fence to adopt) is paused already:
+  it never waits for a slot. A dry run arms nothing and never waits.
+* ``armed_slots`` 0 (the default) bounds nothing: the fence step arms as before.
+* The wait is bounded by the run's ``pre_arm_timeout`` from its first look; past it the step stops and reports
+  (nothing written, the fence not armed), naming the runs that held the slots.
+* The command line (``nexus-cutover run``) is one tenant by hand: not bounded here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from nexus_cutover import settings
+
+#: The states of a task that has not finished (None: not yet scheduled).
+UNFINISHED = frozenset({None, "none", "scheduled", "queued", "running", "deferred", "up_for_reschedule", "up_for_retry",
+                        "restarting", "awaiting_input"})
+#: The Airflow pool the armed window's tasks run in when it exists (:mod:`nexus_airflow.policies`).
+ARMED_POOL = "nexus_armed"
+
+
+@dataclass(frozen=True)
+class Slots:
+    """The armed slots as one fence task sees them: the bound, the runs armed and arming (not its own)."""
+
+    bound: int
+    armed: tuple[str, ...]
+    arming: tuple[str, ...]
+
+    @property
+    def taken(self) -> int:
+        return len(self.armed) + len(self.arming)
+
+    @property
+    def free(self) -> bool:
+        return self.bound <= 0 or self.taken < self.bound
+
+    def text(self) -> str:
+        names = ", ".join([*self.armed, *(f"{r} (arming)" for r in self.arming)]) or "none"
+        return f"{self.taken} of {self.bound} armed slots taken (runs: {names})"
+
+
+def _state(raw: Any) -> str | None:
+    if raw is None:
+        return None
+    return str(getattr(raw, "value", raw)).lower()
+
+
+def slots(task_states: Mapping[str, Mapping[str, Any]], *, fence_task: str, release_task: str, me: str,
+          bound: int) -> Slots:
+    """The armed slots from ``task_states`` (run id -> task id -> state, as the Task SDK's ``get_task_states``
+    returns them) for the run ``me``: the runs armed (fence succeeded, release unfinished) and arming (fence
+    running), never ``me``."""
+    armed: list[str] = []
+    arming: list[str] = []
+    for run_id, states in task_states.items():
+        if run_id == me:
+            continue
+        fence, release = _state(states.get(fence_task)), _state(states.get(release_task))
+        if fence == "success" and release in UNFINISHED:
+            armed.append(run_id)
+        elif fence == "running":
+            arming.append(run_id)
+    return Slots(bound, tuple(sorted(armed)), tuple(sorted(arming)))
+
+
+def bound() -> int:
+    """``[nexus] armed_slots``: the most runs armed at once (0: no bound)."""
+    return max(0, int(settings.value("armed_slots") or 0))
+
+
+def waited_s(first_look: dt.datetime | None, now: dt.datetime) -> float:
+    return 0.0 if first_look is None else max(0.0, (now - first_look).total_seconds())
+
+
+def wait_for_a_slot(op, context, *, fence_task: str, release_task: str, fenced: Callable[[], bool]) -> None:
+    """Before the fence step's body: return when this run may arm; otherwise reschedule the task (no slot held) or,
+    past ``pre_arm_timeout``, stop it. ``fenced()``, called only when no slot is free: whether the tenant's fence is
+    already in force (then it is paused already and never waits)."""
+    from nexus_airflow.base import params_of, stop
+    from nexus_airflow.rollout import later
+
+    limit = bound()
+    p = params_of(context)
+    if limit <= 0 or p.dry_run:
+        return
+    ti = context["ti"]
+    seen = slots(ti.get_task_states(dag_id=op.dag_id, task_ids=[fence_task, release_task]),
+                 fence_task=fence_task, release_task=release_task, me=context["run_id"], bound=limit)
+    first = ti.get_first_reschedule_date(context)
+    waited = waited_s(first, dt.datetime.now(dt.UTC))
+    if seen.free:
+        if first is not None:
+            op.log.info("tenant %s: an armed slot is free after %.0f s (%s): arms now", p.tenant, waited, seen.text())
+        return
+    if fenced():
+        op.log.info("tenant %s: %s, but its fence is in force already (paused): goes on without waiting", p.tenant,
+                    seen.text())
+        return
+    if waited >= p.pre_arm_timeout:
+        stop(context, op.log, f"no armed slot was free within pre_arm_timeout ({p.pre_arm_timeout} s): "
+             f"{seen.text()}. Nothing was written; the fence is not armed, admission stays open.",
+             {"armed_slots": limit, "armed": list(seen.armed), "arming": list(seen.arming), "waited_s": round(waited)},
+             next_action="let the armed runs finish (or stop them), or raise [nexus] armed_slots with the workers' "
+             "slots; then clear this task")
+    again = max(1, int(p.poll_interval))
+    op.log.info("tenant %s: waits before arming, admission open: %s; looks again in %d s", p.tenant, seen.text(), again)
+    raise later(again)
