@@ -35,6 +35,9 @@ import sys
 import tomllib
 from typing import Any
 
+from nexus_airflow.armed_slots import ARMED_POOL  # the pool nexus_airflow.policies puts a pause's tasks in
+from nexus_cutover.settings import BY_NAME as PRODUCT_SETTINGS
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SETTINGS_FILE = REPO / "deploy" / "airflow-settings.toml"
 DOCKERFILE = REPO / "deploy" / "Dockerfile"
@@ -140,7 +143,28 @@ def settings_problems(settings: dict[str, Any], where: str) -> list[str]:
     for name, pool in settings["pools"].items():
         if int(pool.get("slots", 0)) < 1 or not pool.get("description"):
             out.append(f"{where}: pool {name!r} needs slots >= 1 and a description")
+    out += _armed_slots_problems(settings, where)
     return out
+
+
+#: The switch of "arm only what the workers can carry" (runbook, "Armed slots"), read by nexus_airflow.armed_slots.
+ARMED_SLOTS_ENV = PRODUCT_SETTINGS["armed_slots"].alias
+
+
+def _armed_slots_problems(settings: dict[str, Any], where: str) -> list[str]:
+    """With armed slots set, the armed pool has as many and they fit in the task slots."""
+    armed = int(str(settings["env"].get(ARMED_SLOTS_ENV, "0")).strip() or 0)
+    if armed <= 0:
+        return []
+    pool = settings["pools"].get(ARMED_POOL)
+    if pool is None or int(pool.get("slots", 0)) != armed:
+        have = "no such pool" if pool is None else f"{pool.get('slots')} slots"
+        return [f"{where}: [env] {ARMED_SLOTS_ENV} is {armed} but the pool {ARMED_POOL} has {have}: give "
+                f"[pools.{ARMED_POOL}] {armed} slots (the armed tenants' tasks run there)"]
+    if settings["airflow"]["executor"] in CELERY_EXECUTORS and armed > task_slots(settings):
+        return [f"{where}: [env] {ARMED_SLOTS_ENV} is {armed}, more than the {task_slots(settings)} task slots: an "
+                "armed tenant's task would queue inside its pause"]
+    return []
 
 
 def _dockerfile_instructions(text: str) -> list[tuple[str, str]]:

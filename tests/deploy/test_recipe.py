@@ -196,6 +196,17 @@ MUTATIONS = {
                                                "deploy/airflow-settings.toml says apache-airflow==3.3.2"]),
     "release: pins Airflow": (CONSTRAINTS, "\ncelery==", "\napache-airflow==3.3.2\ncelery==",
                               ["constraints.txt: pins apache-airflow"]),
+    "settings: armed slots without the armed pool": (SETTINGS_FILE, 'NEXUS_TRIGGER_QUIET_LOG_S = "300"\n',
+                                                     'NEXUS_TRIGGER_QUIET_LOG_S = "300"\nNEXUS_ARMED_SLOTS = "2"\n',
+                                                     ["deploy/airflow-settings.toml: [env] NEXUS_ARMED_SLOTS is 2 but the "
+                                                      "pool nexus_armed has no such pool",
+                                                      "deploy/helm-values.yaml: env NEXUS_ARMED_SLOTS"]),
+    "settings: armed slots beyond the task slots": (
+        SETTINGS_FILE, 'NEXUS_TRIGGER_QUIET_LOG_S = "300"\n',
+        'NEXUS_TRIGGER_QUIET_LOG_S = "300"\nNEXUS_ARMED_SLOTS = "5"\n\n[pools.nexus_armed]\nslots = 5\n'
+        'description = "armed"\n',
+        ["deploy/airflow-settings.toml: [env] NEXUS_ARMED_SLOTS is 5, more than the 4 task slots",
+         "deploy/helm-values.yaml: env NEXUS_ARMED_SLOTS", "deploy/helm-values.yaml: the pools.json of extraConfigMaps"]),
     "runbook: another parallelism": (RUNBOOK, "| `[core] parallelism` | 4 |", "| `[core] parallelism` | 8 |",
                                      ["docs/runbook.md: the row `[core] parallelism` says 8"]),
 }
