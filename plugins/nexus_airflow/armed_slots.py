@@ -18,6 +18,8 @@ Invariants:
   task counts while its run is in the window (seconds), and so does a run between its release and the read.
 * A tenant whose fence is already in force (this run's rerun, or a failed run's fence to adopt) is paused already:
   it never waits for a slot. A dry run arms nothing and never waits.
+* A rollout's wave arms its tenants in the wave's declared order as slots free: a tenant arms only when more
+  slots are free than tenants before it in its wave wait for one (their fence tasks waiting or about to look).
 * ``armed_slots`` 0 (the default) bounds nothing: the fence step arms as before.
 * The wait is bounded by the run's ``pre_arm_timeout`` from its first look; past it the step stops and reports
   (nothing written, the fence not armed), naming the runs that held the slots.
@@ -27,7 +29,7 @@ Invariants:
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,13 +42,19 @@ UNFINISHED = frozenset({None, "none", "scheduled", "queued", "running", "deferre
 ARMED_POOL = "nexus_armed"
 
 
+#: The states of a fence task waiting for a slot, or about to look for one.
+WAITING = frozenset({"up_for_reschedule", "scheduled", "queued"})
+
+
 @dataclass(frozen=True)
 class Slots:
-    """The armed slots as one fence task sees them: the bound, the runs armed and arming (not its own)."""
+    """The armed slots as one fence task sees them: the bound, the runs armed and arming (not its own), and the runs
+    of its wave ahead of it in the wave's declared order that wait for a slot (they arm first)."""
 
     bound: int
     armed: tuple[str, ...]
     arming: tuple[str, ...]
+    ahead: tuple[str, ...] = ()
 
     @property
     def taken(self) -> int:
@@ -54,11 +62,12 @@ class Slots:
 
     @property
     def free(self) -> bool:
-        return self.bound <= 0 or self.taken < self.bound
+        return self.bound <= 0 or self.taken + len(self.ahead) < self.bound
 
     def text(self) -> str:
         names = ", ".join([*self.armed, *(f"{r} (arming)" for r in self.arming)]) or "none"
-        return f"{self.taken} of {self.bound} armed slots taken (runs: {names})"
+        ahead = f"; {len(self.ahead)} of its wave ahead of it wait too" if self.ahead else ""
+        return f"{self.taken} of {self.bound} armed slots taken (runs: {names}){ahead}"
 
 
 def _state(raw: Any) -> str | None:
@@ -68,10 +77,11 @@ def _state(raw: Any) -> str | None:
 
 
 def slots(task_states: Mapping[str, Mapping[str, Any]], *, fence_task: str, release_task: str, me: str,
-          bound: int) -> Slots:
+          bound: int, before_me: Sequence[str] = ()) -> Slots:
     """The armed slots from ``task_states`` (run id -> task id -> state, as the Task SDK's ``get_task_states``
     returns them) for the run ``me``: the runs armed (fence succeeded, release unfinished) and arming (fence
-    running), never ``me``."""
+    running), never ``me``; of ``before_me`` (the runs of its wave before it, in the wave's order), those whose fence
+    task waits for a slot."""
     armed: list[str] = []
     arming: list[str] = []
     for run_id, states in task_states.items():
@@ -82,7 +92,14 @@ def slots(task_states: Mapping[str, Mapping[str, Any]], *, fence_task: str, rele
             armed.append(run_id)
         elif fence == "running":
             arming.append(run_id)
-    return Slots(bound, tuple(sorted(armed)), tuple(sorted(arming)))
+    ahead = [r for r in before_me if r != me and _state((task_states.get(r) or {}).get(fence_task)) in WAITING]
+    return Slots(bound, tuple(sorted(armed)), tuple(sorted(arming)), tuple(ahead))
+
+
+def runs_before(order: Sequence[str], tenant: str, run_id_of: Callable[[str], str]) -> list[str]:
+    """The run ids of the tenants before ``tenant`` in ``order`` (a wave's declared order); empty when it is not in
+    it."""
+    return [run_id_of(t) for t in order[: order.index(tenant)]] if tenant in order else []
 
 
 def bound() -> int:
@@ -99,15 +116,18 @@ def wait_for_a_slot(op, context, *, fence_task: str, release_task: str, fenced: 
     past ``pre_arm_timeout``, stop it. ``fenced()``, called only when no slot is free: whether the tenant's fence is
     already in force (then it is paused already and never waits)."""
     from nexus_airflow.base import params_of, stop
-    from nexus_airflow.rollout import later
+    from nexus_airflow.rollout import later, run_id_for, wave_order
 
     limit = bound()
     p = params_of(context)
     if limit <= 0 or p.dry_run:
         return
     ti = context["ti"]
+    rollout = dict(context["params"].get("rollout") or {})
+    before_me = runs_before(wave_order(ti, rollout), p.tenant, lambda t: run_id_for(rollout["run_id"], t))
     seen = slots(ti.get_task_states(dag_id=op.dag_id, task_ids=[fence_task, release_task]),
-                 fence_task=fence_task, release_task=release_task, me=context["run_id"], bound=limit)
+                 fence_task=fence_task, release_task=release_task, me=context["run_id"], bound=limit,
+                 before_me=before_me)
     first = ti.get_first_reschedule_date(context)
     waited = waited_s(first, dt.datetime.now(dt.UTC))
     if seen.free:

@@ -95,6 +95,20 @@ def plan_of(ti) -> dict | None:
     return ti.xcom_pull(task_ids=PLAN_TASK, key=PLAN_KEY)
 
 
+def plan_of_run(ti, rollout_run_id: str) -> dict | None:
+    """The plan (:func:`plan_of`) of the rollout run ``rollout_run_id``, read from one of its tenants' runs."""
+    return ti.xcom_pull(dag_id=ROLLOUT_DAG, run_id=rollout_run_id, task_ids=PLAN_TASK, key=PLAN_KEY)
+
+
+def wave_order(ti, rollout: dict) -> list[str]:
+    """The tenants of the wave a tenant's run belongs to, in the wave's declared order (``rollout``: its conf's
+    ``rollout``); empty when the run is no rollout's or its plan cannot be read."""
+    if not rollout.get("run_id") or not isinstance(rollout.get("wave"), int):
+        return []
+    waves = (plan_of_run(ti, rollout["run_id"]) or {}).get("waves") or []
+    return list(waves[rollout["wave"]]["tenants"]) if rollout["wave"] < len(waves) else []
+
+
 def preflight_rows(ti) -> list | None:
     """``preflight``'s table (XCom ``preflight``): one row per tenant; None when the preflight published none."""
     return ti.xcom_pull(task_ids=PREFLIGHT_TASK, key=PREFLIGHT_KEY)

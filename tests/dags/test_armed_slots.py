@@ -16,7 +16,7 @@ import time
 import pytest
 from sqlalchemy import select, update
 
-from nexus_airflow.armed_slots import ARMED_POOL, slots
+from nexus_airflow.armed_slots import ARMED_POOL, runs_before, slots
 from nexus_airflow.declared import ARMED_WINDOWS, CUTOVER
 from nexus_airflow.policies import armed_pool_of
 from nexus_cutover import catalog
@@ -45,6 +45,26 @@ def test_a_run_is_armed_from_its_fence_until_its_release_finishes_and_arming_whi
     assert not slots(states, fence_task=FENCE_TASK, release_task=RELEASE_TASK, me="me", bound=3).free
     assert slots(states, fence_task=FENCE_TASK, release_task=RELEASE_TASK, me="me", bound=0).free  # 0: no bound
     assert "armed-waiting" in seen.text() and "arming (arming)" in seen.text() and "3 of 4" in seen.text()
+
+
+def test_a_wave_arms_its_waiting_tenants_in_its_declared_order():
+    order = ["t1", "t2", "t3", "t4"]
+    run_of = {t: f"rollout__r__{t}" for t in order}.__getitem__
+    states = {run_of("t1"): {FENCE_TASK: "success", RELEASE_TASK: "running"},  # armed
+              run_of("t2"): {FENCE_TASK: "deferred", RELEASE_TASK: None},  # not ready yet: holds nobody back
+              run_of("t3"): {FENCE_TASK: "up_for_reschedule", RELEASE_TASK: None},  # waits for a slot
+              run_of("t4"): {FENCE_TASK: "running", RELEASE_TASK: None}}  # me, looking
+    before = runs_before(order, "t4", run_of)
+    assert before == [run_of("t1"), run_of("t2"), run_of("t3")]
+    seen = slots(states, fence_task=FENCE_TASK, release_task=RELEASE_TASK, me=run_of("t4"), bound=2, before_me=before)
+    assert seen.ahead == (run_of("t3"),) and not seen.free  # 1 armed + 1 ahead of it: t3 takes the free slot
+    assert "1 of its wave ahead of it wait too" in seen.text()
+    states[run_of("t4")][FENCE_TASK] = "up_for_reschedule"  # t4 waits; t3 looks
+    states[run_of("t3")][FENCE_TASK] = "running"
+    t3 = slots(states, fence_task=FENCE_TASK, release_task=RELEASE_TASK, me=run_of("t3"), bound=2,
+               before_me=runs_before(order, "t3", run_of))
+    assert t3.free and t3.ahead == ()  # t2, before it, is not waiting for a slot; t4, after it, does not count
+    assert runs_before(order, "elsewhere", run_of) == []
 
 
 def test_the_armed_window_is_the_pause_from_after_the_fence_to_the_release():

@@ -1,5 +1,6 @@
-"""Arm only what the workers can carry, on a real scheduler (issue 50, item 4): tenants triggered at once, wider than
-the armed slots, are armed one slot at a time, in the pool ``nexus_armed``, and every one is cut over.
+"""Arm only what the workers can carry, on a real scheduler (issue 50, item 4): a rollout wave wider than the armed
+slots arms its tenants one slot at a time, those that waited in the wave's declared order, their pauses' tasks in
+the pool ``nexus_armed``, and every one is cut over.
 
 Real ``airflow standalone`` (LocalExecutor, its scheduler and triggerer) with ``[nexus] armed_slots`` 1 and the pool
 ``nexus_armed`` of 1 slot created through the REST API; production-shaped SQLite tenants (``nexus_sim``'s, one active
@@ -20,16 +21,17 @@ from sqlalchemy import select
 
 from nexus_airflow.armed_slots import ARMED_POOL
 from nexus_airflow.declared import ARMED_WINDOWS
+from nexus_airflow.rollout import run_id_for
 from nexus_cutover import catalog
 from nexus_cutover.db import make_engine
 from nexus_sim.scenario import TenantScenario
 from nexus_sim.scenario.production import build_production_tenant
 from scripts.demo import stop_pid_if_ours
-from scripts.demo_airflow import AirflowStack
+from scripts.demo_airflow import AirflowStack, ApiError
 
 pytestmark = pytest.mark.airflow
 
-CUTOVER = "connector_projection_cutover"
+CUTOVER, ROLLOUT = "connector_projection_cutover", "tenant_rollout"
 FENCE_TASK, RELEASE_TASK, WINDOW = ARMED_WINDOWS[CUTOVER]
 CONFIRM = "Confirm: all old writers stopped"
 TENANTS = 3  # wider than the one armed slot
@@ -42,6 +44,7 @@ def stack(tmp_path_factory):
     try:
         s.start()
         s.wait_for_dag(CUTOVER)
+        s.wait_for_dag(ROLLOUT)
         s.put("/api/v2/pools", ARMED_POOL, {"name": ARMED_POOL, "slots": 1, "include_deferred": False,
                                             "description": "nexus-cutover: tasks of tenants' admission pauses"})
         yield s
@@ -74,6 +77,16 @@ def _fence(dsn: str, name: str) -> tuple[dt.datetime, dt.datetime | None]:
         engine.dispose()
 
 
+def _started(stack, run_id: str) -> bool:
+    try:
+        stack.dag_run(CUTOVER, run_id)
+    except ApiError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
 def _log(stack, run_id: str, task_id: str) -> str:
     ti = stack.request("GET", f"/api/v2/dags/{CUTOVER}/dagRuns/{run_id}/taskInstances/{task_id}")
     content = stack.request("GET", f"/api/v2/dags/{CUTOVER}/dagRuns/{run_id}/taskInstances/{task_id}/logs/"
@@ -81,33 +94,40 @@ def _log(stack, run_id: str, task_id: str) -> str:
     return "\n".join(str(line.get("event", line)) if isinstance(line, dict) else str(line) for line in content)
 
 
-def test_tenants_wider_than_the_armed_slots_are_armed_one_at_a_time_in_the_armed_pool(stack, tmp_path):
+def test_a_wave_wider_than_the_armed_slots_arms_one_at_a_time_in_its_declared_order(stack, tmp_path):
     tenants = dict(_tenant(stack, tmp_path, seed) for seed in range(70, 70 + TENANTS))
-    runs = {stack.trigger(CUTOVER, {"tenant": name, "host_controller": "command", "poll_interval": 3,
-                                    "stale_heartbeat": 20, "readiness_timeout": 300, "confirm_timeout": 900,
-                                    "pre_arm_timeout": 900})["dag_run_id"]: name for name in tenants}
+    order = list(tenants)
+    rollout = stack.trigger(ROLLOUT, {"tenants": order, "canary": 0, "wave_size": TENANTS, "max_parallel": TENANTS,
+                                      "approval": "per_tenant", "max_failed": 0,
+                                      "cutover_conf": {"host_controller": "command", "poll_interval": 3,
+                                                       "stale_heartbeat": 20, "readiness_timeout": 300,
+                                                       "confirm_timeout": 900, "pre_arm_timeout": 900}})["dag_run_id"]
+    runs = {run_id_for(rollout, name): name for name in order}
     answered: set[str] = set()
     deadline = time.monotonic() + 900
     try:
-        while not all(stack.dag_run(CUTOVER, r)["state"] in ("success", "failed") for r in runs):
-            assert time.monotonic() < deadline, {r: stack.task_instances(CUTOVER, r) for r in runs}
+        while stack.dag_run(ROLLOUT, rollout)["state"] not in ("success", "failed"):
+            assert time.monotonic() < deadline, stack.task_instances(ROLLOUT, rollout)
             for run_id in runs:
-                if run_id not in answered and stack.pending_hitl(CUTOVER, run_id):
+                if run_id not in answered and _started(stack, run_id) and stack.pending_hitl(CUTOVER, run_id):
                     stack.answer_hitl(CUTOVER, run_id, "confirm_writers_stopped", CONFIRM)
                     answered.add(run_id)
             time.sleep(2)
         assert {r: stack.dag_run(CUTOVER, r)["state"] for r in runs} == dict.fromkeys(runs, "success")
 
+        assert stack.dag_run(ROLLOUT, rollout)["state"] == "success"
         # one tenant's admission paused at a time: the fences' windows never overlap
-        windows = sorted(_fence(tenants[name], name) for name in runs.values())
+        fences = {r: _fence(tenants[name], name) for r, name in runs.items()}
+        windows = sorted(fences.values())
         assert all(released is not None for _, released in windows), windows
         for (_, released), (armed_next, _) in itertools.pairwise(windows):
             assert released <= armed_next, windows
-        # the tenants after the first waited before arming, admission open, and said so
+        # the tenants after the first waited before arming, admission open, said so, and armed in the wave's order
         logs = {r: _log(stack, r, FENCE_TASK) for r in runs}
-        waited = [r for r, text in logs.items() if "waits before arming, admission open: 1 of 1 armed slots taken" in text]
+        waited = [r for r in runs if "waits before arming, admission open: 1 of 1 armed slots taken" in logs[r]]
         assert len(waited) >= TENANTS - 1, logs
         assert all("an armed slot is free after" in logs[r] for r in waited), logs
+        assert sorted(waited, key=lambda r: fences[r][0]) == waited, (waited, fences)  # waited: declared order
         # every task of the pause ran in the armed pool; the fence task itself did not
         for run_id in runs:
             pools = {t["task_id"]: t["pool"] for t in stack.task_instances(CUTOVER, run_id)}
