@@ -72,6 +72,7 @@ from stack_report import save, say  # noqa: E402
 from stack_rollout import APPROVER, measure_rollout, measure_rollout_faults  # noqa: E402
 from stack_waiting import WAIT_DAG, measure_waiting, sqlite_tenants  # noqa: E402
 
+from nexus_airflow.armed_slots import ARMED_POOL  # noqa: E402
 from scripts.stack_topology import ProductionStack  # noqa: E402
 
 GOALS = {"mb_per_waiting_tenant": 0.2, "cpu_ms_per_tenant_minute": 20.0, "idle_connections": 0,
@@ -121,11 +122,17 @@ def run(args, save) -> dict[str, Any]:
                  "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"admin:admin,{APPROVER}:admin", **conns}
         if args.quiet_log_s is not None:
             extra["NEXUS_TRIGGER_QUIET_LOG_S"] = str(args.quiet_log_s)
+        if args.armed_slots:  # issue 50, item 4: the workers' bound, and the pool of the pause's tasks
+            extra["NEXUS_ARMED_SLOTS"] = str(args.armed_slots)
+        results["armed_slots"] = args.armed_slots
         results["trigger_quiet_log_s"] = args.quiet_log_s  # None: the product's default
         stack = ProductionStack(root / "stack", extra_env=extra)
         t0 = time.monotonic()
         stack.start(timeout_s=300)
         results["stack_start_s"] = round(time.monotonic() - t0, 1)
+        if args.armed_slots:
+            stack.put("/api/v2/pools", ARMED_POOL, {"name": ARMED_POOL, "slots": args.armed_slots,
+                                                    "description": "tenants' admission pauses", "include_deferred": False})
         say(f"stack up in {results['stack_start_s']}s (logs: {stack.logs})")
         try:
             stack.wait_for_dag(WAIT_DAG, 180)
@@ -196,6 +203,9 @@ def main() -> int:
     parser.add_argument("--fleet-calm", action="store_true",
                         help="part fleet: also the fleet's drained tenants' rollout without the slow ones (issue 36: a "
                         "drained tenant's pause within 10%% of the same wave without its slow wave-mates)")
+    parser.add_argument("--armed-slots", type=int, default=0,
+                        help="[nexus] armed_slots of the stack's workers, and the pool nexus_armed of as many slots "
+                        "(issue 50, item 4; default 0: no bound, the settings file's)")
     parser.add_argument("--keep", type=Path, help="copy the stack's process and task logs here before the cleanup")
     parser.add_argument("--rollout-limit", type=float, default=900.0, help="give the Airflow rollout up after, s")
     args = parser.parse_args()

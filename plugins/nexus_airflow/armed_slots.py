@@ -65,9 +65,10 @@ class Slots:
         return self.bound <= 0 or self.taken + len(self.ahead) < self.bound
 
     def text(self) -> str:
-        names = ", ".join([*self.armed, *(f"{r} (arming)" for r in self.arming)]) or "none"
+        armed = f"{len(self.armed)} of {self.bound} armed slots taken (runs: {', '.join(self.armed) or 'none'})"
+        arming = f", {len(self.arming)} arming now ({', '.join(self.arming)})" if self.arming else ""
         ahead = f"; {len(self.ahead)} of its wave ahead of it wait too" if self.ahead else ""
-        return f"{self.taken} of {self.bound} armed slots taken (runs: {names}){ahead}"
+        return armed + arming + ahead
 
 
 def _state(raw: Any) -> str | None:

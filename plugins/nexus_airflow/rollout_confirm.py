@@ -9,7 +9,8 @@ Invariants:
   A tenant that is *late* -- parked in a wait: for its old backlog before it arms
   (``wait_for_short_drain``), for the rest of it once fenced (``wait_for_drain``:
   its own pause, which must not become its wave-mates'), or for a person to stop a
-  live old writer (``check_old_writers``) -- is not waited for: it is named in the
+  live old writer (``check_old_writers``), or for an armed slot before it arms (``arm_fence`` rescheduled:
+  ``[nexus] armed_slots``) -- is not waited for: it is named in the
   question as not in it, and asks its own follow-up question when it is ready (its
   run's ``confirm_writers_stopped``, the same approvers and evidence rules).
 * The tenants a question showed (XCom ``shown``, pushed before it is asked) are
@@ -29,6 +30,7 @@ from airflow.providers.standard.operators.hitl import HITLOperator
 
 from nexus_airflow import ledger, results
 from nexus_airflow import rollout as ro
+from nexus_airflow.declared import ARMED_WINDOWS
 from nexus_airflow.rollout_lanes import wave_triggers
 from nexus_airflow.rollout_render import wave_body
 from nexus_cutover.projection.transition import CUTOVER
@@ -42,7 +44,12 @@ LATE_WAITS = {step.name: step.wait.late for step in CUTOVER.waits if step.wait.l
 PARKED = ("deferred", "up_for_reschedule")
 #: The step that asks a person to confirm the old writers stopped (declared role ``confirmation``).
 CONFIRM_STEP = CUTOVER.with_role("confirmation").name
-LOOKED_AT = (*LATE_WAITS, CONFIRM_STEP)
+#: The task of the step that arms the fence: parked there (rescheduled), a tenant waits for an armed slot
+#: (:mod:`nexus_airflow.armed_slots`), which frees only when a wave-mate's pause ends, after its answer: late, never
+#: waited for (waiting for it, the wave's armed tenants would wait for the question, and it for their slots).
+FENCE_TASK = ARMED_WINDOWS[CUTOVER.name][0]
+WAITING_FOR_A_SLOT = "waiting for an armed slot before it arms (its admission open)"
+LOOKED_AT = (*LATE_WAITS, FENCE_TASK, CONFIRM_STEP)
 
 #: A tenant's ``confirm_writers_stopped`` waiting for its wave's answer, once it has published its evidence: it
 #: waits deferred (the triggerer looks at the wave's answer: ``ConfirmWritersStoppedOperator._defer_to_the_wave``),
@@ -166,7 +173,8 @@ def tenant_standing(steps: dict[str, str], *, evidence: bool) -> dict[str, str]:
         return {"kind": READY, "status": "ready"}
     if confirm == "awaiting_input":
         return {"kind": OWN_QUESTION, "status": "asked on its own (a follow-up question in its run)"}
-    for step, why in LATE_WAITS.items():
+    late = {**LATE_WAITS, FENCE_TASK: WAITING_FOR_A_SLOT}
+    for step, why in late.items():
         if steps.get(step) in PARKED:
             return {"kind": LATE, "status": f"late: {why}; asked on its own when it is ready"}
     return {"kind": ON_ITS_WAY, "status": "on its way to its confirmation"}

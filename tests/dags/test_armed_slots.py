@@ -44,7 +44,7 @@ def test_a_run_is_armed_from_its_fence_until_its_release_finishes_and_arming_whi
     assert seen.taken == 3 and seen.free
     assert not slots(states, fence_task=FENCE_TASK, release_task=RELEASE_TASK, me="me", bound=3).free
     assert slots(states, fence_task=FENCE_TASK, release_task=RELEASE_TASK, me="me", bound=0).free  # 0: no bound
-    assert "armed-waiting" in seen.text() and "arming (arming)" in seen.text() and "3 of 4" in seen.text()
+    assert seen.text() == ("2 of 4 armed slots taken (runs: armed-releasing, armed-waiting), 1 arming now (arming)")
 
 
 def test_a_wave_arms_its_waiting_tenants_in_its_declared_order():

@@ -12,6 +12,7 @@ import pytest
 
 from nexus_airflow.rollout_confirm import (
     ENDED,
+    FENCE_TASK,
     LATE,
     ON_ITS_WAY,
     OWN_QUESTION,
@@ -42,6 +43,10 @@ AT_CONFIRMATION = {"wait_for_short_drain": "success", "wait_for_drain": "success
     # held two drained tenants' pauses at 25-47 s against their own ~6 s)
     ({"wait_for_short_drain": "success", "wait_for_drain": "deferred"}, False, LATE),
     ({"wait_for_short_drain": "success", "check_old_writers": "running"}, False, ON_ITS_WAY),
+    # waiting for an armed slot (issue 50, item 4): its slot frees when an armed wave-mate's pause ends, after the
+    # question; waiting for it, the wave's armed tenants would wait for the question and it for their slots
+    ({"wait_for_short_drain": "success", FENCE_TASK: "up_for_reschedule"}, False, LATE),
+    ({"wait_for_short_drain": "success", FENCE_TASK: "queued"}, False, ON_ITS_WAY),  # about to look: seconds
 ])
 def test_where_a_tenant_stands_is_read_from_its_waiting_steps(steps, evidence, kind):
     standing = tenant_standing(steps, evidence=evidence)
