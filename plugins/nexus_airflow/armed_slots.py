@@ -3,9 +3,10 @@ cutover runs of this Airflow are armed.
 
 A tenant's admission pause is the time from arming its fence to releasing it; every task of that window needs a
 worker slot when it starts. When more tenants are armed than the deployment has slots for armed work, their tasks
-queue behind each other *inside* their pauses (measured: a wave of 13 on 4 slots paused its drained tenants 1.40x the
-same wave without its slow tenants). The bound moves that queue to before arming, where the tenant's admission is
-still open: the fence step waits (rescheduled, no worker slot held) until an armed slot is free, then arms.
+queue behind each other *inside* their pauses (measured: a wave of 13 on 4 slots paused its drained tenants 61.7 s at
+the median). The bound moves that queue to before arming, where the tenant's admission is still open: the fence step
+waits (rescheduled, no worker slot held) until an armed slot is free, then arms (the same wave with 2 armed slots:
+17.3 s; docs/performance.md, "Armed slots on the stack").
 
 Invariants:
 
@@ -38,12 +39,10 @@ from nexus_cutover import settings
 #: The states of a task that has not finished (None: not yet scheduled).
 UNFINISHED = frozenset({None, "none", "scheduled", "queued", "running", "deferred", "up_for_reschedule", "up_for_retry",
                         "restarting", "awaiting_input"})
-#: The Airflow pool the armed window's tasks run in when it exists (:mod:`nexus_airflow.policies`).
-ARMED_POOL = "nexus_armed"
-
-
 #: The states of a fence task waiting for a slot, or about to look for one.
 WAITING = frozenset({"up_for_reschedule", "scheduled", "queued"})
+#: The Airflow pool the armed window's tasks run in when it exists (:mod:`nexus_airflow.policies`).
+ARMED_POOL = "nexus_armed"
 
 
 @dataclass(frozen=True)
