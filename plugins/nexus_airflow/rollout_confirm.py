@@ -8,11 +8,12 @@ Invariants:
   and at least one is *ready* (waiting at its confirmation with fresh evidence).
   A tenant that is *late* -- parked in a wait: for its old backlog before it arms
   (``wait_for_short_drain``), for the rest of it once fenced (``wait_for_drain``:
-  its own pause, which must not become its wave-mates'), or for a person to stop a
-  live old writer (``check_old_writers``), or for an armed slot before it arms (``arm_fence`` rescheduled:
-  ``[nexus] armed_slots``) -- is not waited for: it is named in the
-  question as not in it, and asks its own follow-up question when it is ready (its
-  run's ``confirm_writers_stopped``, the same approvers and evidence rules).
+  its own pause, which must not become its wave-mates'), for a person to stop a
+  live old writer (``check_old_writers``), or for an armed slot before it arms
+  (``arm_fence`` rescheduled, or not yet armed while the wave's own armed tenants
+  fill ``[nexus] armed_slots``) -- is not waited for: it is named in the question
+  as not in it, and asks its own follow-up question when it is ready (its run's
+  ``confirm_writers_stopped``, the same approvers and evidence rules).
 * The tenants a question showed (XCom ``shown``, pushed before it is asked) are
   the only ones its answer confirms; each re-checks its own evidence time shown.
 * The question is sent once, as it parks, as one message naming its tenants (:mod:`nexus_airflow.rollout_notify`).
@@ -28,7 +29,7 @@ from typing import Any
 
 from airflow.providers.standard.operators.hitl import HITLOperator
 
-from nexus_airflow import ledger, results
+from nexus_airflow import armed_slots, ledger, results
 from nexus_airflow import rollout as ro
 from nexus_airflow.declared import ARMED_WINDOWS
 from nexus_airflow.rollout_lanes import wave_triggers
@@ -78,7 +79,7 @@ class WaveConfirmOperator(HITLOperator):
         if ro.read_control(context["run_id"]) == "cancel":  # its tenants stop at their own next look
             ti.xcom_push(key=ro.ANSWER_KEY, value={"answer": "cancelled", "by": None, "at": None, "evidence": {}})
             raise ro.fail(f"rollout cancelled: wave {self.wave}'s question is not asked")
-        rows = self._tenant_rows(ti, triggers)
+        rows = past_the_armed_slots(self._tenant_rows(ti, triggers), armed_slots.bound())
         decision = question_decision(rows)
         if decision == "wait":
             self.log.info("wave %d: waiting for %s", self.wave, waiting_text(rows))
@@ -123,7 +124,8 @@ class WaveConfirmOperator(HITLOperator):
                 continue
             steps = {step: ro.state_word(state) for step, state in (states.get(rid) or {}).items() if state}
             ev = results.evidence_shown(ti, run_id=rid) if steps.get(CONFIRM_STEP) in WAITING_FOR_THE_WAVE else None
-            row = {"tenant": tenant, **tenant_standing(steps, evidence=bool(ev))}
+            row = {"tenant": tenant, **tenant_standing(steps, evidence=bool(ev)),
+                   "armed": steps.get(FENCE_TASK) == "success"}
             if ev:
                 row.update(checked_at=ev["checked_at"], evidence=ev, drain=results.drain(ti, run_id=rid).get("state") or "-")
             rows.append(row)
@@ -178,6 +180,17 @@ def tenant_standing(steps: dict[str, str], *, evidence: bool) -> dict[str, str]:
         if steps.get(step) in PARKED:
             return {"kind": LATE, "status": f"late: {why}; asked on its own when it is ready"}
     return {"kind": ON_ITS_WAY, "status": "on its way to its confirmation"}
+
+
+def past_the_armed_slots(rows: list[dict[str, Any]], bound: int) -> list[dict[str, Any]]:
+    """``rows`` as the armed slots leave them: when the wave's own armed tenants (``armed``) fill ``bound`` (``[nexus]
+    armed_slots``; 0: no bound), a tenant of the wave on its way but not armed cannot arm before one of them is
+    released, which is after this question's answer: late, not waited for (waiting for it, the armed tenants' pauses
+    would wait for its start-up steps)."""
+    if bound <= 0 or sum(1 for r in rows if r.get("armed")) < bound:
+        return rows
+    return [{**r, "kind": LATE, "status": f"late: {WAITING_FOR_A_SLOT}; asked on its own when it is ready"}
+            if r["kind"] == ON_ITS_WAY and not r.get("armed") else r for r in rows]
 
 
 def question_decision(rows: list[dict[str, Any]]) -> str:

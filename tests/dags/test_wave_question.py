@@ -17,6 +17,7 @@ from nexus_airflow.rollout_confirm import (
     ON_ITS_WAY,
     OWN_QUESTION,
     READY,
+    past_the_armed_slots,
     question_decision,
     tenant_standing,
     waiting_text,
@@ -57,6 +58,20 @@ def test_where_a_tenant_stands_is_read_from_its_waiting_steps(steps, evidence, k
 
 def rows(*kinds: str) -> list[dict]:
     return [{"tenant": f"t{i}", "kind": k} for i, k in enumerate(kinds)]
+
+
+def test_with_the_armed_slots_filled_by_the_wave_a_tenant_not_yet_armed_is_late_not_waited_for():
+    wave = [{"tenant": "t0", "kind": READY, "armed": True}, {"tenant": "t1", "kind": READY, "armed": True},
+            {"tenant": "t2", "kind": ON_ITS_WAY, "armed": False},  # its first steps: it cannot arm before t0 or t1 ends
+            {"tenant": "t3", "kind": ON_ITS_WAY, "armed": True}]  # armed, on its way: arrives within seconds
+    assert question_decision(wave) == "wait"  # no bound: waited for, as before
+    assert past_the_armed_slots(wave, 0) == wave
+    assert past_the_armed_slots(wave, 4) == wave  # slots left: t2 may arm and come
+    bounded = past_the_armed_slots(wave, 3)
+    assert [r["kind"] for r in bounded] == [READY, READY, LATE, ON_ITS_WAY]
+    assert "waiting for an armed slot" in bounded[2]["status"]
+    assert question_decision(bounded) == "wait"  # t3 is still on its way
+    assert question_decision(past_the_armed_slots(wave[:3], 2)) == "ask"  # t0, t1 fill 2 slots: asked at once
 
 
 def test_a_wave_with_one_slow_tenant_asks_the_ready_ones_without_waiting_for_it():
