@@ -6,7 +6,7 @@ worker slot when it starts. When more tenants are armed than the deployment has 
 queue behind each other *inside* their pauses (measured: a wave of 13 on 4 slots paused its drained tenants 61.7 s at
 the median). The bound moves that queue to before arming, where the tenant's admission is still open: the fence step
 waits (rescheduled, no worker slot held) until an armed slot is free, then arms (the same wave with 2 armed slots:
-17.3 s; docs/performance.md, "Armed slots on the stack").
+17.1 s; docs/performance.md, "Armed slots on the stack").
 
 Invariants:
 
