@@ -40,11 +40,12 @@ def test_a_run_is_armed_from_its_fence_until_its_release_finishes_and_arming_whi
         "failed-to-arm": {FENCE_TASK: "failed", RELEASE_TASK: "upstream_failed"},
     }
     seen = slots(states, fence_task=FENCE_TASK, release_task=RELEASE_TASK, me="me", bound=4)
-    assert seen.armed == ("armed-releasing", "armed-waiting") and seen.arming == ("arming",)
+    assert seen.armed_runs == ("armed-releasing", "armed-waiting") and seen.arming_runs == ("arming",)
+    assert (seen.armed, seen.arming) == (2, 1)
     assert seen.taken == 3 and seen.free
     assert not slots(states, fence_task=FENCE_TASK, release_task=RELEASE_TASK, me="me", bound=3).free
     assert slots(states, fence_task=FENCE_TASK, release_task=RELEASE_TASK, me="me", bound=0).free  # 0: no bound
-    assert seen.text() == ("2 of 4 armed slots taken (runs: armed-releasing, armed-waiting), 1 arming now (arming)")
+    assert seen.text() == "2 of 4 armed slots taken, 1 arming now (runs: armed-releasing, armed-waiting, arming (arming))"
 
 
 def test_a_wave_arms_its_waiting_tenants_in_its_declared_order():
